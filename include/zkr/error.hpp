@@ -1,0 +1,88 @@
+// Errors: one scheme for the whole library.
+//
+// Every failure is a std::error_code in one of two categories:
+//   - zookeeper_category(): ZooKeeper's own result codes (connection loss, no node, no auth, ...),
+//     with the same numeric values the server and C client use.
+//   - zkr::category(): conditions this library decides (invalid path, connect timeout, session
+//     lost, cancelled, ...).
+// Calls come in two forms: the plain form throws zkr::Error (a std::system_error that also names
+// the path involved); the overload that takes `std::error_code& ec` never throws and sets ec.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace zkr {
+
+// ZooKeeper result codes (values as in the protocol).
+enum class zk_errc : int {
+  system_error = -1,
+  runtime_inconsistency = -2,
+  data_inconsistency = -3,
+  connection_loss = -4,
+  marshalling_error = -5,
+  unimplemented = -6,
+  operation_timeout = -7,
+  bad_arguments = -8,
+  invalid_state = -9,
+  api_error = -100,
+  no_node = -101,
+  no_auth = -102,
+  bad_version = -103,
+  no_children_for_ephemerals = -108,
+  node_exists = -110,
+  not_empty = -111,
+  session_expired = -112,
+  invalid_callback = -113,
+  invalid_acl = -114,
+  auth_failed = -115,
+  closing = -116,
+  nothing = -117,
+  session_moved = -118,
+};
+
+// Conditions decided by this library.
+enum class errc : int {
+  invalid_path = 1,            // lock/election path malformed or reserved
+  invalid_connect_string,      // host list or chroot malformed
+  invalid_argument,            // some other argument out of range
+  connect_timeout,             // ensemble not reachable within the connect timeout
+  session_lost,                // the session the operation depended on is lost
+  session_closed,              // the Session was closed by its owner
+  auth_failed,                 // credentials refused by the ensemble
+  cancelled,                   // a stop_token was triggered
+  timed_out,                   // a wait ran past its timeout
+  would_block,                 // non-blocking acquire found the lock held
+  limit_mismatch,              // participants disagree on a semaphore's limit
+  interop_conflict,            // a foreign contender on the path uses an incompatible scheme
+};
+
+const std::error_category& zookeeper_category() noexcept;
+const std::error_category& category() noexcept;
+
+std::error_code make_error_code(zk_errc e) noexcept;
+std::error_code make_error_code(errc e) noexcept;
+
+// Wraps a raw ZooKeeper result code (as returned by the C client).
+std::error_code zookeeper_error(int rc) noexcept;
+
+// The exception thrown by the throwing forms. what() reads "<operation> <path>: <reason>".
+class Error : public std::system_error {
+ public:
+  Error(std::error_code ec, std::string_view operation, std::string_view path = {});
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Throws Error if ec is set.
+void throw_if(std::error_code ec, std::string_view operation, std::string_view path = {});
+
+}  // namespace zkr
+
+template <>
+struct std::is_error_code_enum<zkr::zk_errc> : std::true_type {};
+template <>
+struct std::is_error_code_enum<zkr::errc> : std::true_type {};

@@ -1,0 +1,148 @@
+// Lock: a mutual-exclusion lock on a ZooKeeper path, with fencing.
+//
+// Each acquisition creates an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>" (the node
+// naming Curator uses, so Curator's InterProcessMutex and this lock exclude each other; kazoo's
+// "__lock__" nodes on the same path are recognised as contenders too). The lowest sequence holds.
+// Each waiter watches only its immediate predecessor, so a release wakes exactly one waiter.
+//
+// The fencing token of a grant is the czxid of its node, taken from the create's reply. It grows
+// with every grant on the path, across leader changes and re-creation of the parent. Pass it to the
+// resource with every write and have the resource refuse lower tokens (see fence.hpp): that, not
+// the lock, is what makes a correctness lock safe against paused holders.
+//
+// Reentrancy: none. A second acquisition from the same process (same or another Lock object, same
+// or another thread) is another contender and queues behind the first; a thread that blocks in
+// acquire() while it already holds the lock waits for itself forever. Use try_acquire_for() where
+// that can happen.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <zkr/fencing.hpp>
+#include <zkr/names.hpp>
+#include <zkr/session.hpp>
+
+namespace zkr {
+
+enum class LossReason {
+  session_lost,      // expired, or declared lost by the session monitor
+  connection_lost,   // LossPolicy::on_disconnect and the connection dropped
+  node_deleted,      // our lock node was deleted by someone else (an operator)
+  session_closed,    // Session::close() or the Session was destroyed
+};
+std::string_view to_string(LossReason reason) noexcept;
+
+enum class NodeAcl {
+  open,                    // world:anyone has all rights
+  creator_all,             // only the creating identity (digest auth needed)
+  creator_all_world_read,  // creator has all rights, everyone may read (for --list)
+};
+
+struct LockOptions {
+  // Stored in the lock node for operators (--list). Empty means default_owner_data().
+  std::string owner_data;
+  NodeAcl acl = NodeAcl::open;
+};
+
+namespace detail {
+class Contender;
+}
+
+// A granted lock. Move-only; releases on destruction. All members are thread-safe.
+class HeldLock {
+ public:
+  HeldLock() = default;  // holds nothing
+  explicit HeldLock(std::shared_ptr<detail::Contender> contender);
+  HeldLock(HeldLock&&) noexcept;
+  HeldLock& operator=(HeldLock&&) noexcept;
+  ~HeldLock();
+
+  explicit operator bool() const noexcept { return contender_ != nullptr; }
+
+  FencingToken token() const;
+  const std::string& node_path() const;
+  std::int64_t session_id() const;
+
+  // True once the lock is lost (never reset). A lock that was released is not "lost".
+  bool lost() const;
+  std::optional<LossReason> loss_reason() const;
+  // Requested when the lock is lost; pass it to the critical section.
+  std::stop_token lost_token() const;
+  // Runs once on the session's callback thread when the lock is lost (at once, on that thread, if
+  // it already is). Must not block for long.
+  void on_lost(std::function<void(LossReason)> callback);
+
+  // Deletes the node. Idempotent and non-blocking: if the connection is down the delete is retried
+  // after reconnecting, until it succeeds or the session ends (which deletes the node as well).
+  // Never touches a node other than this grant's own.
+  void release();
+
+ private:
+  std::shared_ptr<detail::Contender> contender_;
+};
+
+// One row of contenders(): the holder(s) first, then waiters in queue order.
+struct ContenderInfo {
+  std::string node;  // child name
+  std::int64_t sequence = 0;
+  FencingToken token;  // czxid
+  std::int64_t session_id = 0;  // ephemeralOwner
+  std::string owner_data;
+  std::chrono::system_clock::time_point created;
+  ContenderScheme scheme = ContenderScheme::zkrecipes_or_curator;
+  ContenderRole role = ContenderRole::exclusive;
+  bool holds = false;
+};
+
+// Reads the contenders under path (any process may, participant or not). `max_holders` is how many
+// may hold at once (1 for a lock; readers before the first writer hold whatever it says).
+std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path,
+                                           int max_holders = 1);
+
+using AcquireHandler = std::function<void(std::error_code, HeldLock)>;
+
+class ReadWriteLock;
+
+class Lock {
+ public:
+  // Throws Error(errc::invalid_path) naming the path.
+  Lock(Session& session, std::string path, LockOptions options = {});
+  ~Lock();
+  const std::string& path() const { return path_; }
+
+  // Waits until granted. Throws Error: errc::cancelled when stop is requested, errc::session_lost,
+  // errc::session_closed, zk_errc::no_auth (ACL refusal), other ZooKeeper errors.
+  HeldLock acquire(std::stop_token stop = {});
+  // Does not wait: an empty optional if someone else holds the lock.
+  std::optional<HeldLock> try_acquire();
+  // Waits at most `timeout`: empty if it ran out or stop was requested. Throws as acquire().
+  std::optional<HeldLock> try_acquire_for(std::chrono::nanoseconds timeout,
+                                          std::stop_token stop = {});
+  // Never throws: on failure ec is set (errc::timed_out, errc::cancelled, errc::would_block, ...).
+  std::optional<HeldLock> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                          std::error_code& ec) noexcept;
+  // Callback form: the handler runs once on the session's callback thread with either an error
+  // or the held lock. A negative timeout waits forever; zero does not wait.
+  void async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler,
+                     std::stop_token stop = {});
+
+  std::vector<ContenderInfo> contenders() const;
+
+ private:
+  friend class ReadWriteLock;
+  Lock(Session& session, std::string path, LockOptions options, ContenderRole role);
+
+  std::shared_ptr<detail::SessionCore> core_;
+  std::string path_;
+  LockOptions options_;
+  ContenderRole role_ = ContenderRole::exclusive;
+};
+
+}  // namespace zkr
