@@ -1,0 +1,308 @@
+// Timeouts, directories, the Cluster wrapper over zkenv.py, shared_server, unique_path and
+// forced session expiry.
+#include <zookeeper/zookeeper.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "testenv.hpp"
+
+namespace zkr::testenv {
+namespace {
+
+constexpr auto python = "/usr/bin/python3";
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::string(value) : std::move(fallback);
+}
+
+std::string random_hex(int digits) {
+  static std::mutex mutex;
+  static std::mt19937_64 generator{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  return fmt::format("{:0{}x}", generator() >> (64 - 4 * digits), digits);
+}
+
+std::string trim(std::string text) {
+  auto end = text.find_last_not_of(" \t\r\n");
+  text.erase(end == std::string::npos ? 0 : end + 1);
+  return text;
+}
+
+}  // namespace
+
+double timeout_scale() {
+  static const double scale = [] {
+    const char* text = std::getenv("ZKR_TEST_TIMEOUT_SCALE");
+    if (!text || !*text) return 1.0;
+    char* end = nullptr;
+    double value = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(value > 0)) {
+      throw std::invalid_argument(fmt::format(
+          "ZKR_TEST_TIMEOUT_SCALE must be a positive number, not '{}'", text));
+    }
+    return value;
+  }();
+  return scale;
+}
+
+std::chrono::milliseconds scaled(std::chrono::milliseconds timeout) {
+  return std::chrono::milliseconds(
+      static_cast<std::chrono::milliseconds::rep>(static_cast<double>(timeout.count()) * timeout_scale()));
+}
+
+std::string source_dir() { return env_or("ZKR_SOURCE_DIR", ZKR_TESTENV_SOURCE_DIR); }
+std::string build_dir() { return env_or("ZKR_BUILD_DIR", ZKR_TESTENV_BINARY_DIR); }
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+
+Cluster::Cluster(ClusterOptions options) {
+  if (options.servers < 1) {
+    throw std::invalid_argument(fmt::format("Cluster: servers must be >= 1, not {}", options.servers));
+  }
+  std::string base = env_or("TMPDIR", "/tmp");
+  std::string pattern = base + "/zkr-cluster-XXXXXX";
+  if (!::mkdtemp(pattern.data())) {
+    throw std::runtime_error(
+        fmt::format("Cluster: cannot create a state directory in {}: {}", base, std::strerror(errno)));
+  }
+  state_dir_ = pattern;
+  try {
+    std::string connect = zkenv({"start", "--servers", std::to_string(options.servers), "--tick-ms",
+                                 std::to_string(options.tick_ms), "--sync-limit",
+                                 std::to_string(options.sync_limit), "--timeout",
+                                 fmt::format("{}", 60 * timeout_scale())});
+    started_ = true;
+    boost::property_tree::ptree state;
+    boost::property_tree::read_json((state_dir_ / "state.json").string(), state);
+    for (const auto& [key, server] : state.get_child("servers")) {
+      client_ports_.push_back(server.get<int>("client_port"));
+    }
+  } catch (...) {
+    std::error_code ignored;
+    if (started_) {
+      try {
+        zkenv({"stop"});
+      } catch (...) {
+      }
+    } else {
+      // zkenv.py stops what it started when it fails; its logs are no use to anyone afterwards.
+      std::filesystem::remove_all(state_dir_, ignored);
+    }
+    throw;
+  }
+}
+
+Cluster::~Cluster() {
+  if (!started_) return;
+  try {
+    zkenv({"stop"});
+    if (!std::getenv("ZKR_KEEP_CLUSTER_DIR")) {
+      std::error_code ignored;
+      std::filesystem::remove_all(state_dir_, ignored);
+    }
+  } catch (...) {
+    // Never throw from a destructor; the state directory stays for a post-mortem.
+  }
+}
+
+std::string Cluster::zkenv(const std::vector<std::string>& arguments) const {
+  std::vector<std::string> argv{python, source_dir() + "/testenv/zkenv.py"};
+  argv.insert(argv.end(), arguments.begin(), arguments.end());
+  argv.push_back("--dir");
+  argv.push_back(state_dir_.string());
+  Process::Options options;
+  options.merge_stderr = true;
+  Process process(argv, options);
+  // zkenv.py bounds every wait itself (60 s to start); this only guards against a hang.
+  auto output = process.read_all(scaled(std::chrono::seconds(180)));
+  auto status = process.wait(std::chrono::seconds(5));
+  if (status != 0) {
+    throw std::runtime_error(fmt::format("zkenv.py {} failed ({}): {}", arguments.front(),
+                                         status ? fmt::format("exit {}", *status) : "timed out",
+                                         trim(output)));
+  }
+  return trim(output);
+}
+
+void Cluster::check_index(int index) const {
+  if (index < 0 || index >= size()) {
+    throw std::out_of_range(fmt::format("Cluster: no server {} (servers are 0..{})", index, size() - 1));
+  }
+}
+
+std::string Cluster::connect_string() const {
+  std::string result;
+  for (int port : client_ports_) {
+    if (!result.empty()) result += ',';
+    result += fmt::format("127.0.0.1:{}", port);
+  }
+  return result;
+}
+
+std::string Cluster::server_address(int index) const {
+  check_index(index);
+  return fmt::format("127.0.0.1:{}", client_ports_[static_cast<std::size_t>(index)]);
+}
+
+int Cluster::size() const { return static_cast<int>(client_ports_.size()); }
+
+int Cluster::leader() const {
+  try {
+    return std::stoi(zkenv({"leader"}));
+  } catch (...) {
+    return -1;
+  }
+}
+
+bool Cluster::wait_for_leader(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (leader() >= 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Cluster::kill(int index) {
+  check_index(index);
+  zkenv({"kill", std::to_string(index)});
+}
+
+void Cluster::stop(int index) {
+  check_index(index);
+  zkenv({"stop-server", std::to_string(index)});
+}
+
+void Cluster::start(int index) {
+  check_index(index);
+  zkenv({"start-server", std::to_string(index), "--timeout", fmt::format("{}", 60 * timeout_scale())});
+}
+
+void Cluster::freeze(int index) {
+  check_index(index);
+  zkenv({"freeze", std::to_string(index)});
+}
+
+void Cluster::thaw(int index) {
+  check_index(index);
+  zkenv({"thaw", std::to_string(index)});
+}
+
+pid_t Cluster::pid(int index) const {
+  check_index(index);
+  boost::property_tree::ptree state;
+  boost::property_tree::read_json((state_dir_ / "state.json").string(), state);
+  int position = 0;
+  for (const auto& [key, server] : state.get_child("servers")) {
+    if (position++ == index) return server.get_optional<pid_t>("pid").value_or(0);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared server and paths
+
+std::string shared_server() {
+  if (const char* dir = std::getenv("ZKR_TEST_ZK_DIR"); dir && *dir) {
+    std::string file = std::string(dir) + "/connect_string";
+    std::ifstream in(file);
+    std::string connect;
+    if (!in || !std::getline(in, connect) || trim(connect).empty()) {
+      throw std::runtime_error(fmt::format(
+          "ZKR_TEST_ZK_DIR is set but {} is missing or empty: did the zk_shared_start fixture run?",
+          file));
+    }
+    return trim(connect);
+  }
+  // Run by hand: one private server for the whole process, stopped at exit.
+  static std::once_flag once;
+  static std::unique_ptr<Cluster> private_cluster;
+  std::call_once(once, [] { private_cluster = std::make_unique<Cluster>(); });
+  return private_cluster->connect_string();
+}
+
+std::string unique_path(std::string_view hint) {
+  std::string name = "no-test";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    name = fmt::format("{}.{}", info->test_suite_name(), info->name());
+  }
+  if (!hint.empty()) name += fmt::format("-{}", hint);
+  // Parameterised tests have '/' in their names; znode names must not.
+  for (char& c : name) {
+    if (c == '/' || c == ' ') c = '_';
+  }
+  return fmt::format("/zkr-test/{}-{}", name, random_hex(8));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forced expiry
+
+namespace {
+
+struct ConnectWait {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int state = 0;
+};
+
+void record_state(zhandle_t*, int type, int state, const char*, void* context) {
+  if (type != ZOO_SESSION_EVENT) return;
+  auto* wait = static_cast<ConnectWait*>(context);
+  std::lock_guard lock(wait->mutex);
+  wait->state = state;
+  wait->changed.notify_all();
+}
+
+}  // namespace
+
+void expire_session(const std::string& servers, std::int64_t session_id, const std::string& password) {
+  clientid_t client{};
+  client.client_id = session_id;
+  if (password.size() != sizeof client.passwd) {
+    throw std::invalid_argument(fmt::format("expire_session: the password must be {} bytes, not {}",
+                                            sizeof client.passwd, password.size()));
+  }
+  std::memcpy(client.passwd, password.data(), sizeof client.passwd);
+
+  ConnectWait wait;
+  zhandle_t* handle = zookeeper_init(servers.c_str(), record_state, 10000, &client, &wait, 0);
+  if (!handle) {
+    throw std::runtime_error(fmt::format("expire_session: zookeeper_init({}) failed: {}", servers,
+                                         std::strerror(errno)));
+  }
+  int final_state;
+  {
+    std::unique_lock lock(wait.mutex);
+    wait.changed.wait_for(lock, scaled(std::chrono::seconds(30)), [&] {
+      return wait.state == ZOO_CONNECTED_STATE || wait.state == ZOO_EXPIRED_SESSION_STATE ||
+             wait.state == ZOO_AUTH_FAILED_STATE;
+    });
+    final_state = wait.state;
+  }
+  // Closing the second handle is what ends the session on the server.
+  zookeeper_close(handle);
+  if (final_state == ZOO_EXPIRED_SESSION_STATE) return;  // already gone: the goal is reached
+  if (final_state != ZOO_CONNECTED_STATE) {
+    throw std::runtime_error(fmt::format(
+        "expire_session: could not attach to session {:#x} on {} (state {})", session_id, servers,
+        final_state));
+  }
+}
+
+}  // namespace zkr::testenv

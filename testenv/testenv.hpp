@@ -1,0 +1,169 @@
+// The test environment: real ZooKeeper servers (through zkenv.py), a fault-injecting TCP proxy,
+// child processes with piped output, and forced session expiry. Used by tests and benchmarks only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zkr::testenv {
+
+// Every test timeout is multiplied by this (env ZKR_TEST_TIMEOUT_SCALE, default 1.0), so that slow
+// machines and sanitizer builds can stretch them without editing tests.
+double timeout_scale();
+std::chrono::milliseconds scaled(std::chrono::milliseconds timeout);
+
+std::string source_dir();  // env ZKR_SOURCE_DIR or the compiled-in CMake source dir
+std::string build_dir();   // env ZKR_BUILD_DIR or the compiled-in CMake binary dir
+
+struct ClusterOptions {
+  int servers = 1;
+  int tick_ms = 100;
+  int sync_limit = 10;
+};
+
+// ZooKeeper servers started through testenv/zkenv.py in a fresh temporary state directory.
+// Server indices run from 0 to size()-1. Every call that changes a server throws
+// std::runtime_error carrying zkenv.py's message when it fails.
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions options = {});
+  ~Cluster();  // stops every server it started; never throws
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  std::string connect_string() const;
+  std::string server_address(int index) const;  // "127.0.0.1:port"
+  int size() const;
+  // Index of the server that reports itself leader (0 for a single server), -1 if none does.
+  int leader() const;
+  bool wait_for_leader(std::chrono::milliseconds timeout) const;
+
+  void kill(int index);   // SIGKILL
+  void stop(int index);   // SIGTERM, then SIGKILL after a grace period
+  void start(int index);  // restart a killed or stopped server on its old ports; waits until it serves
+  void freeze(int index); // SIGSTOP
+  void thaw(int index);   // SIGCONT
+  pid_t pid(int index) const;  // 0 if the server is not running
+
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+
+ private:
+  std::string zkenv(const std::vector<std::string>& arguments) const;
+  void check_index(int index) const;
+
+  std::filesystem::path state_dir_;
+  std::vector<int> client_ports_;
+  bool started_ = false;
+};
+
+// The server shared by the tests of one ctest run: reads $ZKR_TEST_ZK_DIR/connect_string. Without
+// that variable (a test binary run by hand) it starts a private single-server Cluster once per
+// process and returns its connect string.
+std::string shared_server();
+
+// A fresh znode path for the running test: "/zkr-test/<suite>.<test>[-<hint>]-<random hex>".
+std::string unique_path(std::string_view hint = {});
+
+// A TCP proxy between clients and one ZooKeeper server, running on its own thread (Boost.Asio).
+// All methods are thread-safe.
+class Proxy {
+ public:
+  explicit Proxy(std::string upstream);  // "host:port"; listens on 127.0.0.1:<ephemeral port>
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  std::string address() const;  // "127.0.0.1:port"
+
+  void pass();       // forward both ways (the default); resumes what blackhole() held
+  // Keep every socket open but forward nothing either way; new connections are accepted and held.
+  // Bytes already sent stay in kernel buffers (as on a cut link) and flow again after pass().
+  void blackhole();
+  // RST every current connection (SO_LINGER 0), keep listening, and go back to pass().
+  void reset();
+  // Delay added to each direction, order kept. Applies to bytes read from now on.
+  void set_latency(std::chrono::microseconds one_way);
+
+  // "The create took effect but its reply was lost": the next client request whose opcode is in
+  // `opcodes` (create=1, create2=15 by default) is forwarded, its reply is swallowed, and then that
+  // client's connection is reset, so the client sees a connection loss for a create that happened.
+  void drop_next_reply(std::vector<int> opcodes = {1, 15});
+  int dropped_replies() const;  // replies swallowed so far
+  int connections() const;      // currently open client connections
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// A child process whose stdout is piped to us. stderr is inherited unless merge_stderr asks for it
+// to go into the same pipe.
+class Process {
+ public:
+  struct Options {
+    std::map<std::string, std::string> env;  // added to (or overriding) our environment
+    bool new_process_group = false;          // the child leads its own process group
+    bool pipe_stdin = false;                 // else stdin is inherited
+    bool merge_stderr = false;               // send stderr into the stdout pipe too
+  };
+
+  // argv[0] is looked up in PATH unless it holds a '/'. Throws std::runtime_error if the program
+  // cannot be started.
+  Process(std::vector<std::string> argv, Options options);
+  explicit Process(std::vector<std::string> argv) : Process(std::move(argv), Options{}) {}
+  ~Process();  // SIGKILL (its whole group if it has one) and reap if still running
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // One stdout line without its newline; nullopt on timeout or at end of output. A last line
+  // without a newline is returned at end of output.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  // Reads lines until one starts with `prefix` and returns it (earlier lines are discarded).
+  std::optional<std::string> wait_for_line(std::string_view prefix, std::chrono::milliseconds timeout);
+  // Everything left on stdout until the child closes it (or the timeout passes).
+  std::string read_all(std::chrono::milliseconds timeout);
+  bool at_end_of_output() const { return stdout_closed_ && buffer_.empty(); }
+
+  void write_stdin(std::string_view data);
+  void close_stdin();
+
+  void signal(int sig);  // to the whole group if it has its own
+  void freeze();         // SIGSTOP
+  void thaw();           // SIGCONT
+
+  // The exit status as a shell reports it ($?: the exit code, or 128+signal); nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  bool running();
+
+ private:
+  bool fill_buffer(std::chrono::steady_clock::time_point deadline);
+  bool reap(bool block);
+
+  pid_t pid_ = -1;
+  bool own_group_ = false;
+  int stdout_fd_ = -1;
+  int stdin_fd_ = -1;
+  bool stdout_closed_ = false;
+  std::string buffer_;
+  std::optional<int> status_;
+};
+
+// Forces a real server-side expiry of a session: opens a second handle with the session's id and
+// 16-byte password, waits until it is connected, and closes it. Returns once the close completed.
+// Cut the original handle off first (Proxy::blackhole), or it may reconnect in between.
+// Throws std::runtime_error if the second handle cannot connect in time.
+void expire_session(const std::string& servers, std::int64_t session_id, const std::string& password);
+
+}  // namespace zkr::testenv
