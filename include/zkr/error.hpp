@@ -67,18 +67,23 @@ std::error_code make_error_code(errc e) noexcept;
 // Wraps a raw ZooKeeper result code (as returned by the C client).
 std::error_code zookeeper_error(int rc) noexcept;
 
-// The exception thrown by the throwing forms. what() reads "<operation> <path>: <reason>".
+// The exception thrown by the throwing forms.
 class Error : public std::system_error {
  public:
-  Error(std::error_code ec, std::string_view operation, std::string_view path = {});
+  // what() is "<operation> <path>: <ec.message()>", then " (<detail>)" when a detail is given.
+  Error(std::error_code ec, std::string_view operation, std::string_view path = {},
+        std::string_view detail = {});
   const std::string& path() const noexcept { return path_; }
+  const char* what() const noexcept override { return what_.c_str(); }
 
  private:
   std::string path_;
+  std::string what_;
 };
 
 // Throws Error if ec is set.
-void throw_if(std::error_code ec, std::string_view operation, std::string_view path = {});
+void throw_if(std::error_code ec, std::string_view operation, std::string_view path = {},
+              std::string_view detail = {});
 
 }  // namespace zkr
 

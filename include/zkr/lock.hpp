@@ -67,7 +67,7 @@ class HeldLock {
   explicit operator bool() const noexcept { return contender_ != nullptr; }
 
   FencingToken token() const;
-  const std::string& node_path() const;
+  std::string node_path() const;
   std::int64_t session_id() const;
 
   // True once the lock is lost (never reset). A lock that was released is not "lost".

@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace zkr {
@@ -82,7 +83,7 @@ struct SessionMetrics {
   std::uint64_t suspensions = 0;
   std::uint64_t requests_sent = 0;
   std::uint64_t heartbeats_sent = 0;
-  std::uint64_t watch_events = 0;  // node events delivered to recipe watches
+  std::uint64_t wakeups = 0;  // blocker watches that fired: each wakes one waiting contender
   std::uint64_t acquisitions = 0;
   std::uint64_t acquire_timeouts = 0;
   std::uint64_t acquire_cancellations = 0;

@@ -1,0 +1,589 @@
+#include "contender_queue.hpp"
+
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
+#include <fmt/format.h>
+
+#include <zkr/error.hpp>
+
+#include "log.hpp"
+
+namespace zkr::detail {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
+constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
+constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
+constexpr int kOperationTimeout = static_cast<int>(zk_errc::operation_timeout);
+constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
+constexpr int kSessionExpired = static_cast<int>(zk_errc::session_expired);
+constexpr int kClosing = static_cast<int>(zk_errc::closing);
+// A container parent that the server reaps between our parent create and our node create sends
+// us round again; this bounds how often before giving up.
+constexpr int kMaxParentRetries = 20;
+
+std::string new_guid() {
+  thread_local boost::uuids::random_generator generator;
+  return boost::uuids::to_string(generator());
+}
+
+bool blocks_reader(ContenderRole role) { return role != ContenderRole::read; }
+
+}  // namespace
+
+std::string_view node_marker(ContenderRole role) {
+  switch (role) {
+    case ContenderRole::exclusive: return "lock-";
+    case ContenderRole::read: return "__READ__";
+    case ContenderRole::write: return "__WRIT__";
+    case ContenderRole::latch: return "latch-";
+  }
+  return "lock-";
+}
+
+QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy) {
+  if (policy.role == ContenderRole::read) {
+    // A reader waits only for the nearest earlier writer.
+    for (std::size_t i = index; i-- > 0;)
+      if (blocks_reader(sorted[i].role)) return {false, i};
+    return {true, 0};
+  }
+  // Everyone else waits for its immediate predecessor until fewer than max_holders are ahead.
+  if (index < static_cast<std::size_t>(std::max(policy.max_holders, 1))) return {true, 0};
+  return {false, index - 1};
+}
+
+Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
+    : core_(std::move(core)), request_(std::move(request)) {}
+
+Contender::~Contender() = default;
+
+std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
+  auto contender = std::shared_ptr<Contender>(new Contender(std::move(core), std::move(request)));
+  contender->started_at_ = Clock::now();
+  std::unique_lock lock(contender->core_->mutex());
+  if (contender->core_->ended()) {
+    contender->phase_ = Phase::finished;
+    contender->complete_locked(contender->core_->end_reason_locked());
+    return contender;
+  }
+  // The session keeps every active contender alive until it finishes (finish_locked detaches).
+  contender->core_->attach(contender);
+  contender->arm_timeout();
+  contender->begin_locked();
+  return contender;
+}
+
+std::string Contender::our_name() const {
+  auto slash = node_path_.rfind('/');
+  return slash == std::string::npos ? node_path_ : node_path_.substr(slash + 1);
+}
+
+// ---- creating ----
+
+void Contender::begin_locked() {
+  if (abandon_) {
+    finish_locked();
+    return;
+  }
+  generation_ = core_->generation_locked();
+  if (!core_->usable_locked(generation_)) {
+    phase_ = Phase::waiting_for_session;
+    return;
+  }
+  phase_ = Phase::creating;
+  retry_ = Retry::none;
+  node_path_.clear();
+  guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
+  const std::uint64_t attempt = ++attempt_;
+  const std::string prefix =
+      fmt::format("{}/_c_{}-{}", request_.parent, guid_, node_marker(request_.policy.role));
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->create(generation_, prefix, request_.owner_data, CreateMode::ephemeral_sequential, request_.acl,
+                [self, attempt](int rc, std::string path, NodeStat stat) {
+                  if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
+                });
+  // The server answers one session's requests in order, so this listing, sent before the create's
+  // reply arrives, already contains our node: one round trip for an uncontended acquisition.
+  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
+  });
+}
+
+void Contender::ensure_parent_then_create_locked() {
+  if (++parent_retries_ > kMaxParentRetries) {
+    complete_locked(make_error_code(zk_errc::no_node));
+    finish_locked();
+    return;
+  }
+  // Create every ancestor as a container (the server removes it once empty), in one pipeline; the
+  // server runs them in order, so the last reply means all are settled.
+  std::vector<std::string> ancestors;
+  for (std::size_t slash = request_.parent.find('/', 1); slash != std::string::npos;
+       slash = request_.parent.find('/', slash + 1))
+    ancestors.push_back(request_.parent.substr(0, slash));
+  ancestors.push_back(request_.parent);
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  for (std::size_t i = 0; i < ancestors.size(); ++i) {
+    const bool last = i + 1 == ancestors.size();
+    core_->create(generation_, ancestors[i], {}, CreateMode::container, request_.acl,
+                  [self, attempt, last](int rc, std::string, NodeStat) {
+                    if (!last) return;
+                    auto contender = self.lock();
+                    if (!contender) return;
+                    std::unique_lock lock(contender->core_->mutex());
+                    if (attempt != contender->attempt_ || contender->phase_ != Phase::creating) return;
+                    if (rc == kOk || rc == kNodeExists || rc == kNoNode) {
+                      contender->begin_locked();
+                    } else if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
+                      contender->complete_locked(zookeeper_error(rc));
+                      contender->finish_locked();
+                    }
+                  });
+  }
+}
+
+void Contender::on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat) {
+  std::unique_lock lock(core_->mutex());
+  if (attempt != attempt_ || phase_ != Phase::creating) {
+    // A create we no longer track that still took effect (its session is current): delete it.
+    if (rc == kOk && core_->usable_locked(generation_) && path != node_path_)
+      core_->remove(generation_, path, -1, [](int) {});
+    return;
+  }
+  if (abandon_ && rc != kOk && rc != kConnectionLoss && rc != kOperationTimeout) {
+    finish_locked();  // nothing was created and nothing is wanted any more
+    return;
+  }
+  if (rc == kOk) {
+    node_path_ = std::move(path);
+    token_ = FencingToken(stat.czxid);
+    session_id_ = core_->session_id();
+    if (abandon_) remove_node_locked();
+    return;  // the pipelined listing decides
+  }
+  if (rc == kNoNode) {
+    ensure_parent_then_create_locked();
+    return;
+  }
+  if (handle_session_trouble_locked(rc, Retry::recover)) return;
+  complete_locked(zookeeper_error(rc));  // no node was created (no auth, invalid ACL, ...)
+  finish_locked();
+}
+
+void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::string> children) {
+  std::unique_lock lock(core_->mutex());
+  if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
+  if (node_path_.empty()) return;  // the create failed; on_created decided what happens
+  phase_ = Phase::checking;
+  if (rc == kOk) {
+    evaluate_locked(children);
+  } else if (rc == kNoNode) {
+    begin_locked();  // the parent, and so our node, is gone: queue again
+  } else if (!handle_session_trouble_locked(rc, Retry::check)) {
+    complete_locked(zookeeper_error(rc));
+    remove_node_locked();
+  }
+}
+
+// After a connection loss the create may or may not have happened: look for our GUID.
+void Contender::recover_locked() {
+  phase_ = Phase::recovering;
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    if (attempt != contender->attempt_ || contender->phase_ != Phase::recovering) return;
+    if (rc != kOk && rc != kNoNode) {
+      if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
+        contender->complete_locked(zookeeper_error(rc));
+        contender->finish_locked();
+      }
+      return;
+    }
+    auto found = std::find_if(children.begin(), children.end(), [&](const std::string& child) {
+      return child.find(contender->guid_) != std::string::npos;
+    });
+    if (found == children.end()) {
+      contender->begin_locked();  // the create never happened
+      return;
+    }
+    const std::string candidate = contender->request_.parent + "/" + *found;
+    contender->core_->exists(contender->generation_, candidate, [self, attempt, candidate](int exists_rc, NodeStat stat) {
+      auto again = self.lock();
+      if (!again) return;
+      std::unique_lock inner(again->core_->mutex());
+      if (attempt != again->attempt_ || again->phase_ != Phase::recovering) return;
+      if (exists_rc == kOk && stat.ephemeral_owner == again->core_->session_id() && again->core_->session_id() != 0) {
+        // Ours: created by this very session. Never adopt a node whose owner is another session.
+        again->node_path_ = candidate;
+        again->token_ = FencingToken(stat.czxid);
+        again->session_id_ = stat.ephemeral_owner;
+        if (again->abandon_) {
+          again->remove_node_locked();
+          return;
+        }
+        again->check_locked();
+      } else if (exists_rc == kOk || exists_rc == kNoNode) {
+        again->begin_locked();
+      } else if (!again->handle_session_trouble_locked(exists_rc, Retry::recover)) {
+        again->complete_locked(zookeeper_error(exists_rc));
+        again->finish_locked();
+      }
+    });
+  });
+}
+
+// ---- waiting ----
+
+void Contender::check_locked() {
+  phase_ = Phase::checking;
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
+  });
+}
+
+void Contender::evaluate_locked(const std::vector<std::string>& children) {
+  if (abandon_) {
+    remove_node_locked();
+    return;
+  }
+  std::vector<ContenderName> queue;
+  queue.reserve(children.size());
+  for (const auto& child : children)
+    if (auto name = parse_contender_name(child)) queue.push_back(std::move(*name));
+  sort_by_sequence(queue);
+  const std::string ours = our_name();
+  auto it = std::find_if(queue.begin(), queue.end(), [&](const ContenderName& c) { return c.name == ours; });
+  if (it == queue.end()) {
+    // Our waiting node is gone (deleted by someone else): queue again with a new node.
+    log(LogLevel::warning, "waiting node {} disappeared; queueing again", node_path_);
+    begin_locked();
+    return;
+  }
+  const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request_.policy);
+  if (decision.holds) {
+    grant_locked();
+    return;
+  }
+  if (request_.timeout == std::chrono::nanoseconds::zero()) {
+    complete_locked(make_error_code(errc::would_block));
+    remove_node_locked();
+    return;
+  }
+  watch_locked(request_.parent + "/" + queue[decision.blocker].name);
+}
+
+void Contender::watch_locked(const std::string& blocker) {
+  phase_ = Phase::watching;
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_data(
+      generation_, blocker,
+      [self, attempt](int rc, std::string, NodeStat) {
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        if (rc == kOk) return;  // watch set; wait for it
+        if (rc == kNoNode) {
+          contender->check_locked();  // gone already: look again
+        } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
+          contender->complete_locked(zookeeper_error(rc));
+          contender->remove_node_locked();
+        }
+      },
+      [self, attempt](NodeEvent) {
+        auto contender = self.lock();
+        if (!contender) return;
+        ++contender->core_->wakeups;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        contender->check_locked();
+      });
+}
+
+// ---- holding ----
+
+void Contender::grant_locked() {
+  phase_ = Phase::held;
+  granted_at_ = Clock::now();
+  ++core_->acquisitions;
+  core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
+  // Watch our own node: an operator deleting it takes the lock away, and the holder must hear so.
+  std::weak_ptr<Contender> self = weak_from_this();
+  const std::uint64_t generation = generation_;
+  core_->get_data(
+      generation_, node_path_,
+      [self, generation](int rc, std::string, NodeStat) {
+        if (rc != kNoNode) return;
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (contender->phase_ == Phase::held && contender->generation_ == generation)
+          contender->lose_locked(LossReason::node_deleted);
+      },
+      [self, generation](NodeEvent event) {
+        if (event != NodeEvent::deleted) return;
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (contender->phase_ == Phase::held && contender->generation_ == generation)
+          contender->lose_locked(LossReason::node_deleted);
+      });
+  complete_locked({});
+}
+
+void Contender::lose_locked(LossReason reason) {
+  if (phase_ != Phase::held) return;
+  phase_ = Phase::lost;
+  loss_reason_ = reason;
+  ++core_->locks_lost;
+  core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
+  core_->detach(this);
+  log(LogLevel::warning, "lock {} lost ({})", node_path_, to_string(reason));
+  // The stop token and the callbacks run on the callback thread: user code never runs under the
+  // session mutex or on the monitor's thread.
+  auto callbacks = std::move(lost_callbacks_);
+  lost_callbacks_.clear();
+  core_->post_callback([self = shared_from_this(), callbacks = std::move(callbacks), reason] {
+    self->lost_source_.request_stop();
+    for (const auto& callback : callbacks) callback(reason);
+  });
+}
+
+// ---- giving up ----
+
+bool Contender::cancel(std::error_code why) {
+  std::unique_lock lock(core_->mutex());
+  if (completed_) return false;
+  if (why == errc::timed_out) ++core_->acquire_timeouts;
+  else if (why == errc::cancelled) ++core_->acquire_cancellations;
+  complete_locked(why);
+  abandon_ = true;
+  switch (phase_) {
+    case Phase::waiting_for_session: finish_locked(); break;
+    case Phase::checking:
+    case Phase::watching: remove_node_locked(); break;
+    case Phase::creating:
+      // The node's name is not known until the create's reply: on_created deletes it then.
+      if (!node_path_.empty()) remove_node_locked();
+      break;
+    case Phase::recovering: break;  // deleted once found
+    default: break;
+  }
+  return true;
+}
+
+void Contender::release() {
+  std::unique_lock lock(core_->mutex());
+  switch (phase_) {
+    case Phase::held:
+      core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
+      remove_node_locked();
+      break;
+    case Phase::lost:
+      finish_locked();  // the node went (or goes) with the session, or was deleted by someone else
+      break;
+    case Phase::releasing:
+    case Phase::finished:
+      break;
+    default:
+      lock.unlock();
+      cancel(make_error_code(errc::cancelled));
+      break;
+  }
+}
+
+// Never deletes anything but this contender's own node, on the session that created it.
+void Contender::remove_node_locked() {
+  abandon_ = true;
+  if (node_path_.empty() || generation_ != core_->generation_locked()) {
+    finish_locked();
+    return;
+  }
+  phase_ = Phase::releasing;
+  retry_ = Retry::none;
+  if (!core_->usable_locked(generation_)) {
+    retry_ = Retry::remove;
+    return;
+  }
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->remove(generation_, node_path_, -1, [self, attempt](int rc) {
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    if (attempt != contender->attempt_ || contender->phase_ != Phase::releasing) return;
+    if (rc == kOk || rc == kNoNode) {
+      contender->finish_locked();
+    } else if (!contender->handle_session_trouble_locked(rc, Retry::remove)) {
+      log(LogLevel::error, "deleting {} failed: {}", contender->node_path_, zookeeper_error(rc).message());
+      contender->finish_locked();
+    }
+  });
+}
+
+void Contender::complete_locked(std::error_code outcome) {
+  if (completed_) return;
+  completed_ = true;
+  cancel_timeout();
+  if (!request_.on_done) return;
+  auto done = std::move(request_.on_done);
+  if (request_.on_done_inline) done(outcome, shared_from_this());
+  else core_->post_callback([done = std::move(done), outcome, self = shared_from_this()] { done(outcome, self); });
+}
+
+void Contender::finish_locked() {
+  if (phase_ == Phase::finished) return;
+  phase_ = Phase::finished;
+  retry_ = Retry::none;
+  cancel_timeout();
+  core_->detach(this);
+}
+
+// ---- connection trouble ----
+
+// Connection loss or a closing/expired handle: true if handled (the step resumes on reconnect or
+// on a new session), false if rc is a real failure for the caller to report.
+bool Contender::handle_session_trouble_locked(int rc, Retry what) {
+  if (rc == kConnectionLoss || rc == kOperationTimeout) {
+    retry_after_reconnect_locked(what);
+    return true;
+  }
+  if (rc == kInvalidState || rc == kSessionExpired || rc == kClosing) {
+    // The session of this step is gone; on_session_lost / on_session_ended take it from here
+    // (and may already have).
+    if (generation_ != core_->generation_locked() && phase_ != Phase::finished && phase_ != Phase::held &&
+        phase_ != Phase::lost) {
+      if (abandon_ || phase_ == Phase::releasing) finish_locked();
+      else begin_locked();
+    }
+    return true;
+  }
+  return false;
+}
+
+void Contender::retry_after_reconnect_locked(Retry what) {
+  retry_ = what;
+  if (core_->usable_locked(generation_)) on_reconnected(generation_);
+}
+
+void Contender::on_reconnected(std::uint64_t generation) {
+  if (generation != generation_) return;
+  const Retry what = std::exchange(retry_, Retry::none);
+  switch (what) {
+    case Retry::none: break;
+    case Retry::recover: recover_locked(); break;
+    case Retry::check: check_locked(); break;
+    case Retry::remove: remove_node_locked(); break;
+  }
+  if (phase_ == Phase::waiting_for_session) begin_locked();
+}
+
+void Contender::on_new_session(std::uint64_t) {
+  if (phase_ == Phase::waiting_for_session) begin_locked();
+}
+
+void Contender::on_session_lost(std::uint64_t generation, LossReason reason) {
+  if (generation != generation_) return;
+  switch (phase_) {
+    case Phase::held: lose_locked(reason); break;
+    case Phase::releasing: finish_locked(); break;  // the node goes with the session
+    case Phase::lost:
+    case Phase::finished: break;
+    default:
+      // A waiter never held anything: queue again on the next session.
+      ++attempt_;
+      node_path_.clear();
+      retry_ = Retry::none;
+      if (abandon_) finish_locked();
+      else phase_ = Phase::waiting_for_session;
+      break;
+  }
+}
+
+void Contender::on_session_ended(std::error_code why) {
+  switch (phase_) {
+    case Phase::held: lose_locked(LossReason::session_closed); break;
+    case Phase::lost:
+    case Phase::finished: break;
+    default:
+      complete_locked(why);
+      finish_locked();
+      break;
+  }
+}
+
+// ---- timeout ----
+
+void Contender::arm_timeout() {
+  if (request_.timeout <= std::chrono::nanoseconds::zero()) return;
+  timeout_timer_ = std::make_unique<boost::asio::steady_timer>(core_->worker());
+  std::weak_ptr<Contender> self = weak_from_this();
+  boost::asio::post(core_->worker(), [self, timeout = request_.timeout] {
+    auto contender = self.lock();
+    if (!contender || !contender->timeout_timer_) return;
+    contender->timeout_timer_->expires_after(timeout);
+    contender->timeout_timer_->async_wait([self](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto again = self.lock()) again->cancel(make_error_code(errc::timed_out));
+    });
+  });
+}
+
+void Contender::cancel_timeout() {
+  if (!timeout_timer_) return;
+  // Timers belong to the worker thread.
+  boost::asio::post(core_->worker(), [self = weak_from_this()] {
+    if (auto contender = self.lock())
+      if (contender->timeout_timer_) contender->timeout_timer_->cancel();
+  });
+}
+
+// ---- queries ----
+
+FencingToken Contender::token() const {
+  std::lock_guard lock(core_->mutex());
+  return token_;
+}
+
+std::string Contender::node_path() const {
+  std::lock_guard lock(core_->mutex());
+  return node_path_;
+}
+
+std::int64_t Contender::session_id() const {
+  std::lock_guard lock(core_->mutex());
+  return session_id_;
+}
+
+bool Contender::lost() const {
+  std::lock_guard lock(core_->mutex());
+  return loss_reason_.has_value();
+}
+
+std::optional<LossReason> Contender::loss_reason() const {
+  std::lock_guard lock(core_->mutex());
+  return loss_reason_;
+}
+
+void Contender::on_lost(std::function<void(LossReason)> callback) {
+  std::lock_guard lock(core_->mutex());
+  if (loss_reason_) {
+    core_->post_callback([callback = std::move(callback), reason = *loss_reason_] { callback(reason); });
+    return;
+  }
+  lost_callbacks_.push_back(std::move(callback));
+}
+
+}  // namespace zkr::detail

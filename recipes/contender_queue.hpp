@@ -1,0 +1,155 @@
+// The contender queue: the one engine under every recipe (lock, read/write lock, election,
+// semaphore).
+//
+// A contender creates a protected ephemeral sequential node under the recipe's path, finds the
+// node that blocks it, watches only that node, re-checks when it changes, and is granted when
+// nothing blocks it. The grant carries the node's czxid as the fencing token and is lost when the
+// session is lost or the node is deleted. A recipe is a QueuePolicy: how its node is named and
+// which earlier nodes block it.
+//
+// Invariants enforced here, and only here:
+//   - the fencing token is the czxid from our own create's reply (or, after a lost reply, from the
+//     node found by our per-attempt GUID);
+//   - a node found after a connection loss is adopted only if its ephemeralOwner is our current
+//     session: a node of an older session is never ours;
+//   - a node we created and no longer want (cancelled, timed out, released) is deleted, retried
+//     through connection loss until done or until the session, and the node with it, is gone.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <zkr/lock.hpp>
+#include <zkr/names.hpp>
+
+#include "session_core.hpp"
+
+namespace zkr::detail {
+
+struct QueuePolicy {
+  ContenderRole role = ContenderRole::exclusive;  // names our node and decides what blocks it
+  int max_holders = 1;
+};
+
+// What a contender at `index` of the sorted queue does next.
+struct QueueDecision {
+  bool holds = false;
+  std::size_t blocker = 0;  // index of the node to watch when !holds
+};
+QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
+
+// The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-").
+std::string_view node_marker(ContenderRole role);
+
+struct ContenderRequest {
+  std::string parent;  // validated recipe path
+  QueuePolicy policy;
+  std::string owner_data;
+  NodeAcl acl = NodeAcl::open;
+  // Negative: wait forever. Zero: do not wait (would_block if someone else holds).
+  std::chrono::nanoseconds timeout{-1};
+  // Runs exactly once with the outcome. Inline: on whatever thread decides it, with the session
+  // mutex held (only for trivial, non-blocking work such as setting a promise). Otherwise on the
+  // session's callback thread.
+  std::function<void(std::error_code, std::shared_ptr<class Contender>)> on_done;
+  bool on_done_inline = false;
+};
+
+class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
+ public:
+  static std::shared_ptr<Contender> start(std::shared_ptr<SessionCore> core, ContenderRequest request);
+  ~Contender() override;
+
+  // Gives up waiting: the outcome becomes `why` and our node (if any) is deleted. Returns false if
+  // the contender was granted (or finished) first.
+  bool cancel(std::error_code why);
+  // Deletes our node if we still have one; idempotent.
+  void release();
+
+  FencingToken token() const;
+  std::string node_path() const;
+  std::int64_t session_id() const;
+  bool lost() const;
+  std::optional<LossReason> loss_reason() const;
+  std::stop_token lost_token() const { return lost_source_.get_token(); }
+  void on_lost(std::function<void(LossReason)> callback);
+  const std::shared_ptr<SessionCore>& core() const { return core_; }
+
+  // SessionListener (called with the session mutex held).
+  void on_reconnected(std::uint64_t generation) override;
+  void on_new_session(std::uint64_t generation) override;
+  void on_session_lost(std::uint64_t generation, LossReason reason) override;
+  void on_session_ended(std::error_code why) override;
+
+ private:
+  enum class Phase {
+    waiting_for_session,  // no usable session: (re)start when one connects
+    creating,             // create + getChildren sent
+    recovering,           // create's outcome unknown: looking for our GUID
+    checking,             // getChildren sent
+    watching,             // a blocker's data watch set
+    held,
+    releasing,            // delete sent, or waiting to resend it
+    lost,
+    finished,
+  };
+  // What to resend once the connection is back on the same session.
+  enum class Retry { none, recover, check, remove };
+
+  Contender(std::shared_ptr<SessionCore> core, ContenderRequest request);
+
+  void begin_locked();
+  void ensure_parent_then_create_locked();
+  void on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat);
+  void on_children(std::uint64_t attempt, int rc, std::vector<std::string> children);
+  void recover_locked();
+  void check_locked();
+  void evaluate_locked(const std::vector<std::string>& children);
+  void watch_locked(const std::string& blocker);
+  void grant_locked();
+  void remove_node_locked();
+  void lose_locked(LossReason reason);
+  void complete_locked(std::error_code outcome);
+  void finish_locked();
+  void retry_after_reconnect_locked(Retry what);
+  bool handle_session_trouble_locked(int rc, Retry what);
+  void arm_timeout();
+  void cancel_timeout();
+  std::string our_name() const;
+
+  const std::shared_ptr<SessionCore> core_;
+  ContenderRequest request_;
+
+  // Everything below is guarded by core_->mutex().
+  Phase phase_ = Phase::waiting_for_session;
+  Retry retry_ = Retry::none;
+  bool abandon_ = false;        // no longer wanted: delete the node once it is known
+  bool completed_ = false;      // on_done has run
+  std::uint64_t generation_ = 0;  // the session generation our node belongs to
+  std::uint64_t attempt_ = 0;     // bumps on every create attempt and every check
+  int parent_retries_ = 0;
+  std::string guid_;
+  std::string node_path_;
+  FencingToken token_;
+  std::int64_t session_id_ = 0;
+  std::optional<LossReason> loss_reason_;
+  std::vector<std::function<void(LossReason)>> lost_callbacks_;
+  std::stop_source lost_source_;
+  Clock::time_point started_at_{};
+  Clock::time_point granted_at_{};
+  std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
+};
+
+// Reads who holds and who waits under `path` (see zkr::list_contenders). Throws Error.
+std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,
+                                           int max_holders);
+
+}  // namespace zkr::detail

@@ -1,0 +1,104 @@
+// Who holds and who waits: read by anyone, participant or not.
+#include <future>
+#include <map>
+
+#include <zkr/error.hpp>
+
+#include "contender_queue.hpp"
+
+namespace zkr {
+namespace detail {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
+
+struct Listing {
+  std::mutex mutex;
+  std::promise<std::error_code> done;
+  std::vector<ContenderName> names;
+  std::map<std::string, std::pair<std::string, NodeStat>> details;  // by child name
+  std::size_t outstanding = 0;
+  bool finished = false;
+
+  void finish(std::error_code ec) {
+    if (finished) return;
+    finished = true;
+    done.set_value(ec);
+  }
+};
+
+}  // namespace
+
+std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,
+                                           int max_holders) {
+  if (auto problem = path_problem(path); !problem.empty())
+    throw Error(make_error_code(errc::invalid_path), "list contenders of", path, problem);
+  const auto wait = core->options().connect_timeout;
+  if (!core->wait_connected(wait))
+    throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout),
+                "list contenders of", path);
+
+  auto listing = std::make_shared<Listing>();
+  auto future = listing->done.get_future();
+  {
+    std::lock_guard lock(core->mutex());
+    const std::uint64_t generation = core->generation_locked();
+    std::weak_ptr<SessionCore> weak_core = core;
+    core->get_children(generation, path, [listing, weak_core, generation, path](int rc, std::vector<std::string> children) {
+      std::lock_guard guard(listing->mutex);
+      if (rc == kNoNode) return listing->finish({});
+      if (rc != kOk) return listing->finish(zookeeper_error(rc));
+      for (const auto& child : children)
+        if (auto name = parse_contender_name(child)) listing->names.push_back(std::move(*name));
+      sort_by_sequence(listing->names);
+      if (listing->names.empty()) return listing->finish({});
+      auto session = weak_core.lock();
+      if (!session) return listing->finish(make_error_code(errc::session_closed));
+      listing->outstanding = listing->names.size();
+      std::lock_guard session_lock(session->mutex());
+      for (const auto& name : listing->names) {
+        session->get_data(generation, path + "/" + name.name, [listing, child = name.name](int data_rc, std::string data, NodeStat stat) {
+          std::lock_guard inner(listing->mutex);
+          // A node deleted since the listing is simply no longer a contender.
+          if (data_rc == kOk) listing->details[child] = {std::move(data), stat};
+          else if (data_rc != kNoNode) return listing->finish(zookeeper_error(data_rc));
+          if (--listing->outstanding == 0) listing->finish({});
+        });
+      }
+    });
+  }
+  if (future.wait_for(wait) != std::future_status::ready)
+    throw Error(make_error_code(errc::timed_out), "list contenders of", path);
+  if (auto ec = future.get()) throw Error(ec, "list contenders of", path);
+
+  std::lock_guard guard(listing->mutex);
+  std::vector<ContenderName> present;
+  for (const auto& name : listing->names)
+    if (listing->details.count(name.name)) present.push_back(name);
+  std::vector<ContenderInfo> rows;
+  for (std::size_t i = 0; i < present.size(); ++i) {
+    const auto& [data, stat] = listing->details[present[i].name];
+    ContenderInfo row;
+    row.node = present[i].name;
+    row.sequence = present[i].sequence;
+    row.token = FencingToken(stat.czxid);
+    row.session_id = stat.ephemeral_owner;
+    row.owner_data = data;
+    row.created = std::chrono::system_clock::time_point(std::chrono::milliseconds(stat.ctime_ms));
+    row.scheme = present[i].scheme;
+    row.role = present[i].role;
+    row.holds = decide(present, i, QueuePolicy{present[i].role, max_holders}).holds;
+    rows.push_back(std::move(row));
+  }
+  std::stable_partition(rows.begin(), rows.end(), [](const ContenderInfo& r) { return r.holds; });
+  return rows;
+}
+
+}  // namespace detail
+
+std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path, int max_holders) {
+  return detail::list_contenders(session.core(), std::string(path), max_holders);
+}
+
+}  // namespace zkr

@@ -1,0 +1,164 @@
+#include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
+
+#include <algorithm>
+#include <future>
+
+#include <zkr/error.hpp>
+
+#include "contender_queue.hpp"
+
+namespace zkr {
+
+using detail::Contender;
+using detail::ContenderRequest;
+
+std::string_view to_string(LossReason reason) noexcept {
+  switch (reason) {
+    case LossReason::session_lost: return "session lost";
+    case LossReason::connection_lost: return "connection lost";
+    case LossReason::node_deleted: return "lock node deleted";
+    case LossReason::session_closed: return "session closed";
+  }
+  return "unknown";
+}
+
+// ---- HeldLock ----
+
+HeldLock::HeldLock(std::shared_ptr<detail::Contender> contender) : contender_(std::move(contender)) {}
+HeldLock::HeldLock(HeldLock&&) noexcept = default;
+HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    contender_ = std::move(other.contender_);
+  }
+  return *this;
+}
+HeldLock::~HeldLock() { release(); }
+
+FencingToken HeldLock::token() const { return contender_ ? contender_->token() : FencingToken{}; }
+std::string HeldLock::node_path() const { return contender_ ? contender_->node_path() : std::string(); }
+std::int64_t HeldLock::session_id() const { return contender_ ? contender_->session_id() : 0; }
+bool HeldLock::lost() const { return contender_ && contender_->lost(); }
+std::optional<LossReason> HeldLock::loss_reason() const {
+  return contender_ ? contender_->loss_reason() : std::nullopt;
+}
+std::stop_token HeldLock::lost_token() const { return contender_ ? contender_->lost_token() : std::stop_token{}; }
+void HeldLock::on_lost(std::function<void(LossReason)> callback) {
+  if (contender_) contender_->on_lost(std::move(callback));
+}
+void HeldLock::release() {
+  if (contender_) contender_->release();
+}
+
+// ---- Lock ----
+
+namespace {
+
+std::string checked_path(std::string path) {
+  if (auto problem = path_problem(path); !problem.empty())
+    throw Error(make_error_code(errc::invalid_path), "lock path", path, problem);
+  return path;
+}
+
+bool is_give_up(std::error_code ec) {
+  return ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block;
+}
+
+}  // namespace
+
+Lock::Lock(Session& session, std::string path, LockOptions options)
+    : Lock(session, std::move(path), std::move(options), ContenderRole::exclusive) {}
+
+Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
+    : core_(session.core()), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
+  if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+}
+
+Lock::~Lock() = default;
+
+// Starts a contender whose outcome is delivered to `done` (inline or on the callback thread) and
+// cancels it when `stop` is requested. The stop callback lives as long as the wait.
+static std::shared_ptr<Contender> start_contender(
+    const std::shared_ptr<detail::SessionCore>& core, const std::string& path, const LockOptions& options,
+    ContenderRole role, std::chrono::nanoseconds timeout, bool inline_done,
+    std::function<void(std::error_code, std::shared_ptr<Contender>)> done, std::stop_token stop) {
+  using StopCallback = std::stop_callback<std::function<void()>>;
+  auto stop_slot = std::make_shared<std::unique_ptr<StopCallback>>();
+  ContenderRequest request;
+  request.parent = path;
+  request.policy = {role, 1};
+  request.owner_data = options.owner_data;
+  request.acl = options.acl;
+  request.timeout = timeout;
+  request.on_done_inline = inline_done;
+  request.on_done = [done = std::move(done), stop_slot](std::error_code ec, std::shared_ptr<Contender> c) {
+    done(ec, std::move(c));
+  };
+  auto contender = Contender::start(core, std::move(request));
+  if (stop.stop_possible()) {
+    std::weak_ptr<Contender> weak = contender;
+    *stop_slot = std::make_unique<StopCallback>(stop, std::function<void()>([weak] {
+      if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
+    }));
+  }
+  return contender;
+}
+
+std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                              std::error_code& ec) noexcept {
+  try {
+    auto outcome = std::make_shared<std::promise<std::error_code>>();
+    auto future = outcome->get_future();
+    auto contender = start_contender(
+        core_, path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), true,
+        [outcome](std::error_code result, std::shared_ptr<Contender>) { outcome->set_value(result); }, stop);
+    ec = future.get();
+    if (ec) return std::nullopt;
+    return HeldLock(std::move(contender));
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  } catch (...) {
+    ec = std::make_error_code(std::errc::not_enough_memory);
+  }
+  return std::nullopt;
+}
+
+std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
+  std::error_code ec;
+  auto held = try_acquire_for(timeout, std::move(stop), ec);
+  if (ec && !is_give_up(ec)) throw Error(ec, "acquire lock", path_);
+  return held;
+}
+
+std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
+
+HeldLock Lock::acquire(std::stop_token stop) {
+  auto outcome = std::make_shared<std::promise<std::error_code>>();
+  auto future = outcome->get_future();
+  auto contender = start_contender(
+      core_, path_, options_, role_, std::chrono::nanoseconds(-1), true,
+      [outcome](std::error_code result, std::shared_ptr<Contender>) { outcome->set_value(result); }, stop);
+  if (auto ec = future.get()) throw Error(ec, "acquire lock", path_);
+  return HeldLock(std::move(contender));
+}
+
+void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
+  start_contender(
+      core_, path_, options_, role_, timeout, false,
+      [handler = std::move(handler)](std::error_code ec, std::shared_ptr<Contender> contender) {
+        handler(ec, ec ? HeldLock{} : HeldLock(std::move(contender)));
+      },
+      stop);
+}
+
+std::vector<ContenderInfo> Lock::contenders() const {
+  return detail::list_contenders(core_, path_, 1);
+}
+
+// ---- ReadWriteLock ----
+
+ReadWriteLock::ReadWriteLock(Session& session, std::string path, LockOptions options)
+    : read_(session, path, options, ContenderRole::read), write_(session, path, options, ContenderRole::write) {}
+
+}  // namespace zkr

@@ -1,0 +1,102 @@
+#include <zkr/error.hpp>
+
+#include <fmt/format.h>
+
+namespace zkr {
+namespace {
+
+class ZooKeeperCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "zookeeper"; }
+  std::string message(int rc) const override {
+    switch (static_cast<zk_errc>(rc)) {
+      case zk_errc::system_error: return "system error";
+      case zk_errc::runtime_inconsistency: return "runtime inconsistency";
+      case zk_errc::data_inconsistency: return "data inconsistency";
+      case zk_errc::connection_loss: return "connection to the ensemble lost";
+      case zk_errc::marshalling_error: return "marshalling error";
+      case zk_errc::unimplemented: return "operation not implemented by the server";
+      case zk_errc::operation_timeout: return "operation timed out";
+      case zk_errc::bad_arguments: return "bad arguments";
+      case zk_errc::invalid_state: return "handle in an invalid state (session expired or closed)";
+      case zk_errc::api_error: return "API error";
+      case zk_errc::no_node: return "no such node";
+      case zk_errc::no_auth: return "not authorised (ACL refused)";
+      case zk_errc::bad_version: return "version conflict";
+      case zk_errc::no_children_for_ephemerals: return "ephemeral nodes may not have children";
+      case zk_errc::node_exists: return "node already exists";
+      case zk_errc::not_empty: return "node has children";
+      case zk_errc::session_expired: return "session expired";
+      case zk_errc::invalid_callback: return "invalid callback";
+      case zk_errc::invalid_acl: return "invalid ACL";
+      case zk_errc::auth_failed: return "authentication failed";
+      case zk_errc::closing: return "ZooKeeper handle is closing";
+      case zk_errc::nothing: return "no server responses to process";
+      case zk_errc::session_moved: return "session moved to another server";
+    }
+    return fmt::format("ZooKeeper error {}", rc);
+  }
+};
+
+class LibraryCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "zkrecipes"; }
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+      case errc::invalid_path: return "invalid path";
+      case errc::invalid_connect_string: return "invalid connect string";
+      case errc::invalid_argument: return "invalid argument";
+      case errc::connect_timeout: return "ensemble not reachable within the connect timeout";
+      case errc::session_lost: return "session lost";
+      case errc::session_closed: return "session closed";
+      case errc::auth_failed: return "authentication failed";
+      case errc::cancelled: return "cancelled";
+      case errc::timed_out: return "timed out";
+      case errc::would_block: return "held by another contender";
+      case errc::limit_mismatch: return "participants disagree on the limit";
+      case errc::interop_conflict: return "incompatible contender on the path";
+    }
+    return fmt::format("zkrecipes error {}", value);
+  }
+};
+
+}  // namespace
+
+const std::error_category& zookeeper_category() noexcept {
+  static const ZooKeeperCategory instance;
+  return instance;
+}
+
+const std::error_category& category() noexcept {
+  static const LibraryCategory instance;
+  return instance;
+}
+
+std::error_code make_error_code(zk_errc e) noexcept {
+  return {static_cast<int>(e), zookeeper_category()};
+}
+
+std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
+
+std::error_code zookeeper_error(int rc) noexcept {
+  if (rc == 0) return {};
+  return {rc, zookeeper_category()};
+}
+
+static std::string describe(std::error_code ec, std::string_view operation, std::string_view path,
+                            std::string_view detail) {
+  std::string text = path.empty() ? fmt::format("{}: {}", operation, ec.message())
+                                  : fmt::format("{} {}: {}", operation, path, ec.message());
+  if (!detail.empty()) text += fmt::format(" ({})", detail);
+  return text;
+}
+
+// std::system_error appends ": " + ec.message() to its argument; build what() ourselves instead.
+Error::Error(std::error_code ec, std::string_view operation, std::string_view path, std::string_view detail)
+    : std::system_error(ec), path_(path), what_(describe(ec, operation, path, detail)) {}
+
+void throw_if(std::error_code ec, std::string_view operation, std::string_view path, std::string_view detail) {
+  if (ec) throw Error(ec, operation, path, detail);
+}
+
+}  // namespace zkr

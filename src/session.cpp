@@ -1,0 +1,57 @@
+#include <zkr/session.hpp>
+
+#include <fstream>
+
+#include <zkr/error.hpp>
+
+#include "session_core.hpp"
+
+namespace zkr {
+
+std::string_view to_string(SessionState state) noexcept {
+  switch (state) {
+    case SessionState::connecting: return "connecting";
+    case SessionState::connected: return "connected";
+    case SessionState::suspended: return "suspended";
+    case SessionState::lost: return "lost";
+    case SessionState::closed: return "closed";
+    case SessionState::auth_failed: return "auth_failed";
+  }
+  return "unknown";
+}
+
+DigestCredentials DigestCredentials::from_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in)
+    throw Error(std::error_code(errno ? errno : ENOENT, std::generic_category()), "read credentials from",
+                file.string());
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  auto colon = line.find(':');
+  // The message never quotes the file's content: it holds a password.
+  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size())
+    throw Error(make_error_code(errc::invalid_argument), "read credentials from", file.string(),
+                "expected one line 'user:password' with neither part empty");
+  return {line.substr(0, colon), line.substr(colon + 1)};
+}
+
+Session::Session(SessionOptions options) : core_(std::make_shared<detail::SessionCore>(std::move(options))) {
+  core_->connect_or_throw();
+}
+
+Session::~Session() { close(); }
+
+SessionState Session::state() const { return core_->state(); }
+std::int64_t Session::id() const { return core_->session_id(); }
+std::chrono::milliseconds Session::negotiated_timeout() const { return core_->negotiated_timeout(); }
+std::chrono::milliseconds Session::lead_time() const { return core_->lead_time(); }
+const SessionOptions& Session::options() const { return core_->options(); }
+bool Session::wait_connected(std::chrono::milliseconds timeout) const { return core_->wait_connected(timeout); }
+Subscription Session::on_state_change(std::function<void(SessionState)> listener) {
+  return core_->on_state_change(std::move(listener));
+}
+SessionMetrics Session::metrics() const { return core_->metrics(); }
+void Session::close() { core_->close(); }
+
+}  // namespace zkr

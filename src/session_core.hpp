@@ -1,0 +1,164 @@
+// SessionCore: the session, its monitor, and the executors every recipe runs on.
+//
+// Threads:
+//   - the C client's completion thread runs request completions and watches (never blocks);
+//   - the worker thread runs the monitor's timers, heartbeats, acquisition timeouts, and
+//     completions of requests that could not even be queued;
+//   - the callback thread runs user code (state listeners, loss callbacks, async handlers), so
+//     that a slow user callback never delays the monitor;
+//   - short-lived closer threads run zookeeper_close, which blocks and must not run on the others.
+//
+// One mutex guards the session state and the state of every contender on it: completions,
+// timers and user calls all take it, and nobody calls out to user code or closes a handle while
+// holding it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <zkr/lock.hpp>
+#include <zkr/session.hpp>
+
+#include "zk_client.hpp"
+
+namespace zkr::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// What a contender (recipes/) hears from its session. Called with the session mutex held.
+class SessionListener {
+ public:
+  virtual ~SessionListener() = default;
+  // The connection is back on the same session (generation unchanged).
+  virtual void on_reconnected(std::uint64_t generation) = 0;
+  // A new session is connected (after the previous one was lost).
+  virtual void on_new_session(std::uint64_t generation) = 0;
+  // The session of `generation` is lost; the reason says why.
+  virtual void on_session_lost(std::uint64_t generation, LossReason reason) = 0;
+  // Closed by the owner, or credentials refused: nothing will ever connect again.
+  virtual void on_session_ended(std::error_code why) = 0;
+};
+
+class SessionCore : public std::enable_shared_from_this<SessionCore> {
+ public:
+  explicit SessionCore(SessionOptions options);
+  ~SessionCore();
+
+  // Opens the first connection and waits for it (throws Error like Session's constructor).
+  void connect_or_throw();
+  void close();
+
+  std::mutex& mutex() const { return mutex_; }
+
+  // ---- state (callers hold mutex() where noted) ----
+  SessionState state() const { return state_.load(); }
+  std::int64_t session_id() const { return session_id_.load(); }
+  std::uint64_t generation_locked() const { return generation_; }
+  bool usable_locked(std::uint64_t generation) const {
+    return generation == generation_ && state_ == SessionState::connected;
+  }
+  bool ended() const {
+    auto state = state_.load();
+    return state == SessionState::closed || state == SessionState::auth_failed;
+  }
+  std::chrono::milliseconds negotiated_timeout() const { return negotiated_timeout_.load(); }
+  std::chrono::milliseconds lead_time() const;
+  const SessionOptions& options() const { return options_; }
+  bool wait_connected(std::chrono::milliseconds timeout) const;
+  ClientId client_id() const;
+  SessionMetrics metrics() const;
+  std::error_code end_reason_locked() const { return end_reason_; }
+
+  // ---- requests (caller holds mutex()) ----
+  // Each is sent on the connection of `generation`. If that connection is gone or the request
+  // cannot be queued, the callback runs later on the worker thread with the ZooKeeper code
+  // (ZINVALIDSTATE for a stale generation). Callbacks run without the mutex held.
+  void create(std::uint64_t generation, const std::string& path, const std::string& data, CreateMode mode,
+              NodeAcl acl, CreateCallback done);
+  void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done);
+  void get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch = {});
+  void exists(std::uint64_t generation, const std::string& path, StatCallback done);
+  void remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done);
+
+  // ---- listeners (caller holds mutex()) ----
+  void attach(std::shared_ptr<SessionListener> listener);
+  void detach(SessionListener* listener);
+
+  [[nodiscard]] Subscription on_state_change(std::function<void(SessionState)> listener);
+
+  // ---- executors ----
+  boost::asio::io_context& worker() { return worker_; }
+  void post_to_worker(std::function<void()> task);
+  void post_callback(std::function<void()> task);
+
+  // ---- metrics fed by the recipes ----
+  std::atomic<std::uint64_t> wakeups{0}, acquisitions{0}, acquire_timeouts{0},
+      acquire_cancellations{0}, locks_lost{0};
+  std::atomic<std::int64_t> total_wait_ns{0}, total_hold_ns{0};
+
+ private:
+  void open_connection_locked();
+  void on_connection_event(std::uint64_t generation, ConnectionEvent event);
+  void declare_lost_locked(LossReason reason, std::unique_lock<std::mutex>& lock);
+  void set_state_locked(SessionState state);
+  void schedule_deadline_check_locked();
+  void on_deadline_timer(std::uint64_t generation);
+  void send_heartbeat(std::uint64_t generation);
+  void close_in_background(std::shared_ptr<ZooKeeperConnection> connection);
+  Clock::time_point deadline_locked() const;
+  std::chrono::milliseconds margin_for(std::chrono::milliseconds timeout) const;
+  template <typename Callback, typename Issue, typename... FailArgs>
+  void issue(std::uint64_t generation, Callback done, Issue issue_request, FailArgs... fail_args);
+  void note_answered(std::uint64_t generation, Clock::time_point sent);
+  std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
+
+  const SessionOptions options_;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable state_changed_;
+  std::atomic<SessionState> state_{SessionState::connecting};
+  std::uint64_t generation_ = 0;
+  std::shared_ptr<ZooKeeperConnection> connection_;
+  bool session_established_ = false;  // this generation has been connected at least once
+  std::atomic<std::int64_t> session_id_{0};
+  std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
+  Clock::time_point last_acknowledged_send_{};
+  std::error_code end_reason_;
+  // Strong references: the session keeps its active contenders alive until they detach.
+  std::vector<std::shared_ptr<SessionListener>> listeners_;
+  struct StateListener {
+    std::uint64_t id;
+    std::shared_ptr<std::function<void(SessionState)>> callback;
+  };
+  std::vector<StateListener> state_listeners_;
+  std::uint64_t next_listener_id_ = 1;
+
+  // metrics (under mutex_ or atomic)
+  SessionMetrics session_metrics_;
+  std::atomic<std::uint64_t> requests_sent_{0}, heartbeats_sent_{0};
+
+  boost::asio::io_context worker_;
+  boost::asio::io_context callbacks_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> worker_guard_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> callbacks_guard_;
+  boost::asio::steady_timer deadline_timer_;
+  boost::asio::steady_timer heartbeat_timer_;
+  std::thread worker_thread_;
+  std::thread callback_thread_;
+  std::mutex closers_mutex_;
+  std::list<std::thread> closers_;
+  std::once_flag close_once_;
+};
+
+}  // namespace zkr::detail

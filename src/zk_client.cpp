@@ -1,0 +1,289 @@
+// The one file that includes the ZooKeeper C client's header.
+#include "zk_client.hpp"
+
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include <zookeeper/zookeeper.h>
+
+#include "log.hpp"
+
+namespace zkr::detail {
+namespace {
+
+NodeStat to_node_stat(const Stat* stat) {
+  NodeStat out;
+  if (stat == nullptr) return out;
+  out.czxid = stat->czxid;
+  out.ctime_ms = stat->ctime;
+  out.version = stat->version;
+  out.ephemeral_owner = stat->ephemeralOwner;
+  out.num_children = stat->numChildren;
+  return out;
+}
+
+int to_flags(CreateMode mode) {
+  switch (mode) {
+    case CreateMode::persistent: return ZOO_PERSISTENT;
+    case CreateMode::ephemeral: return ZOO_EPHEMERAL;
+    case CreateMode::ephemeral_sequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+    case CreateMode::container: return ZOO_CONTAINER;
+  }
+  return ZOO_PERSISTENT;
+}
+
+// "creator has everything, anyone may read" has no ready-made constant in the C client.
+ACL creator_all_world_read_entries[] = {
+    {ZOO_PERM_ALL, {const_cast<char*>("auth"), const_cast<char*>("")}},
+    {ZOO_PERM_READ, {const_cast<char*>("world"), const_cast<char*>("anyone")}},
+};
+ACL_vector creator_all_world_read_acl = {2, creator_all_world_read_entries};
+
+ACL_vector* to_acl(NodeAcl acl) {
+  switch (acl) {
+    case NodeAcl::open: return &ZOO_OPEN_ACL_UNSAFE;
+    case NodeAcl::creator_all: return &ZOO_CREATOR_ALL_ACL;
+    case NodeAcl::creator_all_world_read: return &creator_all_world_read_acl;
+  }
+  return &ZOO_OPEN_ACL_UNSAFE;
+}
+
+NodeEvent to_node_event(int type) {
+  if (type == ZOO_CREATED_EVENT) return NodeEvent::created;
+  if (type == ZOO_DELETED_EVENT) return NodeEvent::deleted;
+  if (type == ZOO_CHANGED_EVENT) return NodeEvent::changed;
+  if (type == ZOO_CHILD_EVENT) return NodeEvent::children_changed;
+  return NodeEvent::other;
+}
+
+void forward_client_log(const char* message) {
+  std::string_view text(message);
+  LogLevel level = LogLevel::debug;
+  if (text.find("ZOO_ERROR") != text.npos) level = LogLevel::error;
+  else if (text.find("ZOO_WARN") != text.npos) level = LogLevel::warning;
+  else if (text.find("ZOO_INFO") != text.npos) level = LogLevel::info;
+  if (log_enabled(level)) log_write(level, text);
+}
+
+void configure_client_logging_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Only messages logged without a handle use the stream; route those nowhere rather than to
+    // stderr. Handle messages go through forward_client_log.
+    if (FILE* sink = std::fopen("/dev/null", "w")) zoo_set_log_stream(sink);
+    zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
+  });
+}
+
+class CConnection;
+
+// Owned by the connection; freed only after zookeeper_close returns, so a late watcher call
+// never sees freed memory.
+struct HandleContext {
+  ConnectionEventHandler on_event;
+  std::mutex watches_mutex;
+  std::unordered_set<struct WatchContext*> pending_watches;
+};
+
+struct WatchContext {
+  HandleContext* handle;
+  NodeWatch watch;
+};
+
+void session_watcher(zhandle_t*, int type, int state, const char*, void* context) {
+  if (type != ZOO_SESSION_EVENT) return;
+  auto* handle = static_cast<HandleContext*>(context);
+  ConnectionEvent event;
+  if (state == ZOO_CONNECTED_STATE || state == ZOO_READONLY_STATE) event = ConnectionEvent::connected;
+  else if (state == ZOO_EXPIRED_SESSION_STATE) event = ConnectionEvent::expired;
+  else if (state == ZOO_AUTH_FAILED_STATE) event = ConnectionEvent::auth_failed;
+  else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) event = ConnectionEvent::connecting;
+  else if (state == ZOO_NOTCONNECTED_STATE) event = ConnectionEvent::closed;
+  else return;
+  handle->on_event(event);
+}
+
+void node_watcher(zhandle_t*, int type, int, const char*, void* context) {
+  // Session events reach every registered path watcher as well; only node events count.
+  if (type == ZOO_SESSION_EVENT) return;
+  auto* watch = static_cast<WatchContext*>(context);
+  {
+    std::lock_guard lock(watch->handle->watches_mutex);
+    watch->handle->pending_watches.erase(watch);
+  }
+  NodeWatch callback = std::move(watch->watch);
+  delete watch;
+  callback(to_node_event(type));
+}
+
+template <typename Callback>
+std::unique_ptr<Callback> take(const void* data) {
+  return std::unique_ptr<Callback>(static_cast<Callback*>(const_cast<void*>(data)));
+}
+
+void on_create(int rc, const char* created, const Stat* stat, const void* data) {
+  auto done = take<CreateCallback>(data);
+  (*done)(rc, rc == ZOK && created ? std::string(created) : std::string(), to_node_stat(rc == ZOK ? stat : nullptr));
+}
+
+void on_children(int rc, const String_vector* children, const void* data) {
+  auto done = take<ChildrenCallback>(data);
+  std::vector<std::string> names;
+  if (rc == ZOK && children) {
+    names.reserve(children->count);
+    for (int i = 0; i < children->count; ++i) names.emplace_back(children->data[i]);
+  }
+  (*done)(rc, std::move(names));
+}
+
+void on_stat(int rc, const Stat* stat, const void* data) {
+  auto done = take<StatCallback>(data);
+  (*done)(rc, to_node_stat(rc == ZOK ? stat : nullptr));
+}
+
+void on_void(int rc, const void* data) {
+  auto done = take<ResultCallback>(data);
+  (*done)(rc);
+}
+
+struct DataRequest {
+  DataCallback done;
+  WatchContext* watch = nullptr;  // owned by the handle once registered
+};
+
+void on_data(int rc, const char* value, int length, const Stat* stat, const void* data) {
+  auto request = take<DataRequest>(data);
+  if (request->watch && rc != ZOK) {
+    // The client registers a data watch only on success: nothing will ever fire this one.
+    std::lock_guard lock(request->watch->handle->watches_mutex);
+    request->watch->handle->pending_watches.erase(request->watch);
+    delete request->watch;
+  }
+  std::string content;
+  if (rc == ZOK && value && length > 0) content.assign(value, static_cast<std::size_t>(length));
+  request->done(rc, std::move(content), to_node_stat(rc == ZOK ? stat : nullptr));
+}
+
+class CConnection final : public ZooKeeperConnection {
+ public:
+  CConnection(std::unique_ptr<HandleContext> context, zhandle_t* handle)
+      : context_(std::move(context)), handle_(handle) {}
+  ~CConnection() override { close(); }
+
+  int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
+             CreateCallback done) override {
+    auto callback = std::make_unique<CreateCallback>(std::move(done));
+    int rc = zoo_acreate2(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), to_acl(acl),
+                          to_flags(mode), on_create, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  int get_children(const std::string& path, ChildrenCallback done) override {
+    auto callback = std::make_unique<ChildrenCallback>(std::move(done));
+    int rc = zoo_aget_children(handle_, path.c_str(), 0, on_children, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  int get_data(const std::string& path, DataCallback done, NodeWatch watch) override {
+    auto request = std::make_unique<DataRequest>();
+    request->done = std::move(done);
+    int rc;
+    if (watch) {
+      request->watch = new WatchContext{context_.get(), std::move(watch)};
+      {
+        std::lock_guard lock(context_->watches_mutex);
+        context_->pending_watches.insert(request->watch);
+      }
+      rc = zoo_awget(handle_, path.c_str(), node_watcher, request->watch, on_data, request.get());
+      if (rc != ZOK) {
+        std::lock_guard lock(context_->watches_mutex);
+        context_->pending_watches.erase(request->watch);
+        delete request->watch;
+      }
+    } else {
+      rc = zoo_aget(handle_, path.c_str(), 0, on_data, request.get());
+    }
+    if (rc == ZOK) request.release();
+    return rc;
+  }
+
+  int exists(const std::string& path, StatCallback done) override {
+    auto callback = std::make_unique<StatCallback>(std::move(done));
+    int rc = zoo_aexists(handle_, path.c_str(), 0, on_stat, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  int remove(const std::string& path, int version, ResultCallback done) override {
+    auto callback = std::make_unique<ResultCallback>(std::move(done));
+    int rc = zoo_adelete(handle_, path.c_str(), version, on_void, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  int add_digest_auth(const std::string& user_password, ResultCallback done) override {
+    auto callback = std::make_unique<ResultCallback>(std::move(done));
+    int rc = zoo_add_auth(handle_, "digest", user_password.data(), static_cast<int>(user_password.size()),
+                          on_void, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  std::int64_t session_id() const override {
+    const clientid_t* id = handle_ ? zoo_client_id(handle_) : nullptr;
+    return id ? id->client_id : 0;
+  }
+
+  ClientId client_id() const override {
+    ClientId out;
+    if (const clientid_t* id = handle_ ? zoo_client_id(handle_) : nullptr) {
+      out.session_id = id->client_id;
+      out.password.assign(id->passwd, sizeof id->passwd);
+    }
+    return out;
+  }
+
+  std::chrono::milliseconds negotiated_timeout() const override {
+    return std::chrono::milliseconds(handle_ ? zoo_recv_timeout(handle_) : 0);
+  }
+
+  void close() override {
+    std::lock_guard lock(close_mutex_);
+    if (!handle_) return;
+    zookeeper_close(handle_);
+    handle_ = nullptr;
+    // The completion thread has been joined: nothing can fire any more.
+    for (WatchContext* watch : context_->pending_watches) delete watch;
+    context_->pending_watches.clear();
+  }
+
+ private:
+  std::unique_ptr<HandleContext> context_;
+  std::mutex close_mutex_;
+  zhandle_t* handle_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& servers,
+                                                       std::chrono::milliseconds session_timeout,
+                                                       ConnectionEventHandler on_event,
+                                                       std::error_code& ec) {
+  configure_client_logging_once();
+  auto context = std::make_unique<HandleContext>();
+  context->on_event = std::move(on_event);
+  // The session watcher may run before zookeeper_init2 returns: the context is complete already.
+  zhandle_t* handle = zookeeper_init2(servers.c_str(), session_watcher, static_cast<int>(session_timeout.count()),
+                                      nullptr, context.get(), 0, forward_client_log);
+  if (handle == nullptr) {
+    ec = std::error_code(errno ? errno : EINVAL, std::generic_category());
+    return nullptr;
+  }
+  ec.clear();
+  return std::make_unique<CConnection>(std::move(context), handle);
+}
+
+}  // namespace zkr::detail

@@ -1,0 +1,81 @@
+// The adapter over the ZooKeeper C client: the only interface the rest of the library uses to talk
+// to ZooKeeper, and the seam where a fault-injecting fake can stand in for the real client.
+//
+// Every call is asynchronous. Completions and watches run on the client's single completion
+// thread, in order; they must not block. close() blocks (for seconds when the ensemble is
+// unreachable) and must never be called from a completion.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <zkr/lock.hpp>
+
+namespace zkr::detail {
+
+struct NodeStat {
+  std::int64_t czxid = 0;
+  std::int64_t ctime_ms = 0;
+  std::int32_t version = 0;
+  std::int64_t ephemeral_owner = 0;
+  std::int32_t num_children = 0;
+};
+
+enum class CreateMode { persistent, ephemeral, ephemeral_sequential, container };
+
+enum class ConnectionEvent { connecting, connected, expired, auth_failed, closed };
+
+enum class NodeEvent { created, deleted, changed, children_changed, other };
+
+struct ClientId {
+  std::int64_t session_id = 0;
+  std::string password;  // 16 bytes
+};
+
+using CreateCallback = std::function<void(int rc, std::string created_path, NodeStat)>;
+using ChildrenCallback = std::function<void(int rc, std::vector<std::string>)>;
+using DataCallback = std::function<void(int rc, std::string data, NodeStat)>;
+using StatCallback = std::function<void(int rc, NodeStat)>;
+using ResultCallback = std::function<void(int rc)>;
+// A one-shot node watch. Session events are filtered out by the adapter; the watch fires once
+// with the node event, or never (if the handle is closed first).
+using NodeWatch = std::function<void(NodeEvent)>;
+
+// Each request returns 0 once it is queued; its callback then runs exactly once on the completion
+// thread. A request that cannot be queued (handle expired or closing, bad arguments) returns the
+// ZooKeeper code and its callback never runs: the caller decides where to report that.
+class ZooKeeperConnection {
+ public:
+  virtual ~ZooKeeperConnection() = default;
+
+  virtual int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
+                     CreateCallback done) = 0;
+  virtual int get_children(const std::string& path, ChildrenCallback done) = 0;
+  // With a watch, it is registered only if the node exists (a data watch, never an exists watch).
+  virtual int get_data(const std::string& path, DataCallback done, NodeWatch watch = {}) = 0;
+  virtual int exists(const std::string& path, StatCallback done) = 0;
+  virtual int remove(const std::string& path, int version, ResultCallback done) = 0;
+  virtual int add_digest_auth(const std::string& user_password, ResultCallback done) = 0;
+
+  virtual std::int64_t session_id() const = 0;
+  virtual ClientId client_id() const = 0;
+  virtual std::chrono::milliseconds negotiated_timeout() const = 0;
+  // Blocks until the handle is closed; never call it from a callback. Unfired watches are dropped.
+  virtual void close() = 0;
+};
+
+using ConnectionEventHandler = std::function<void(ConnectionEvent)>;
+
+// Starts connecting (never blocks). Events arrive on the completion thread, possibly before this
+// returns. Fails (null + ec) only on arguments the client refuses.
+std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& servers,
+                                                       std::chrono::milliseconds session_timeout,
+                                                       ConnectionEventHandler on_event,
+                                                       std::error_code& ec);
+
+}  // namespace zkr::detail
