@@ -129,10 +129,32 @@ TEST(Cluster, FreezeAndThawKeepTheProcess) {
   EXPECT_EQ(cluster.pid(0), pid);
 }
 
+TEST(Cluster, FourLetterWordsAnswer) {
+  Cluster cluster;
+  EXPECT_NE(four_letter_word(cluster.server_address(0), "srvr").find("Mode: standalone"), std::string::npos);
+  EXPECT_NE(four_letter_word(cluster.server_address(0), "ruok").find("imok"), std::string::npos);
+  cluster.stop(0);
+  EXPECT_EQ(four_letter_word(cluster.server_address(0), "srvr"), "");
+  EXPECT_THROW(four_letter_word("localhost", "srvr"), std::invalid_argument);
+}
+
 TEST(Cluster, BadIndexIsRejected) {
   Cluster cluster;
   EXPECT_THROW(cluster.kill(1), std::out_of_range);
   EXPECT_THROW(cluster.freeze(-1), std::out_of_range);
+}
+
+TEST(Zkenv, RefusesToStartOverARunningCluster) {
+  Cluster cluster;
+  Process::Options options;
+  options.merge_stderr = true;
+  Process second({"/usr/bin/python3", source_dir() + "/testenv/zkenv.py", "start", "--servers", "1",
+                  "--dir", cluster.state_dir().string()},
+                 options);
+  const std::string output = second.read_all(scaled(60s));
+  EXPECT_EQ(second.wait(scaled(10s)), 1);
+  EXPECT_NE(output.find("already has a running cluster"), std::string::npos) << output;
+  EXPECT_EQ(cluster.leader(), 0);  // the running one is untouched
 }
 
 TEST(SharedServer, AnswersAndPathsAreUnique) {

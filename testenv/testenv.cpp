@@ -1,5 +1,11 @@
 // Timeouts, directories, the Cluster wrapper over zkenv.py, shared_server, unique_path and
 // forced session expiry.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
 #include <cerrno>
@@ -163,11 +169,14 @@ std::string Cluster::server_address(int index) const {
 int Cluster::size() const { return static_cast<int>(client_ports_.size()); }
 
 int Cluster::leader() const {
-  try {
-    return std::stoi(zkenv({"leader"}));
-  } catch (...) {
-    return -1;
+  for (int index = 0; index < size(); ++index) {
+    std::string reply = four_letter_word(server_address(index), "srvr");
+    if (reply.find("Mode: leader") != std::string::npos ||
+        reply.find("Mode: standalone") != std::string::npos) {
+      return index;
+    }
   }
+  return -1;
 }
 
 bool Cluster::wait_for_leader(std::chrono::milliseconds timeout) const {
@@ -213,6 +222,57 @@ pid_t Cluster::pid(int index) const {
     if (position++ == index) return server.get_optional<pid_t>("pid").value_or(0);
   }
   return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Four-letter words
+
+std::string four_letter_word(const std::string& address, std::string_view command,
+                             std::chrono::milliseconds timeout) {
+  auto colon = address.rfind(':');
+  sockaddr_in server{};
+  server.sin_family = AF_INET;
+  int port = 0;
+  try {
+    port = colon == std::string::npos ? 0 : std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+  }
+  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &server.sin_addr) != 1) {
+    throw std::invalid_argument(fmt::format("four_letter_word: '{}' is not IPv4 address:port", address));
+  }
+  server.sin_port = htons(static_cast<std::uint16_t>(port));
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto wait_for = [&](int fd, short events) {
+    while (true) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd pfd{fd, events, 0};
+      int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      return ready > 0;
+    }
+  };
+
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&server), sizeof server) == 0 || errno == EINPROGRESS) {
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (wait_for(fd, POLLOUT) && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 &&
+        error == 0 && ::send(fd, command.data(), command.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(command.size())) {
+      char chunk[4096];
+      while (wait_for(fd, POLLIN)) {
+        ssize_t got = ::recv(fd, chunk, sizeof chunk, 0);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) break;
+        reply.append(chunk, static_cast<std::size_t>(got));
+      }
+    }
+  }
+  ::close(fd);
+  return reply;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -70,6 +70,11 @@ class Cluster {
 // process and returns its connect string.
 std::string shared_server();
 
+// Sends a four-letter command (srvr, mntr, cons, wchs, ...) to one server "host:port" and returns
+// its reply; empty if the server does not answer in time (stopped, frozen, not serving).
+std::string four_letter_word(const std::string& address, std::string_view command,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(1));
+
 // A fresh znode path for the running test: "/zkr-test/<suite>.<test>[-<hint>]-<random hex>".
 std::string unique_path(std::string_view hint = {});
 

@@ -157,6 +157,13 @@ def kill_server_process(server):
     server["pid"] = None
 
 
+def check_installation():
+    for path in [JAVA, ZOOKEEPER_JAR] + LOGGING_JARS:
+        if not os.path.exists(path):
+            raise EnvError(f"{path} is missing: install the Debian packages zookeeper and "
+                           f"openjdk-17-jre-headless (and liblog4j1.2-java, libslf4j-java)")
+
+
 def launch_server(state_dir, state, server):
     classpath = ":".join([ZOOKEEPER_JAR] + LOGGING_JARS + [os.path.join(state_dir, "conf")])
     main = STANDALONE_MAIN if len(state["servers"]) == 1 else QUORUM_MAIN
@@ -166,9 +173,12 @@ def launch_server(state_dir, state, server):
         "-Dzookeeper.jmx.log4j.disable=true",
         "-cp", classpath, main, server["cfg"],
     ]
-    with open(server["console"], "ab") as console, open(os.devnull, "rb") as devnull:
-        process = subprocess.Popen(argv, stdin=devnull, stdout=console, stderr=console,
-                                   start_new_session=True, close_fds=True)
+    try:
+        with open(server["console"], "ab") as console, open(os.devnull, "rb") as devnull:
+            process = subprocess.Popen(argv, stdin=devnull, stdout=console, stderr=console,
+                                       start_new_session=True, close_fds=True)
+    except OSError as e:
+        raise EnvError(f"cannot start server {server['index']}: {e}")
     server["pid"] = process.pid
     # Popen would warn on garbage collection of a still-running child: we hand it over on purpose.
     process.returncode = 0
@@ -341,6 +351,7 @@ def command_start(args):
         raise EnvError(f"--servers must be at least 1, not {args.servers}")
     if args.tick_ms < 1:
         raise EnvError(f"--tick-ms must be positive, not {args.tick_ms}")
+    check_installation()
     os.makedirs(state_dir, exist_ok=True)
     previous = load_state(state_dir)
     if previous is not None and running_servers(previous):
