@@ -1,0 +1,172 @@
+// zklock's command line, parsed without starting anything.
+#include <csignal>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_options.hpp"
+
+namespace zklock {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+CliOptions parse(std::vector<std::string> args, const char* env_servers = nullptr) {
+  args.insert(args.begin(), "zklock");
+  return parse_command_line(args, env_servers);
+}
+
+// The UsageError's message, or "" if parsing succeeded.
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(ZklockOptions, CommandAndDefaults) {
+  const CliOptions options = parse({"/locks/a", "echo", "hi"});
+  EXPECT_EQ(options.mode, Mode::run);
+  EXPECT_EQ(options.lock_path, "/locks/a");
+  EXPECT_THAT(options.command, ElementsAre("echo", "hi"));
+  EXPECT_FALSE(options.shell_command);
+  EXPECT_EQ(options.servers, "127.0.0.1:2181");
+  EXPECT_FALSE(options.wait_timeout);
+  EXPECT_EQ(options.conflict_exit_code, 1);
+  EXPECT_EQ(options.lost_exit_code, 75);
+  EXPECT_EQ(options.kind, LockKind::mutex);
+  EXPECT_EQ(options.session_timeout, 10s);
+  EXPECT_EQ(options.connect_timeout, 15s);
+  EXPECT_EQ(options.kill_after, 5s);
+  EXPECT_EQ(options.kill_signal, SIGTERM);
+  EXPECT_EQ(options.verbosity, Verbosity::normal);
+}
+
+TEST(ZklockOptions, OptionsStopAtLockPath) {
+  const CliOptions options = parse({"-n", "/locks/a", "grep", "-n", "x"});
+  EXPECT_TRUE(options.nonblocking());
+  EXPECT_THAT(options.command, ElementsAre("grep", "-n", "x"));
+}
+
+TEST(ZklockOptions, DoubleDashBeforeCommandOrLockPath) {
+  EXPECT_THAT(parse({"/locks/a", "--", "-weird-command", "x"}).command, ElementsAre("-weird-command", "x"));
+  const CliOptions options = parse({"-n", "--", "/locks/a", "true"});
+  EXPECT_EQ(options.lock_path, "/locks/a");
+  EXPECT_THAT(options.command, ElementsAre("true"));
+}
+
+TEST(ZklockOptions, ShellCommand) {
+  const CliOptions options = parse({"/locks/a", "-c", "echo a | wc -l"});
+  EXPECT_EQ(options.shell_command, "echo a | wc -l");
+  EXPECT_TRUE(options.command.empty());
+  EXPECT_THAT(usage_error({"/locks/a", "-c"}), HasSubstr("-c"));
+  EXPECT_THAT(usage_error({"/locks/a", "-c", "echo", "extra"}), HasSubstr("-c"));
+  EXPECT_THAT(usage_error({"-c", "echo", "/locks/a"}), HasSubstr("-c must follow LOCKPATH"));
+}
+
+TEST(ZklockOptions, ValuesInEveryForm) {
+  const CliOptions options =
+      parse({"-w2.5", "--zk=h1:1,h2:2/app", "-E", "9", "-L", "80", "--kill-after", "0.25", "--kill-signal",
+             "sigint", "--session-timeout", "4", "--connect-timeout=1.5", "--owner", "me", "-v", "/a", "true"});
+  EXPECT_EQ(options.wait_timeout, 2500ms);
+  EXPECT_EQ(options.servers, "h1:1,h2:2/app");
+  EXPECT_EQ(options.conflict_exit_code, 9);
+  EXPECT_EQ(options.lost_exit_code, 80);
+  EXPECT_EQ(options.kill_after, 250ms);
+  EXPECT_EQ(options.kill_signal, SIGINT);
+  EXPECT_EQ(options.session_timeout, 4s);
+  EXPECT_EQ(options.connect_timeout, 1500ms);
+  EXPECT_EQ(options.owner, "me");
+  EXPECT_TRUE(options.verbose());
+  EXPECT_EQ(parse({"--timeout", "3", "/a", "true"}).wait_timeout, 3s);
+  EXPECT_EQ(parse({"--wait", "1", "/a", "true"}).wait_timeout, 1s);
+  EXPECT_EQ(parse({"-nq", "/a", "true"}).verbosity, Verbosity::quiet);
+  EXPECT_EQ(parse({"-w", "0", "/a", "true"}).nonblocking(), true);
+}
+
+TEST(ZklockOptions, ServersFromEnvironmentUnlessGiven) {
+  EXPECT_EQ(parse({"/a", "true"}, "zk9:2181").servers, "zk9:2181");
+  EXPECT_EQ(parse({"-z", "zk1:1", "/a", "true"}, "zk9:2181").servers, "zk1:1");
+  EXPECT_EQ(parse({"/a", "true"}, "").servers, "127.0.0.1:2181");
+}
+
+TEST(ZklockOptions, SharedAndExclusive) {
+  EXPECT_EQ(parse({"-s", "/a", "true"}).kind, LockKind::read);
+  EXPECT_EQ(parse({"-x", "/a", "true"}).kind, LockKind::write);
+  EXPECT_THAT(usage_error({"-s", "-x", "/a", "true"}), HasSubstr("-s and -x"));
+}
+
+TEST(ZklockOptions, ListMode) {
+  const CliOptions options = parse({"--list", "/locks/a", "--json"});
+  EXPECT_EQ(options.mode, Mode::list);
+  EXPECT_EQ(options.lock_path, "/locks/a");
+  EXPECT_TRUE(options.json);
+  EXPECT_EQ(parse({"--json", "--list", "/a"}).mode, Mode::list);
+  EXPECT_THAT(usage_error({"--list", "/a", "echo"}), HasSubstr("--list takes no command"));
+  EXPECT_THAT(usage_error({"--json", "/a", "true"}), HasSubstr("--json"));
+}
+
+TEST(ZklockOptions, HelpAndVersion) {
+  EXPECT_EQ(parse({"--help"}).mode, Mode::help);
+  EXPECT_EQ(parse({"-V"}).mode, Mode::version);
+}
+
+TEST(ZklockOptions, BadValuesNameTheOption) {
+  EXPECT_THAT(usage_error({"--kill-after", "soon", "/a", "true"}), HasSubstr("--kill-after"));
+  EXPECT_THAT(usage_error({"-k", "-1", "/a", "true"}), HasSubstr("--kill-after"));
+  EXPECT_THAT(usage_error({"-w", "nan", "/a", "true"}), HasSubstr("--wait"));
+  EXPECT_THAT(usage_error({"-w", "1e9", "/a", "true"}), HasSubstr("--wait"));
+  EXPECT_THAT(usage_error({"-E", "256", "/a", "true"}), HasSubstr("--conflict-exit-code"));
+  EXPECT_THAT(usage_error({"-L", "x", "/a", "true"}), HasSubstr("--lost-exit-code"));
+  EXPECT_THAT(usage_error({"--kill-signal", "NOPE", "/a", "true"}), HasSubstr("--kill-signal"));
+  EXPECT_THAT(usage_error({"--kill-signal", "0", "/a", "true"}), HasSubstr("--kill-signal"));
+  EXPECT_THAT(usage_error({"--session-timeout", "0", "/a", "true"}), HasSubstr("--session-timeout"));
+  EXPECT_THAT(usage_error({"--connect-timeout", "0", "/a", "true"}), HasSubstr("--connect-timeout"));
+  EXPECT_THAT(usage_error({"--bogus", "/a", "true"}), HasSubstr("bogus"));
+  EXPECT_THAT(usage_error({"-n", "-w", "2", "/a", "true"}), HasSubstr("-n and -w"));
+  EXPECT_THAT(usage_error({"-v", "-q", "/a", "true"}), HasSubstr("-v and -q"));
+  EXPECT_THAT(usage_error({"--auth-file", "", "/a", "true"}), HasSubstr("--auth-file"));
+  EXPECT_THAT(usage_error({"--zk", "", "/a", "true"}), HasSubstr("--zk"));
+  EXPECT_THAT(usage_error({"--kill-after"}), HasSubstr("kill-after"));
+}
+
+TEST(ZklockOptions, MissingPieces) {
+  EXPECT_THAT(usage_error({}), HasSubstr("missing LOCKPATH"));
+  EXPECT_THAT(usage_error({"-n"}), HasSubstr("missing LOCKPATH"));
+  EXPECT_THAT(usage_error({"/a"}), HasSubstr("missing COMMAND"));
+  EXPECT_THAT(usage_error({"/a", "--"}), HasSubstr("missing COMMAND"));
+  EXPECT_THAT(usage_error({"/a", "-n", "true"}), HasSubstr("options go before LOCKPATH"));
+}
+
+TEST(ZklockOptions, SignalNamesAndNumbers) {
+  EXPECT_EQ(parse_signal("TERM", "--kill-signal"), SIGTERM);
+  EXPECT_EQ(parse_signal("SIGKILL", "--kill-signal"), SIGKILL);
+  EXPECT_EQ(parse_signal("hup", "--kill-signal"), SIGHUP);
+  EXPECT_EQ(parse_signal("10", "--kill-signal"), 10);
+  EXPECT_EQ(signal_name(SIGUSR2), "USR2");
+}
+
+TEST(ZklockOptions, DurationText) {
+  EXPECT_EQ(format_duration(250ms), "250ms");
+  EXPECT_EQ(format_duration(2s), "2s");
+  EXPECT_EQ(format_duration(1500ms), "1.5s");
+}
+
+TEST(ZklockOptions, HelpMentionsEveryOption) {
+  const std::string help = help_text();
+  for (const char* option :
+       {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
+        "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
+        "--owner", "--auth-file", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
+        "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "77",
+        "126", "127"}) {
+    EXPECT_THAT(help, HasSubstr(option));
+  }
+}
+
+}  // namespace
+}  // namespace zklock

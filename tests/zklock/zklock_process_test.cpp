@@ -1,0 +1,589 @@
+// The zklock binary against a real ZooKeeper server: real processes, real signals, real loss.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <zkr/fence.hpp>
+
+#include "testenv.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using zkr::testenv::Process;
+using zkr::testenv::scaled;
+
+const std::string zklock_binary = ZKLOCK_BINARY;
+const std::string scripts_dir = ZKLOCK_TEST_SCRIPTS;
+constexpr auto python = "/usr/bin/python3";
+
+// Seconds as zklock's options take them, stretched by the timeout scale.
+std::string scaled_seconds(std::chrono::milliseconds duration) {
+  return fmt::format("{:g}", static_cast<double>(scaled(duration).count()) / 1000.0);
+}
+
+Process::Options merged_output() {
+  Process::Options options;
+  options.merge_stderr = true;
+  options.new_process_group = true;
+  return options;
+}
+
+struct Outcome {
+  std::optional<int> exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Outcome run_to_end(std::vector<std::string> argv, Process::Options options = merged_output()) {
+  Process process(std::move(argv), std::move(options));
+  Outcome outcome;
+  outcome.output = process.read_all(scaled(60s));
+  outcome.exit_code = process.wait(scaled(30s));
+  return outcome;
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
+// Polls until `condition` holds or the timeout passes.
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+// Kills a process the test learned about (a job's child) if a failed test left it running.
+struct KillAtEnd {
+  pid_t pid = 0;
+  bool group = false;
+  ~KillAtEnd() {
+    if (pid > 0) ::kill(group ? -pid : pid, SIGKILL);
+  }
+};
+
+// The number after `prefix` in `line` ("held 123 456" with prefix "held " gives 123).
+long long number_after(const std::string& line, std::string_view prefix) {
+  std::istringstream in(line.substr(line.find(prefix) + prefix.size()));
+  long long value = 0;
+  in >> value;
+  return value;
+}
+
+int unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "zklock-test-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::filesystem::path file(std::string_view name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string read_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+class ZklockTest : public ::testing::Test {
+ protected:
+  // zklock with this test's server, a short session and a short grace, then `rest`.
+  std::vector<std::string> zklock(std::vector<std::string> rest, std::string servers = {}) const {
+    std::vector<std::string> argv = {zklock_binary,  "--zk", servers.empty() ? servers_ : servers,
+                                     "--session-timeout", scaled_seconds(2s), "--kill-after",
+                                     scaled_seconds(300ms)};
+    argv.insert(argv.end(), rest.begin(), rest.end());
+    return argv;
+  }
+
+  // Starts a zklock whose job prints "held <token> <job pgid>" and then sleeps; waits for the line.
+  std::unique_ptr<Process> start_holder(std::vector<std::string> options = {}, std::string* held_line = nullptr) {
+    std::vector<std::string> argv = std::move(options);
+    argv.insert(argv.end(), {path_, "sh", "-c", "echo \"held $ZKLOCK_FENCING_TOKEN $$\"; exec sleep 600"});
+    auto holder = std::make_unique<Process>(zklock(argv), merged_output());
+    auto line = holder->wait_for_line("held ", scaled(30s));
+    EXPECT_TRUE(line) << "the holder never got the lock";
+    if (line && held_line) *held_line = *line;
+    return holder;
+  }
+
+  Outcome list(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> argv = {"--list", path_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_to_end(zklock(argv));
+  }
+
+  // Contenders --list reports (0 if it fails).
+  int contender_count() const {
+    const Outcome outcome = list({"--json"});
+    if (outcome.exit_code != 0) return -1;
+    int count = 0;
+    for (std::size_t at = 0; (at = outcome.output.find("\"node\":", at)) != std::string::npos; ++at) ++count;
+    return count;
+  }
+
+  std::string servers_ = zkr::testenv::shared_server();
+  std::string path_ = zkr::testenv::unique_path();
+};
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes and what the job gets
+
+TEST_F(ZklockTest, ExitsWithTheCommandsCode) {
+  EXPECT_EQ(run_to_end(zklock({path_, "sh", "-c", "exit 7"})).exit_code, 7);
+  EXPECT_EQ(run_to_end(zklock({path_, "-c", "exit 3"})).exit_code, 3);
+  EXPECT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
+}
+
+TEST_F(ZklockTest, CommandKilledBySignalGives128PlusN) {
+  EXPECT_EQ(run_to_end(zklock({path_, "-c", "kill -KILL $$"})).exit_code, 128 + SIGKILL);
+}
+
+TEST_F(ZklockTest, JobEnvironment) {
+  Process::Options options = merged_output();
+  options.env["ZKLOCK_TEST_PASSTHROUGH"] = "kept";
+  const Outcome outcome = run_to_end(
+      zklock({path_, "-c",
+              "echo \"token=$ZKLOCK_FENCING_TOKEN\"; echo \"node=$ZKLOCK_NODE\"; echo \"path=$ZKLOCK_PATH\"; "
+              "echo \"session=$ZKLOCK_SESSION_ID\"; echo \"other=$ZKLOCK_TEST_PASSTHROUGH\""}),
+      options);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("token=[1-9][0-9]*\n"));
+  EXPECT_THAT(outcome.output, HasSubstr("node=" + path_ + "/_c_"));
+  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("node=.*-lock-[0-9]{10}\n"));
+  EXPECT_THAT(outcome.output, HasSubstr("path=" + path_ + "\n"));
+  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("session=[0-9a-f]+\n"));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("session=0\n")));
+  EXPECT_THAT(outcome.output, HasSubstr("other=kept\n"));
+}
+
+TEST_F(ZklockTest, TokensGrowFromGrantToGrant) {
+  const std::vector<std::string> job = {path_, "-c", "echo \"token $ZKLOCK_FENCING_TOKEN\""};
+  const Outcome first = run_to_end(zklock(job));
+  const Outcome second = run_to_end(zklock(job));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_LT(number_after(first.output, "token "), number_after(second.output, "token "));
+}
+
+TEST_F(ZklockTest, StdinIsPassedThrough) {
+  Process::Options options = merged_output();
+  options.pipe_stdin = true;
+  Process process(zklock({path_, "cat"}), options);
+  process.write_stdin("line one\nline two\n");
+  process.close_stdin();
+  EXPECT_EQ(process.read_all(scaled(30s)), "line one\nline two\n");
+  EXPECT_EQ(process.wait(scaled(30s)), 0);
+}
+
+TEST_F(ZklockTest, CommandNotFoundOrNotExecutable) {
+  const Outcome missing = run_to_end(zklock({path_, "zklock-test-no-such-command"}));
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_THAT(missing.output, HasSubstr("zklock-test-no-such-command: command not found"));
+
+  TempDir dir;
+  const auto script = dir.file("not-executable");
+  std::ofstream(script) << "#!/bin/sh\nexit 0\n";
+  ::chmod(script.c_str(), 0644);
+  const Outcome not_executable = run_to_end(zklock({path_, script.string()}));
+  EXPECT_EQ(not_executable.exit_code, 126);
+  EXPECT_THAT(not_executable.output, HasSubstr("cannot execute"));
+
+  // The lock was released after the failed start.
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conflicts, waiting, release
+
+TEST_F(ZklockTest, ConflictWithNonblockAndTimeout) {
+  auto holder = start_holder();
+  const Outcome nonblock = run_to_end(zklock({"-n", path_, "echo", "ran"}));
+  EXPECT_EQ(nonblock.exit_code, 1);
+  EXPECT_THAT(nonblock.output, Not(HasSubstr("ran")));
+  EXPECT_THAT(nonblock.output, HasSubstr("held by someone else"));
+
+  EXPECT_EQ(run_to_end(zklock({"-n", "-E", "9", path_, "true"})).exit_code, 9);
+  EXPECT_EQ(run_to_end(zklock({"-w", "0", path_, "true"})).exit_code, 1);
+  const Outcome quiet = run_to_end(zklock({"-n", "-q", path_, "true"}));
+  EXPECT_EQ(quiet.exit_code, 1);
+  EXPECT_EQ(quiet.output, "");
+
+  const Outcome timed_out = run_to_end(zklock({"-w", scaled_seconds(500ms), "-E", "3", path_, "echo", "ran"}));
+  EXPECT_EQ(timed_out.exit_code, 3);
+  EXPECT_THAT(timed_out.output, HasSubstr("timed out"));
+  EXPECT_THAT(timed_out.output, Not(HasSubstr("ran")));
+
+  // The waiters left no node behind: only the holder is listed.
+  EXPECT_EQ(contender_count(), 1);
+
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(scaled(30s)), 128 + SIGTERM);
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+}
+
+TEST_F(ZklockTest, LockIsFreedWhenTheJobEnds) {
+  ASSERT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
+  EXPECT_EQ(contender_count(), 0);
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+}
+
+TEST_F(ZklockTest, WaiterRunsAfterTheHolderEnds) {
+  Process holder(zklock({path_, "-c", "echo held; sleep 1"}), merged_output());
+  ASSERT_TRUE(holder.wait_for_line("held", scaled(30s)));
+  const Outcome waiter = run_to_end(zklock({"-w", scaled_seconds(30s), path_, "echo", "waiter ran"}));
+  EXPECT_EQ(waiter.exit_code, 0);
+  EXPECT_THAT(waiter.output, HasSubstr("waiter ran"));
+  EXPECT_EQ(holder.wait(scaled(30s)), 0);
+}
+
+TEST_F(ZklockTest, SignalWhileWaitingWithdrawsFromTheQueue) {
+  auto holder = start_holder();
+  Process waiter(zklock({path_, "echo", "ran"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  waiter.signal(SIGINT);
+  EXPECT_EQ(waiter.wait(scaled(30s)), 128 + SIGINT);
+  EXPECT_THAT(waiter.read_all(scaled(5s)), Not(HasSubstr("ran")));
+  EXPECT_EQ(contender_count(), 1);
+}
+
+TEST_F(ZklockTest, SharedHoldersCoexistAndExcludeAWriter) {
+  std::string line;
+  auto reader = start_holder({"-s"});
+  const Outcome second_reader = run_to_end(zklock({"-s", "-n", path_, "echo", "second reader"}));
+  EXPECT_EQ(second_reader.exit_code, 0) << second_reader.output;
+  EXPECT_THAT(second_reader.output, HasSubstr("second reader"));
+  EXPECT_EQ(run_to_end(zklock({"-x", "-n", path_, "true"})).exit_code, 1);
+  reader->signal(SIGTERM);
+  reader->wait(scaled(30s));
+  EXPECT_EQ(run_to_end(zklock({"-x", "-n", path_, "true"})).exit_code, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals and process groups
+
+TEST_F(ZklockTest, SignalsAreForwardedAndTheJobsStatusReturned) {
+  Process process(zklock({path_, "-c",
+                          "trap 'echo got-usr1' USR1; trap 'echo got-hup' HUP; trap 'exit 42' TERM; "
+                          "echo ready; while :; do sleep 0.05; done"}),
+                  merged_output());
+  ASSERT_TRUE(process.wait_for_line("ready", scaled(30s)));
+  process.signal(SIGUSR1);
+  EXPECT_TRUE(process.wait_for_line("got-usr1", scaled(10s)));
+  process.signal(SIGHUP);
+  EXPECT_TRUE(process.wait_for_line("got-hup", scaled(10s)));
+  process.signal(SIGTERM);
+  EXPECT_EQ(process.wait(scaled(30s)), 42);
+  EXPECT_EQ(contender_count(), 0);
+}
+
+TEST_F(ZklockTest, SecondTermEscalatesToKill) {
+  Process process(zklock({path_, "-c", "trap '' TERM INT; echo ready; while :; do sleep 0.05; done"}),
+                  merged_output());
+  ASSERT_TRUE(process.wait_for_line("ready", scaled(30s)));
+  process.signal(SIGTERM);
+  EXPECT_FALSE(process.wait(scaled(500ms))) << "the job ignores TERM: it must still run";
+  process.signal(SIGINT);
+  EXPECT_EQ(process.wait(scaled(30s)), 128 + SIGKILL);
+}
+
+TEST_F(ZklockTest, SignalReachesTheJobsChildren) {
+  Process process(zklock({path_, "-c", "sleep 600 & echo \"child $!\"; wait"}), merged_output());
+  auto line = process.wait_for_line("child ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd child{static_cast<pid_t>(number_after(*line, "child "))};
+  ASSERT_TRUE(process_exists(child.pid));
+  process.signal(SIGTERM);
+  EXPECT_EQ(process.wait(scaled(30s)), 128 + SIGTERM);
+  EXPECT_TRUE(eventually([&] { return !process_exists(child.pid); }, 10s));
+}
+
+TEST_F(ZklockTest, ChildrenLeftBehindAreStoppedBeforeRelease) {
+  TempDir dir;
+  const auto log = dir.file("log");
+  // The command exits at once, leaving a child in its group that would keep working under the lock.
+  Process process(zklock({path_, "-c",
+                          fmt::format("(trap 'echo child-stopped >> {0}; exit 0' TERM; "
+                                      "while :; do sleep 0.05; done) & echo \"child $!\"",
+                                      log.string())}),
+                  merged_output());
+  auto line = process.wait_for_line("child ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd child{static_cast<pid_t>(number_after(*line, "child "))};
+  EXPECT_EQ(process.wait(scaled(30s)), 0);
+  EXPECT_FALSE(process_exists(child.pid));
+  EXPECT_EQ(read_file(log), "child-stopped\n");
+}
+
+TEST_F(ZklockTest, JobDiesWithZklock) {
+  Process process(zklock({path_, "-c", "echo \"job $$\"; exec sleep 600"}), merged_output());
+  auto line = process.wait_for_line("job ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*line, "job "))};
+  process.signal(SIGKILL);
+  EXPECT_EQ(process.wait(scaled(30s)), 128 + SIGKILL);
+  EXPECT_TRUE(eventually([&] { return !process_exists(job.pid); }, 10s));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lock loss
+
+// zklock and its job frozen past the session: another client gets the lock with a larger token;
+// on thaw the job is stopped and zklock exits with the lost code; the job's late write, carrying
+// the old token, is refused by the fenced store.
+TEST_F(ZklockTest, FrozenPastTheSessionTheJobIsStoppedAndItsLateWritesRefused) {
+  zkr::FenceGate store;
+  Process first(zklock({path_, "-c",
+                        "echo \"pgid $$\"; while :; do echo \"write $ZKLOCK_FENCING_TOKEN\"; sleep 0.1; done"}),
+                merged_output());
+  auto pgid_line = first.wait_for_line("pgid ", scaled(30s));
+  ASSERT_TRUE(pgid_line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*pgid_line, "pgid ")), true};
+  auto write = first.wait_for_line("write ", scaled(10s));
+  ASSERT_TRUE(write);
+  const zkr::FencingToken first_token(number_after(*write, "write "));
+  EXPECT_TRUE(store.admit("key", first_token));
+
+  first.freeze();
+  ::kill(-job.pid, SIGSTOP);
+  // Writes sent before the freeze were timely.
+  while (auto line = first.read_line(scaled(300ms))) {
+    if (line->starts_with("write ")) {
+      EXPECT_TRUE(store.admit("key", zkr::FencingToken(number_after(*line, "write "))));
+    }
+  }
+
+  const Outcome second = run_to_end(zklock({"-w", scaled_seconds(30s), path_, "-c", "echo \"write $ZKLOCK_FENCING_TOKEN\""}));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const zkr::FencingToken second_token(number_after(second.output, "write "));
+  EXPECT_GT(second_token, first_token);
+  EXPECT_TRUE(store.admit("key", second_token));
+
+  // The job wakes first and writes with its stale token: refused.
+  ::kill(-job.pid, SIGCONT);
+  auto late = first.wait_for_line("write ", scaled(10s));
+  ASSERT_TRUE(late);
+  EXPECT_FALSE(store.admit("key", zkr::FencingToken(number_after(*late, "write "))));
+  EXPECT_GE(store.refused(), 1u);
+
+  first.thaw();
+  EXPECT_EQ(first.wait(scaled(30s)), 75);
+  EXPECT_THAT(first.read_all(scaled(5s)), HasSubstr("lost the lock"));
+  EXPECT_TRUE(eventually([&] { return ::kill(-job.pid, 0) != 0; }, 10s));
+}
+
+// The holder's link is cut: it must stop its job before the server can expire its session and so
+// before the waiter is granted.
+TEST_F(ZklockTest, BlackholedHolderStopsItsJobBeforeAnotherIsGranted) {
+  TempDir dir;
+  const auto log = dir.file("log");
+  zkr::testenv::Proxy proxy(servers_);
+  std::vector<std::string> holder_argv = {
+      zklock_binary, "--zk", proxy.address(), "--session-timeout", scaled_seconds(4s), "--kill-after",
+      scaled_seconds(200ms), path_, "-c",
+      fmt::format("trap 'echo holder-stopped >> {0}; exit 0' TERM; echo ready; while :; do sleep 0.05; done",
+                  log.string())};
+  Process holder(holder_argv, merged_output());
+  ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+
+  Process waiter(zklock({"-w", scaled_seconds(60s), path_, "-c",
+                         fmt::format("echo waiter-granted >> {0}; echo granted", log.string())}),
+                 merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+
+  proxy.blackhole();
+  EXPECT_TRUE(waiter.wait_for_line("granted", scaled(60s)));
+  EXPECT_EQ(read_file(log), "holder-stopped\nwaiter-granted\n");
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  proxy.pass();
+  EXPECT_EQ(holder.wait(scaled(60s)), 75);
+}
+
+TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
+  zkr::testenv::Proxy proxy(servers_);
+  std::vector<std::string> argv = {
+      zklock_binary, "--zk", proxy.address(), "--session-timeout", scaled_seconds(2s), "-k",
+      scaled_seconds(200ms), "-L", "99", "--kill-signal", "USR1", path_, "-c",
+      "trap 'echo got-usr1; exit 0' USR1; echo ready; while :; do sleep 0.05; done"};
+  Process holder(argv, merged_output());
+  ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+  proxy.blackhole();
+  EXPECT_TRUE(holder.wait_for_line("got-usr1", scaled(30s)));
+  proxy.pass();
+  EXPECT_EQ(holder.wait(scaled(60s)), 99);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors before the job
+
+TEST_F(ZklockTest, UnreachableEnsembleExits69) {
+  const std::string nowhere = fmt::format("127.0.0.1:{}", unused_port());
+  const Outcome outcome = run_to_end(
+      {zklock_binary, "--zk", nowhere, "--connect-timeout", scaled_seconds(1s), path_, "echo", "ran"});
+  EXPECT_EQ(outcome.exit_code, 69);
+  EXPECT_THAT(outcome.output, HasSubstr(nowhere));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
+}
+
+TEST_F(ZklockTest, BadLockPathsExit64NamingThePath) {
+  for (const std::string bad : {"relative/path", "/trailing/", "/double//slash", "/zookeeper/quota", "/a/./b"}) {
+    const Outcome outcome = run_to_end(zklock({bad, "echo", "ran"}));
+    EXPECT_EQ(outcome.exit_code, 64) << bad;
+    EXPECT_THAT(outcome.output, HasSubstr("'" + bad + "'"));
+    EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
+  }
+  EXPECT_EQ(run_to_end(zklock({"--list", "no-slash"})).exit_code, 64);
+}
+
+TEST_F(ZklockTest, BadOptionValuesExit64NamingTheOption) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--kill-after", "soon"}, "--kill-after"},
+      {{"-w", "-2"}, "--wait"},
+      {{"-E", "300"}, "--conflict-exit-code"},
+      {{"--kill-signal", "NOSUCH"}, "--kill-signal"},
+      {{"--no-such-option"}, "no-such-option"},
+      {{"--zk", "127.0.0.1:notaport"}, "--zk"},
+      {{"--auth-file", "/nonexistent/zklock-auth"}, "/nonexistent/zklock-auth"},
+  };
+  for (const auto& [options, named] : cases) {
+    std::vector<std::string> argv = {zklock_binary};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.insert(argv.end(), {path_, "echo", "ran"});
+    const Outcome outcome = run_to_end(argv);
+    EXPECT_EQ(outcome.exit_code, 64) << named;
+    EXPECT_THAT(outcome.output, HasSubstr(named));
+    EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
+    EXPECT_EQ(std::count(outcome.output.begin(), outcome.output.end(), '\n'), 1) << outcome.output;
+  }
+  EXPECT_EQ(run_to_end({zklock_binary}).exit_code, 64);
+}
+
+TEST_F(ZklockTest, AclRefusalExits77AndCredentialsFromAFileWork) {
+  TempDir dir;
+  ASSERT_EQ(run_to_end({python, scripts_dir + "/acl_node.py", servers_, path_, "owner", "secret"}).exit_code, 0);
+
+  const Outcome refused = run_to_end(zklock({path_, "echo", "ran"}));
+  EXPECT_EQ(refused.exit_code, 77) << refused.output;
+  EXPECT_THAT(refused.output, Not(HasSubstr("ran")));
+
+  const auto credentials = dir.file("credentials");
+  std::ofstream(credentials) << "owner:secret\n";
+  const Outcome allowed = run_to_end(zklock({"--auth-file", credentials.string(), path_, "echo", "ran"}));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_THAT(allowed.output, HasSubstr("ran"));
+  EXPECT_THAT(allowed.output, Not(HasSubstr("secret")));
+}
+
+TEST_F(ZklockTest, WarnsWhenTheGraceDoesNotFitTheLeadTime) {
+  const Outcome outcome = run_to_end({zklock_binary, "--zk", servers_, "--session-timeout", "2", "--kill-after",
+                                      "5", path_, "true"});
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_THAT(outcome.output, HasSubstr("warning"));
+  EXPECT_THAT(outcome.output, HasSubstr("--kill-after 5s"));
+  const Outcome quiet = run_to_end({zklock_binary, "-q", "--zk", servers_, "--session-timeout", "2",
+                                    "--kill-after", "5", path_, "true"});
+  EXPECT_EQ(quiet.output, "");
+}
+
+TEST_F(ZklockTest, HelpAndVersion) {
+  const Outcome help = run_to_end({zklock_binary, "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--kill-after"));
+  const Outcome version = run_to_end({zklock_binary, "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.output, HasSubstr("zklock"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// --list
+
+TEST_F(ZklockTest, ListShowsHolderAndWaitersAsTextAndJson) {
+  std::string held;
+  auto holder = start_holder({"--owner", "holder-of-test"}, &held);
+  const long long token = number_after(held, "held ");
+  Process waiter(zklock({"--owner", "waiter-of-test", path_, "true"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+
+  const Outcome text = list();
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_THAT(text.output, HasSubstr(path_ + ": 1 holder, 1 waiter"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("holder .*" + std::to_string(token) + " .*holder-of-test"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("waiter .*waiter-of-test"));
+
+  const Outcome json = list({"--json"});
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_THAT(json.output, HasSubstr(fmt::format("\"token\":{},", token)));
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"holder-of-test","since":"[^"]+Z","holds":true)"));
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"waiter-of-test","since":"[^"]+Z","holds":false)"));
+  EXPECT_LT(json.output.find("holder-of-test"), json.output.find("waiter-of-test"));
+
+  holder->signal(SIGTERM);
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interop: kazoo on the same path
+
+TEST_F(ZklockTest, SharesTheLockWithKazoo) {
+  Process::Options with_stdin = merged_output();
+  with_stdin.pipe_stdin = true;
+  Process kazoo({python, scripts_dir + "/kazoo_lock.py", servers_, path_, "hold"}, with_stdin);
+  ASSERT_TRUE(kazoo.wait_for_line("held", scaled(30s)));
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "echo", "ran"})).exit_code, 1);
+  kazoo.close_stdin();
+  EXPECT_TRUE(kazoo.wait_for_line("released", scaled(30s)));
+  EXPECT_EQ(kazoo.wait(scaled(30s)), 0);
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+
+  // And the other way round: kazoo sees zklock's node as a contender.
+  auto holder = start_holder();
+  const Outcome kazoo_try = run_to_end({python, scripts_dir + "/kazoo_lock.py", servers_, path_, "try"});
+  EXPECT_EQ(kazoo_try.exit_code, 0) << kazoo_try.output;
+  EXPECT_THAT(kazoo_try.output, HasSubstr("busy"));
+}
+
+}  // namespace

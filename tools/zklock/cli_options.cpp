@@ -1,0 +1,356 @@
+#include "cli_options.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+namespace zklock {
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr std::string_view default_servers = "127.0.0.1:2181";
+constexpr double max_seconds = 86'400.0;  // a day: longer values are typos, and overflow nothing
+
+po::options_description option_table() {
+  po::options_description table;
+  // Every value is taken as text and parsed here, so that each error names the option and says
+  // what was expected.
+  auto text = [] { return po::value<std::string>(); };
+  table.add_options()
+      ("zk,z", text())
+      ("nonblock,n", po::bool_switch())
+      ("wait,timeout,w", text())
+      ("conflict-exit-code,E", text())
+      ("shared,s", po::bool_switch())
+      ("exclusive,x", po::bool_switch())
+      ("session-timeout", text())
+      ("connect-timeout", text())
+      ("kill-after,k", text())
+      ("kill-signal", text())
+      ("lost-exit-code,L", text())
+      ("owner", text())
+      ("auth-file", text())
+      ("verbose,v", po::bool_switch())
+      ("quiet,q", po::bool_switch())
+      ("list", text())
+      ("json", po::bool_switch())
+      ("help,h", po::bool_switch())
+      ("version,V", po::bool_switch());
+  return table;
+}
+
+bool takes_value(const po::option_description* option) {
+  return option && option->semantic()->max_tokens() > 0;
+}
+
+// Index of LOCKPATH in argv (the first argument that is neither an option nor an option's value),
+// or argv.size() if there is none. Sets `saw_double_dash` if "--" stood before it.
+std::size_t find_lock_path(const std::vector<std::string>& argv, const po::options_description& table,
+                           bool& saw_double_dash) {
+  saw_double_dash = false;
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "--") {
+      saw_double_dash = true;
+      return i + 1;
+    }
+    if (arg.size() < 2 || arg[0] != '-') return i;  // includes "-" alone
+    if (arg == "-c" || arg == "--command") {
+      throw UsageError("-c must follow LOCKPATH: zklock [options] LOCKPATH -c 'SHELL COMMAND'");
+    }
+    if (arg[1] == '-') {
+      if (arg.find('=') != std::string::npos) continue;
+      // Unknown names are reported by the parser proper; here they take no value.
+      const po::option_description* option = nullptr;
+      try {
+        option = table.find_nothrow(arg.substr(2), false);
+      } catch (const po::error&) {
+      }
+      if (takes_value(option)) ++i;
+      continue;
+    }
+    // A cluster of short options ("-nv", "-w5", "-w 5").
+    for (std::size_t c = 1; c < arg.size(); ++c) {
+      const po::option_description* option = table.find_nothrow(std::string{'-', arg[c]}, false);
+      if (takes_value(option)) {
+        if (c + 1 == arg.size()) ++i;  // the value is the next argument
+        break;                          // else the rest of the cluster is the value
+      }
+    }
+  }
+  return argv.size();
+}
+
+std::string_view trim_seconds_suffix(std::string_view text) {
+  if (!text.empty() && text.back() == 's') text.remove_suffix(1);
+  return text;
+}
+
+std::chrono::milliseconds whole_milliseconds(std::chrono::nanoseconds duration) {
+  return std::chrono::ceil<std::chrono::milliseconds>(duration);
+}
+
+}  // namespace
+
+std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option) {
+  std::string_view number = trim_seconds_suffix(text);
+  double seconds = 0;
+  auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), seconds);
+  if (number.empty() || error != std::errc{} || end != number.data() + number.size() ||
+      !std::isfinite(seconds)) {
+    throw UsageError(fmt::format("invalid value '{}' for {}: expected seconds, such as 5 or 0.5",
+                                 text, option));
+  }
+  if (seconds < 0 || seconds > max_seconds) {
+    throw UsageError(fmt::format("invalid value '{}' for {}: must be between 0 and {} seconds",
+                                 text, option, max_seconds));
+  }
+  return std::chrono::nanoseconds(std::llround(seconds * 1e9));
+}
+
+int parse_signal(std::string_view text, std::string_view option) {
+  int number = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (!text.empty() && error == std::errc{} && end == text.data() + text.size()) {
+    if (number >= 1 && number < NSIG) return number;
+  } else {
+    std::string name(text);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (name.starts_with("SIG")) name.erase(0, 3);
+    for (int signal = 1; signal < SIGRTMIN; ++signal) {
+      const char* abbreviation = sigabbrev_np(signal);
+      if (abbreviation && name == abbreviation) return signal;
+    }
+  }
+  throw UsageError(
+      fmt::format("invalid value '{}' for {}: expected a signal name or number, such as TERM or 15",
+                  text, option));
+}
+
+std::string signal_name(int signal) {
+  const char* abbreviation = sigabbrev_np(signal);
+  return abbreviation ? std::string(abbreviation) : std::to_string(signal);
+}
+
+int parse_exit_code(std::string_view text, std::string_view option) {
+  int code = -1;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), code);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || code < 0 ||
+      code > 255) {
+    throw UsageError(
+        fmt::format("invalid value '{}' for {}: expected an exit code from 0 to 255", text, option));
+  }
+  return code;
+}
+
+std::string format_duration(std::chrono::nanoseconds duration) {
+  using namespace std::chrono;
+  if (duration < 1s && duration % 1ms == 0ns) return fmt::format("{}ms", duration / 1ms);
+  const double seconds = duration_cast<std::chrono::duration<double>>(duration).count();
+  return fmt::format("{:g}s", seconds);
+}
+
+CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers) {
+  po::options_description table = option_table();
+  bool saw_double_dash = false;
+  const std::size_t lock_path_index = find_lock_path(argv, table, saw_double_dash);
+
+  std::vector<std::string> option_args(
+      argv.begin() + std::min<std::size_t>(1, argv.size()),
+      argv.begin() + std::min(lock_path_index - (saw_double_dash ? 1 : 0), argv.size()));
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(option_args)
+                  .options(table)
+                  .style(po::command_line_style::default_style &
+                         ~po::command_line_style::allow_guessing)
+                  .run(),
+              values);
+    po::notify(values);
+  } catch (const po::error& error) {
+    throw UsageError(error.what());
+  }
+
+  auto text = [&](const char* name) -> std::optional<std::string> {
+    if (!values.count(name)) return std::nullopt;
+    return values[name].as<std::string>();
+  };
+  auto flag = [&](const char* name) { return values.count(name) && values[name].as<bool>(); };
+
+  CliOptions options;
+  if (flag("help")) {
+    options.mode = Mode::help;
+    return options;
+  }
+  if (flag("version")) {
+    options.mode = Mode::version;
+    return options;
+  }
+
+  if (auto zk = text("zk")) {
+    options.servers = *zk;
+  } else if (env_servers && *env_servers) {
+    options.servers = env_servers;
+  } else {
+    options.servers = default_servers;
+  }
+  if (options.servers.empty()) throw UsageError("invalid value '' for --zk: expected HOST:PORT[,...][/chroot]");
+
+  if (flag("shared") && flag("exclusive")) throw UsageError("-s and -x exclude each other");
+  options.kind = flag("shared") ? LockKind::read : flag("exclusive") ? LockKind::write : LockKind::mutex;
+  if (flag("verbose") && flag("quiet")) throw UsageError("-v and -q exclude each other");
+  options.verbosity = flag("verbose") ? Verbosity::verbose
+                      : flag("quiet") ? Verbosity::quiet
+                                      : Verbosity::normal;
+
+  if (auto wait = text("wait")) {
+    options.wait_timeout = parse_seconds(*wait, "--wait");
+    if (flag("nonblock") && *options.wait_timeout != std::chrono::nanoseconds::zero()) {
+      throw UsageError("-n and -w exclude each other (-w 0 is the same as -n)");
+    }
+  }
+  if (flag("nonblock")) options.wait_timeout = std::chrono::nanoseconds::zero();
+  if (auto code = text("conflict-exit-code")) {
+    options.conflict_exit_code = parse_exit_code(*code, "--conflict-exit-code");
+  }
+  if (auto code = text("lost-exit-code")) {
+    options.lost_exit_code = parse_exit_code(*code, "--lost-exit-code");
+  }
+  if (auto value = text("session-timeout")) {
+    options.session_timeout = whole_milliseconds(parse_seconds(*value, "--session-timeout"));
+    if (options.session_timeout <= std::chrono::milliseconds::zero()) {
+      throw UsageError(fmt::format("invalid value '{}' for --session-timeout: must be above 0", *value));
+    }
+  }
+  if (auto value = text("connect-timeout")) {
+    options.connect_timeout = whole_milliseconds(parse_seconds(*value, "--connect-timeout"));
+    if (options.connect_timeout <= std::chrono::milliseconds::zero()) {
+      throw UsageError(fmt::format("invalid value '{}' for --connect-timeout: must be above 0", *value));
+    }
+  }
+  if (auto value = text("kill-after")) {
+    options.kill_after = whole_milliseconds(parse_seconds(*value, "--kill-after"));
+  }
+  if (auto value = text("kill-signal")) options.kill_signal = parse_signal(*value, "--kill-signal");
+  if (auto value = text("owner")) options.owner = *value;
+  if (auto value = text("auth-file")) {
+    if (value->empty()) throw UsageError("invalid value '' for --auth-file: expected a file name");
+    options.auth_file = *value;
+  }
+  options.json = flag("json");
+
+  std::vector<std::string> rest(argv.begin() + std::min(lock_path_index, argv.size()), argv.end());
+
+  if (auto list_path = text("list")) {
+    options.mode = Mode::list;
+    options.lock_path = *list_path;
+    if (!rest.empty()) {
+      throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
+    }
+    return options;
+  }
+  if (options.json) throw UsageError("--json applies only to --list");
+
+  if (rest.empty()) throw UsageError("missing LOCKPATH");
+  options.lock_path = rest.front();
+  rest.erase(rest.begin());
+
+  if (!rest.empty() && (rest.front() == "-c" || rest.front() == "--command")) {
+    if (rest.size() != 2) {
+      throw UsageError(
+          "-c takes exactly one argument, the shell command (quote it: -c 'cmd1 | cmd2')");
+    }
+    options.shell_command = rest[1];
+    return options;
+  }
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    throw UsageError(fmt::format(
+        "option '{}' after LOCKPATH: options go before LOCKPATH (write '--' before a command "
+        "that starts with '-')",
+        rest.front()));
+  }
+  if (rest.empty()) throw UsageError(fmt::format("missing COMMAND after LOCKPATH '{}'", options.lock_path));
+  options.command = std::move(rest);
+  return options;
+}
+
+std::string help_text() {
+  return R"(Usage:
+  zklock [options] LOCKPATH COMMAND [ARGS...]
+  zklock [options] LOCKPATH -c 'SHELL COMMAND'
+  zklock [options] --list LOCKPATH
+
+Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
+runs in its own process group. If the lock is lost (session expired, or the session monitor's
+deadline passed, or the lock node was deleted), the whole group gets the kill signal, then SIGKILL
+after the grace period, and zklock exits with the lost code. The job is always stopped before the
+lock is released.
+
+Options (they stop at LOCKPATH; '--' may stand before COMMAND):
+  -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
+                                (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
+  -n, --nonblock                fail at once if the lock is held
+  -w, --wait, --timeout SECS    give up after SECS (fractions allowed; 0 means -n)
+  -E, --conflict-exit-code N    exit code when the lock was not acquired (default 1)
+  -s, --shared                  take the read side of a read/write lock
+  -x, --exclusive               take the write side of a read/write lock; without -s or -x
+                                zklock takes a plain exclusive lock (use either -s/-x or
+                                neither on one LOCKPATH)
+      --session-timeout SECS    requested session timeout (default 10); the server may
+                                negotiate another, which is the one used
+      --connect-timeout SECS    how long to try to reach the ensemble (default 15)
+  -k, --kill-after SECS         grace between the kill signal and SIGKILL (default 5)
+      --kill-signal SIG         signal sent to the job when the lock is lost (default TERM)
+  -L, --lost-exit-code N        exit code when the lock was lost while the job ran (default 75)
+      --owner TEXT              owner data stored in the lock node (default host:pid:command)
+      --auth-file FILE          digest credentials 'user:password' (first line of FILE)
+  -v, --verbose                 report waiting, acquisition (token, node, session) and
+                                session state changes on stderr
+  -q, --quiet                   print nothing but fatal errors
+      --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
+                                session, owner data, since when; then exit
+      --json                    with --list: print JSON instead of a table
+  -h, --help                    print this help and exit
+  -V, --version                 print the version and exit
+
+The command's environment gets:
+  ZKLOCK_FENCING_TOKEN   the grant's fencing token (decimal); pass it with every write to a
+                         store that refuses tokens lower than the highest it has seen
+  ZKLOCK_NODE            the full path of the lock node
+  ZKLOCK_PATH            LOCKPATH
+  ZKLOCK_SESSION_ID      the ZooKeeper session id (hex)
+
+Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits
+for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL.
+A signal while still waiting for the lock withdraws from the queue and exits 128+signal.
+
+Exit status:
+  the command's status (128+N if it was killed by signal N)
+  1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
+  75 (or -L N)  the lock was lost while the command ran; the command was stopped
+  64            usage error: bad option, value or lock path
+  69            the ensemble could not be reached within the connect timeout
+  77            authentication or ACL refusal
+  126 / 127     the command could not be executed / was not found
+  128+N         zklock got signal N while waiting for the lock
+
+See zklock(1) for the cron, "run only on one host" and fencing recipes.
+)";
+}
+
+#ifndef ZKLOCK_VERSION
+#define ZKLOCK_VERSION "unknown"
+#endif
+std::string version_text() { return fmt::format("zklock (zkrecipes) {}\n", ZKLOCK_VERSION); }
+
+}  // namespace zklock

@@ -1,0 +1,80 @@
+// zklock's command line: what the user asked for, parsed and checked before anything connects.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zklock {
+
+enum class Mode { run, list, help, version };
+// mutex: zkr::Lock, whose node names Curator's mutex and kazoo (with extra_lock_patterns) share.
+// read / write: the two sides of zkr::ReadWriteLock (-s / -x).
+enum class LockKind { mutex, read, write };
+enum class Verbosity { quiet, normal, verbose };
+
+struct CliOptions {
+  Mode mode = Mode::run;
+  std::string servers;  // --zk, else $ZKLOCK_SERVERS, else 127.0.0.1:2181
+  std::string lock_path;
+
+  // Exactly one of these is set in Mode::run: an argv to exec, or a string for /bin/sh -c.
+  std::vector<std::string> command;
+  std::optional<std::string> shell_command;
+
+  // Acquisition: no value waits forever; zero does not wait at all (-n, or -w 0).
+  std::optional<std::chrono::nanoseconds> wait_timeout;
+  int conflict_exit_code = 1;
+  LockKind kind = LockKind::mutex;
+
+  std::chrono::milliseconds session_timeout{10'000};
+  std::chrono::milliseconds connect_timeout{15'000};
+  std::chrono::milliseconds kill_after{5'000};
+  int kill_signal = 15;  // SIGTERM
+  int lost_exit_code = 75;
+
+  std::optional<std::string> owner;
+  std::optional<std::filesystem::path> auth_file;
+  Verbosity verbosity = Verbosity::normal;
+  bool json = false;
+
+  bool nonblocking() const {
+    return wait_timeout && *wait_timeout == std::chrono::nanoseconds::zero();
+  }
+  bool quiet() const { return verbosity == Verbosity::quiet; }
+  bool verbose() const { return verbosity == Verbosity::verbose; }
+};
+
+// A bad option, value or argument. what() is one line naming the culprit, without the "zklock: "
+// prefix.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv (argv[0] is the program name). Options stop at LOCKPATH; what follows is the command
+// ("--" may stand before it) or "-c SHELL-COMMAND". `env_servers` is $ZKLOCK_SERVERS (or null).
+// Checks values (ranges, signal names) but not the lock path or host list: those are checked by
+// the library's validators in the caller, which knows the exact rules. Throws UsageError.
+CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers);
+
+// "2", "0.5", "1.25s": non-negative seconds, at most a day. Throws UsageError naming `option`.
+std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option);
+// "TERM", "SIGTERM", "sigterm" or "15". Throws UsageError naming `option`.
+int parse_signal(std::string_view text, std::string_view option);
+// The signal's short name ("TERM") or its number as text.
+std::string signal_name(int signal);
+// An exit code, 0..255. Throws UsageError naming `option`.
+int parse_exit_code(std::string_view text, std::string_view option);
+
+// Human text for durations in messages: "2s", "1.5s", "250ms".
+std::string format_duration(std::chrono::nanoseconds duration);
+
+std::string help_text();
+std::string version_text();
+
+}  // namespace zklock
