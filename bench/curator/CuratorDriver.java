@@ -1,0 +1,255 @@
+// Benchmark driver for Curator's InterProcessMutex (Debian's libcurator-recipes-java).
+//
+// Takes the same command line as the C++ drivers and prints the same JSON lines (see
+// bench/driver_common.hpp). Scenarios: uncontended, contended, herd. bench/compare compiles it at
+// bench time against the jars in /usr/share/java.
+import java.io.FileWriter;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+
+public final class CuratorDriver {
+  private String connect;
+  private String path;
+  private String scenario;
+  private int iterations = 1000;
+  private int warmup = 100;
+  private double durationSeconds = 5;
+  private int contenders = 2;
+  private int sessionTimeoutMs = 10000;
+  private String samplesFile;
+
+  public static void main(String[] argv) throws Exception {
+    CuratorDriver driver = new CuratorDriver();
+    driver.parse(argv);
+    switch (driver.scenario) {
+      case "uncontended": driver.runUncontended(); break;
+      case "contended": driver.runContended(); break;
+      case "herd": driver.runHerd(); break;
+      default:
+        System.err.println("curator driver: scenario '" + driver.scenario
+            + "' is not one of uncontended, contended, herd");
+        System.exit(2);
+    }
+    System.exit(0);  // Curator's and ZooKeeper's non-daemon threads would keep the JVM alive
+  }
+
+  private void parse(String[] argv) {
+    for (int i = 0; i < argv.length; i += 2) {
+      if (i + 1 >= argv.length) usage("option " + argv[i] + " needs a value");
+      String value = argv[i + 1];
+      try {
+        switch (argv[i]) {
+          case "--connect": connect = value; break;
+          case "--path": path = value; break;
+          case "--scenario": scenario = value; break;
+          case "--iterations": iterations = Integer.parseInt(value); break;
+          case "--warmup": warmup = Integer.parseInt(value); break;
+          case "--duration": durationSeconds = Double.parseDouble(value); break;
+          case "--contenders": contenders = Integer.parseInt(value); break;
+          case "--session-timeout-ms": sessionTimeoutMs = Integer.parseInt(value); break;
+          case "--trials": break;
+          case "--samples": samplesFile = value; break;
+          default: usage("unknown option " + argv[i]);
+        }
+      } catch (NumberFormatException e) {
+        usage("option " + argv[i] + " needs a number, not '" + value + "'");
+      }
+    }
+    if (connect == null || path == null || scenario == null) usage("--connect, --path and --scenario are required");
+    if (iterations < 1 || warmup < 0 || contenders < 1 || durationSeconds <= 0) {
+      usage("--iterations, --contenders and --duration must be positive, --warmup not negative");
+    }
+  }
+
+  private static void usage(String problem) {
+    System.err.println("curator driver: " + problem);
+    System.exit(2);
+  }
+
+  private CuratorFramework newClient() throws InterruptedException {
+    CuratorFramework client = CuratorFrameworkFactory.newClient(
+        connect, sessionTimeoutMs, 15000, new RetryNTimes(3, 100));
+    client.start();
+    if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
+      System.err.println("curator driver: no session with " + connect + " within 20 s");
+      System.exit(1);
+    }
+    return client;
+  }
+
+  private void deleteTree() throws Exception {
+    try (CuratorFramework client = newClient()) {
+      client.delete().deletingChildrenIfNeeded().forPath(path);
+    } catch (org.apache.zookeeper.KeeperException.NoNodeException ignored) {
+      // already gone
+    }
+  }
+
+  private void emit(Map<String, Object> fields) {
+    StringBuilder line = new StringBuilder("{\"driver\":\"curator\",\"scenario\":\"" + scenario + "\"");
+    for (Map.Entry<String, Object> field : fields.entrySet()) {
+      line.append(",\"").append(field.getKey()).append("\":");
+      Object value = field.getValue();
+      if (value instanceof Double) line.append(String.format(Locale.ROOT, "%.3f", (Double) value));
+      else line.append(value);
+    }
+    System.out.println(line.append('}'));
+    System.out.flush();
+  }
+
+  private static double percentile(double[] sorted, double fraction) {
+    int rank = (int) Math.ceil(fraction * sorted.length);
+    rank = Math.max(1, Math.min(rank, sorted.length));
+    return sorted[rank - 1];
+  }
+
+  private Map<String, Object> latencySummary(double[] samples) throws IOException {
+    if (samplesFile != null) {
+      try (FileWriter out = new FileWriter(samplesFile)) {
+        for (double sample : samples) out.write(String.format(Locale.ROOT, "%.3f%n", sample));
+      }
+    }
+    double[] sorted = samples.clone();
+    Arrays.sort(sorted);
+    double sum = 0;
+    for (double sample : sorted) sum += sample;
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("n", sorted.length);
+    fields.put("p50_us", percentile(sorted, 0.50));
+    fields.put("p90_us", percentile(sorted, 0.90));
+    fields.put("p99_us", percentile(sorted, 0.99));
+    fields.put("min_us", sorted[0]);
+    fields.put("max_us", sorted[sorted.length - 1]);
+    fields.put("mean_us", sum / sorted.length);
+    return fields;
+  }
+
+  private void runUncontended() throws Exception {
+    double[] samples = new double[iterations];
+    try (CuratorFramework client = newClient()) {
+      InterProcessMutex mutex = new InterProcessMutex(client, path);
+      for (int round = 0; round < warmup + iterations; ++round) {
+        long start = System.nanoTime();
+        mutex.acquire();
+        mutex.release();
+        if (round >= warmup) samples[round - warmup] = (System.nanoTime() - start) / 1000.0;
+      }
+    }
+    emit(latencySummary(samples));
+    deleteTree();
+  }
+
+  private void runContended() throws Exception {
+    List<CuratorFramework> clients = new ArrayList<>();
+    List<InterProcessMutex> mutexes = new ArrayList<>();
+    for (int i = 0; i < contenders; ++i) {
+      clients.add(newClient());
+      mutexes.add(new InterProcessMutex(clients.get(i), path));
+    }
+    for (int round = 0; round < Math.max(1, warmup / contenders); ++round) {
+      for (InterProcessMutex mutex : mutexes) {
+        mutex.acquire();
+        mutex.release();
+      }
+    }
+    AtomicInteger inside = new AtomicInteger();
+    AtomicLong overlaps = new AtomicLong();
+    AtomicLong acquisitions = new AtomicLong();
+    long start = System.nanoTime();
+    long deadline = start + (long) (durationSeconds * 1e9);
+    List<Thread> threads = new ArrayList<>();
+    for (InterProcessMutex mutex : mutexes) {
+      Thread thread = new Thread(() -> {
+        try {
+          while (System.nanoTime() < deadline) {
+            mutex.acquire();  // interrupted at the deadline: Curator deletes its node and throws
+            if (inside.incrementAndGet() != 1) overlaps.incrementAndGet();
+            inside.decrementAndGet();
+            mutex.release();
+            if (System.nanoTime() <= deadline) acquisitions.incrementAndGet();
+          }
+        } catch (InterruptedException e) {
+          // the deadline passed while waiting
+        } catch (Exception e) {
+          if (!Thread.currentThread().isInterrupted()) e.printStackTrace();
+        }
+      });
+      threads.add(thread);
+      thread.start();
+    }
+    long remaining = deadline - System.nanoTime();
+    if (remaining > 0) TimeUnit.NANOSECONDS.sleep(remaining);
+    for (Thread thread : threads) thread.interrupt();
+    for (Thread thread : threads) thread.join(60000);
+    double elapsed = (deadline - start) / 1e9;
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("contenders", contenders);
+    fields.put("acquisitions", acquisitions.get());
+    fields.put("duration_s", elapsed);
+    fields.put("throughput_per_s", acquisitions.get() / elapsed);
+    fields.put("overlaps", overlaps.get());
+    emit(fields);
+    for (CuratorFramework client : clients) client.close();
+    deleteTree();
+  }
+
+  private void runHerd() throws Exception {
+    CuratorFramework observer = newClient();
+    InterProcessMutex holder = new InterProcessMutex(observer, path);
+    holder.acquire();
+    List<CuratorFramework> clients = new ArrayList<>();
+    for (int i = 0; i < contenders; ++i) clients.add(newClient());
+    AtomicInteger inside = new AtomicInteger();
+    AtomicLong overlaps = new AtomicLong();
+    AtomicLong granted = new AtomicLong();
+    List<Thread> threads = new ArrayList<>();
+    for (CuratorFramework client : clients) {
+      InterProcessMutex waiter = new InterProcessMutex(client, path);
+      Thread thread = new Thread(() -> {
+        try {
+          if (!waiter.acquire(120, TimeUnit.SECONDS)) return;
+          granted.incrementAndGet();
+          if (inside.incrementAndGet() != 1) overlaps.incrementAndGet();
+          inside.decrementAndGet();
+          waiter.release();
+        } catch (Exception e) {
+          e.printStackTrace();
+        }
+      });
+      threads.add(thread);
+      thread.start();
+    }
+    for (int polls = 0; observer.getChildren().forPath(path).size() < contenders + 1; ++polls) {
+      if (polls > 3000) usage("herd: waiters did not all queue within 60 s");
+      Thread.sleep(20);
+    }
+    long start = System.nanoTime();
+    holder.release();
+    for (Thread thread : threads) thread.join(120000);
+    double drainMs = (System.nanoTime() - start) / 1e6;
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("waiters", contenders);
+    fields.put("releases", contenders + 1);
+    fields.put("granted", granted.get());
+    fields.put("client_wakeups", "null");  // Curator's predecessor watcher is private
+    fields.put("drain_ms", drainMs);
+    fields.put("overlaps", overlaps.get());
+    emit(fields);
+    for (CuratorFramework client : clients) client.close();
+    observer.close();
+    deleteTree();
+  }
+}

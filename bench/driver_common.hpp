@@ -1,0 +1,163 @@
+// What every C++ benchmark driver shares: the command line (the same one the Java and Python
+// drivers accept), latency statistics, and the JSON-lines output that bench/compare parses.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+namespace bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double micros_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+struct DriverArgs {
+  std::string driver;       // "ours", "floor": goes into every output line
+  std::string connect;      // ZooKeeper connect string (possibly a proxy)
+  std::string path;         // lock path, unique per run; the driver owns everything under it
+  std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale
+  int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
+  int warmup = 100;         // untimed rounds before the timed ones
+  double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic
+  int contenders = 2;       // contended: sessions competing; herd: waiters
+  int session_timeout_ms = 10'000;
+  int trials = 3;           // loss: blackhole trials
+  std::string samples_file; // optional: every latency sample, one per line, in microseconds
+};
+
+// Parses the shared command line; exits with a message naming the bad option on error.
+inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
+  namespace po = boost::program_options;
+  DriverArgs args;
+  args.driver = std::move(driver);
+  po::options_description options("benchmark driver options");
+  options.add_options()
+      ("help", "show this help")
+      ("connect", po::value(&args.connect)->required(), "ZooKeeper connect string")
+      ("path", po::value(&args.path)->required(), "lock path (the driver owns its subtree)")
+      ("scenario", po::value(&args.scenario)->required(),
+       "uncontended | pipelined | contended | herd | loss | scale")
+      ("iterations", po::value(&args.iterations), "timed rounds, or locks for scale")
+      ("warmup", po::value(&args.warmup), "untimed rounds first")
+      ("duration", po::value(&args.duration_s), "seconds to run (contended, scale)")
+      ("contenders", po::value(&args.contenders), "sessions competing (contended), waiters (herd)")
+      ("session-timeout-ms", po::value(&args.session_timeout_ms), "requested session timeout")
+      ("trials", po::value(&args.trials), "blackhole trials (loss)")
+      ("samples", po::value(&args.samples_file), "write every latency sample (us) to this file");
+  try {
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, options), values);
+    if (values.count("help")) {
+      std::cout << options << '\n';
+      std::exit(0);
+    }
+    po::notify(values);
+  } catch (const po::error& error) {
+    std::cerr << fmt::format("{}: {}\n", argv[0], error.what()) << options << '\n';
+    std::exit(2);
+  }
+  if (args.iterations < 1 || args.warmup < 0 || args.contenders < 1 || args.duration_s <= 0 ||
+      args.session_timeout_ms < 1 || args.trials < 1) {
+    std::cerr << fmt::format("{}: --iterations, --contenders, --trials, --duration and "
+                             "--session-timeout-ms must be positive, --warmup not negative\n",
+                             argv[0]);
+    std::exit(2);
+  }
+  return args;
+}
+
+// One output line: {"driver":"floor","scenario":"uncontended",...}. Keys are plain identifiers.
+class JsonLine {
+ public:
+  JsonLine(const DriverArgs& args) {
+    add("driver", args.driver);
+    add("scenario", args.scenario);
+  }
+  JsonLine& add(std::string_view key, std::string_view value) {
+    std::string escaped;
+    for (char c : value) {
+      if (c == '"' || c == '\\') escaped += '\\';
+      if (static_cast<unsigned char>(c) < 0x20) {
+        escaped += fmt::format("\\u{:04x}", static_cast<int>(c));
+        continue;
+      }
+      escaped += c;
+    }
+    return raw(key, fmt::format("\"{}\"", escaped));
+  }
+  JsonLine& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
+  JsonLine& add(std::string_view key, double value) { return raw(key, fmt::format("{:.3f}", value)); }
+  JsonLine& add(std::string_view key, std::int64_t value) { return raw(key, fmt::format("{}", value)); }
+  JsonLine& add(std::string_view key, std::uint64_t value) { return raw(key, fmt::format("{}", value)); }
+  JsonLine& add(std::string_view key, int value) { return raw(key, fmt::format("{}", value)); }
+  JsonLine& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
+  void print() const {
+    std::fputs(fmt::format("{{{}}}\n", body_).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  JsonLine& raw(std::string_view key, std::string_view value) {
+    if (!body_.empty()) body_ += ',';
+    body_ += fmt::format("\"{}\":{}", key, value);
+    return *this;
+  }
+  std::string body_;
+};
+
+// Nearest-rank percentile of sorted samples.
+inline double percentile(const std::vector<double>& sorted, double fraction) {
+  if (sorted.empty()) return 0;
+  auto rank = static_cast<std::size_t>(fraction * static_cast<double>(sorted.size()) + 0.999999);
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+// Adds n, p50, p90, p99, min, max, mean (all microseconds) and writes the samples file if asked.
+inline void add_latency_summary(JsonLine& line, std::vector<double> samples_us,
+                                const DriverArgs& args) {
+  if (!args.samples_file.empty()) {
+    std::ofstream out(args.samples_file);
+    for (double sample : samples_us) out << fmt::format("{:.3f}\n", sample);
+  }
+  std::sort(samples_us.begin(), samples_us.end());
+  double sum = 0;
+  for (double sample : samples_us) sum += sample;
+  line.add("n", static_cast<int>(samples_us.size()))
+      .add("p50_us", percentile(samples_us, 0.50))
+      .add("p90_us", percentile(samples_us, 0.90))
+      .add("p99_us", percentile(samples_us, 0.99))
+      .add("min_us", samples_us.empty() ? 0.0 : samples_us.front())
+      .add("max_us", samples_us.empty() ? 0.0 : samples_us.back())
+      .add("mean_us", samples_us.empty() ? 0.0 : sum / static_cast<double>(samples_us.size()));
+}
+
+// Resident set size of this process, in bytes.
+inline std::int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t total_pages = 0, resident_pages = 0;
+  statm >> total_pages >> resident_pages;
+  return resident_pages * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+inline void fail(std::string_view what) {
+  std::cerr << what << '\n';
+  std::exit(1);
+}
+
+}  // namespace bench

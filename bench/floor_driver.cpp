@@ -1,0 +1,380 @@
+// The floor: the raw ZooKeeper C client doing exactly the operations a lock round needs, with no
+// recipe around it. Every other driver is judged against these numbers.
+//
+//   uncontended  create2 (ephemeral sequential) -> getChildren -> delete, each waiting for its reply
+//   pipelined    create2 and getChildren sent back to back; the delete is sent without waiting
+//   contended    N sessions queue on one path; a waiter watches its predecessor (data watch) and
+//                rereads the children when it goes: the hand-off delete -> watch fires -> getChildren
+//   herd         one holder, N waiters queued, then the whole queue drains
+//   scale        N ephemeral sequential creates pipelined on one session, under N distinct parents
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "driver_common.hpp"
+#include "raw_zk.hpp"
+
+namespace {
+
+using namespace bench;
+
+std::string created_name(const char* path) { return path ? std::string(path) : std::string(); }
+
+// True if `own` has the lowest sequence among `children`; otherwise sets `predecessor` to the child
+// just below it.
+bool lowest_or_predecessor(const std::vector<std::string>& children, std::int64_t own,
+                           std::string& predecessor) {
+  std::int64_t best = -1;
+  for (const auto& child : children) {
+    auto sequence = lock_sequence(child);
+    if (sequence && *sequence < own && *sequence > best) {
+      best = *sequence;
+      predecessor = child;
+    }
+  }
+  return best < 0;
+}
+
+std::int64_t sequence_of(const std::string& node_path) {
+  auto sequence = lock_sequence(std::string_view(node_path).substr(node_path.rfind('/') + 1));
+  if (!sequence) fail(fmt::format("created node {} has no sequence suffix", node_path));
+  return *sequence;
+}
+
+// One contender on its own session: the minimal correct lock loop over the C client.
+class FloorContender {
+ public:
+  FloorContender(const DriverArgs& args)
+      : handle_(args.connect, args.session_timeout_ms), lock_path_(args.path),
+        prefix_(lock_node_prefix(args.path)) {}
+
+  // Returns true when holding; false when `stop` became true while waiting (the node is deleted).
+  bool acquire(const std::atomic<bool>& stop) {
+    char created[512];
+    Stat stat{};
+    int rc = zoo_create2(handle_.get(), prefix_.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &stat);
+    if (rc != ZOK) fail(fmt::format("create2 {}: {}", prefix_, zerror(rc)));
+    node_ = created;
+    std::int64_t own = sequence_of(node_);
+    for (;;) {
+      std::string predecessor;
+      if (lowest_or_predecessor(handle_.children(lock_path_), own, predecessor)) return true;
+      {
+        std::lock_guard lock(mutex_);
+        woken_ = false;
+      }
+      std::string predecessor_path = lock_path_ + "/" + predecessor;
+      char data[64];
+      int length = sizeof data;
+      rc = zoo_wget(handle_.get(), predecessor_path.c_str(), &FloorContender::predecessor_watcher,
+                    this, data, &length, &stat);
+      if (rc == ZNONODE) continue;
+      if (rc != ZOK) fail(fmt::format("wget {}: {}", predecessor_path, zerror(rc)));
+      std::unique_lock lock(mutex_);
+      while (!woken_) {
+        if (stop.load()) {
+          lock.unlock();
+          release();
+          return false;
+        }
+        woken_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
+  }
+
+  void release() {
+    int rc = zoo_delete(handle_.get(), node_.c_str(), -1);
+    if (rc != ZOK) fail(fmt::format("delete {}: {}", node_, zerror(rc)));
+  }
+
+  std::uint64_t wakeups() const { return wakeups_.load(); }
+
+ private:
+  static void predecessor_watcher(zhandle_t*, int type, int, const char*, void* context) {
+    if (type != ZOO_DELETED_EVENT && type != ZOO_CHANGED_EVENT) return;  // session events too
+    auto* self = static_cast<FloorContender*>(context);
+    self->wakeups_.fetch_add(1);
+    std::lock_guard lock(self->mutex_);
+    self->woken_ = true;
+    self->woken_cv_.notify_all();
+  }
+
+  RawHandle handle_;
+  std::string lock_path_;
+  std::string prefix_;
+  std::string node_;
+  std::mutex mutex_;
+  std::condition_variable woken_cv_;
+  bool woken_ = false;
+  std::atomic<std::uint64_t> wakeups_{0};
+};
+
+void run_uncontended(const DriverArgs& args) {
+  RawHandle handle(args.connect, args.session_timeout_ms);
+  handle.ensure_path(args.path);
+  const std::string prefix = lock_node_prefix(args.path);
+  std::vector<double> samples;
+  samples.reserve(args.iterations);
+  char created[512];
+  for (int round = 0; round < args.warmup + args.iterations; ++round) {
+    auto start = Clock::now();
+    Stat stat{};
+    int rc = zoo_create2(handle.get(), prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created, &stat);
+    if (rc != ZOK) fail(fmt::format("create2 {}: {}", prefix, zerror(rc)));
+    std::string predecessor;
+    if (!lowest_or_predecessor(handle.children(args.path), sequence_of(created), predecessor))
+      fail(fmt::format("uncontended round found {} ahead of it", predecessor));
+    rc = zoo_delete(handle.get(), created, -1);
+    if (rc != ZOK) fail(fmt::format("delete {}: {}", created, zerror(rc)));
+    if (round >= args.warmup) samples.push_back(micros_between(start, Clock::now()));
+  }
+  JsonLine line(args);
+  add_latency_summary(line, std::move(samples), args);
+  line.print();
+  handle.delete_tree(args.path);
+}
+
+// State of one pipelined round, filled in by the completion thread.
+struct PipelinedRound {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  std::string node;
+  bool lowest = false;
+  int error = ZOK;
+  bool done = false;
+  std::atomic<int> deletes_outstanding{0};
+};
+
+void run_pipelined(const DriverArgs& args) {
+  RawHandle handle(args.connect, args.session_timeout_ms);
+  handle.ensure_path(args.path);
+  const std::string prefix = lock_node_prefix(args.path);
+  PipelinedRound round_state;
+  auto on_created = [](int rc, const char* value, const Stat*, const void* data) {
+    auto* state = static_cast<PipelinedRound*>(const_cast<void*>(data));
+    std::lock_guard lock(state->mutex);
+    if (rc != ZOK) state->error = rc;
+    state->node = created_name(value);
+  };
+  // Replies come in request order, so the create's reply is already in when this runs.
+  auto on_children = [](int rc, const String_vector* names, const void* data) {
+    auto* state = static_cast<PipelinedRound*>(const_cast<void*>(data));
+    std::lock_guard lock(state->mutex);
+    if (rc != ZOK && state->error == ZOK) state->error = rc;
+    if (state->error == ZOK) {
+      std::vector<std::string> children(names->data, names->data + names->count);
+      std::string predecessor;
+      state->lowest = lowest_or_predecessor(children, sequence_of(state->node), predecessor);
+    }
+    state->done = true;
+    state->done_cv.notify_all();
+  };
+  auto on_deleted = [](int rc, const void* data) {
+    auto* state = static_cast<PipelinedRound*>(const_cast<void*>(data));
+    if (rc != ZOK) fail(fmt::format("delete: {}", zerror(rc)));
+    state->deletes_outstanding.fetch_sub(1);
+  };
+  std::vector<double> samples;
+  samples.reserve(args.iterations);
+  for (int round = 0; round < args.warmup + args.iterations; ++round) {
+    auto start = Clock::now();
+    {
+      std::lock_guard lock(round_state.mutex);
+      round_state.done = false;
+      round_state.error = ZOK;
+    }
+    zoo_acreate2(handle.get(), prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                 ZOO_EPHEMERAL_SEQUENTIAL, on_created, &round_state);
+    zoo_aget_children(handle.get(), args.path.c_str(), 0, on_children, &round_state);
+    std::string node;
+    {
+      std::unique_lock lock(round_state.mutex);
+      if (!round_state.done_cv.wait_for(lock, std::chrono::seconds(30),
+                                        [&] { return round_state.done; }))
+        fail("pipelined round: no reply within 30 s");
+      if (round_state.error != ZOK) fail(fmt::format("pipelined round: {}", zerror(round_state.error)));
+      if (!round_state.lowest) fail("pipelined uncontended round found a node ahead of it");
+      node = round_state.node;
+    }
+    round_state.deletes_outstanding.fetch_add(1);
+    zoo_adelete(handle.get(), node.c_str(), -1, on_deleted, &round_state);
+    if (round >= args.warmup) samples.push_back(micros_between(start, Clock::now()));
+  }
+  for (int spins = 0; round_state.deletes_outstanding.load() > 0 && spins < 30'000; ++spins)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  JsonLine line(args);
+  add_latency_summary(line, std::move(samples), args);
+  line.print();
+  handle.delete_tree(args.path);
+}
+
+void run_contended(const DriverArgs& args) {
+  {
+    RawHandle setup(args.connect, args.session_timeout_ms);
+    setup.ensure_path(args.path);
+  }
+  std::vector<std::unique_ptr<FloorContender>> contenders;
+  for (int i = 0; i < args.contenders; ++i)
+    contenders.push_back(std::make_unique<FloorContender>(args));
+  std::atomic<bool> stop{false};
+  std::atomic<int> inside{0};
+  std::atomic<std::uint64_t> overlaps{0}, acquisitions{0};
+  // Warm-up: every contender takes the lock a few times before the clock starts.
+  for (int round = 0; round < std::max(1, args.warmup / args.contenders); ++round)
+    for (auto& contender : contenders) {
+      contender->acquire(stop);
+      contender->release();
+    }
+  std::vector<std::thread> threads;
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration<double>(args.duration_s);
+  for (auto& contender : contenders) {
+    threads.emplace_back([&, raw = contender.get()] {
+      while (Clock::now() < deadline) {
+        if (!raw->acquire(stop)) break;
+        if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+        inside.fetch_sub(1);
+        raw->release();
+        if (Clock::now() <= deadline) acquisitions.fetch_add(1);
+      }
+    });
+  }
+  std::this_thread::sleep_until(deadline);
+  stop.store(true);
+  for (auto& thread : threads) thread.join();
+  double elapsed = std::chrono::duration<double>(deadline - start).count();
+  JsonLine line(args);
+  line.add("contenders", args.contenders)
+      .add("acquisitions", acquisitions.load())
+      .add("duration_s", elapsed)
+      .add("throughput_per_s", static_cast<double>(acquisitions.load()) / elapsed)
+      .add("overlaps", overlaps.load())
+      .print();
+  contenders.clear();
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
+void run_herd(const DriverArgs& args) {
+  RawHandle observer(args.connect, args.session_timeout_ms);
+  observer.ensure_path(args.path);
+  std::atomic<bool> never{false};
+  FloorContender holder(args);
+  holder.acquire(never);
+  std::vector<std::unique_ptr<FloorContender>> waiters;
+  for (int i = 0; i < args.contenders; ++i) waiters.push_back(std::make_unique<FloorContender>(args));
+  std::atomic<int> inside{0};
+  std::atomic<std::uint64_t> overlaps{0}, granted{0};
+  std::vector<std::thread> threads;
+  for (auto& waiter : waiters) {
+    threads.emplace_back([&, raw = waiter.get()] {
+      if (!raw->acquire(never)) return;
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      inside.fetch_sub(1);
+      granted.fetch_add(1);
+      raw->release();
+    });
+  }
+  // The holder releases only once every waiter is queued.
+  for (int polls = 0; observer.children(args.path).size() < waiters.size() + 1; ++polls) {
+    if (polls > 3000) fail("herd: waiters did not all queue within 60 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto start = Clock::now();
+  holder.release();
+  for (auto& thread : threads) thread.join();
+  double drain_ms = micros_between(start, Clock::now()) / 1000;
+  std::uint64_t wakeups = 0;
+  for (auto& waiter : waiters) wakeups += waiter->wakeups();
+  JsonLine line(args);
+  line.add("waiters", args.contenders)
+      .add("releases", static_cast<int>(args.contenders) + 1)
+      .add("granted", granted.load())
+      .add("client_wakeups", wakeups)
+      .add("drain_ms", drain_ms)
+      .add("overlaps", overlaps.load())
+      .print();
+  waiters.clear();
+  observer.delete_tree(args.path);
+}
+
+struct ScaleProgress {
+  std::atomic<int> outstanding{0};
+  std::atomic<int> errors{0};
+};
+
+void run_scale(const DriverArgs& args) {
+  RawHandle handle(args.connect, args.session_timeout_ms);
+  handle.ensure_path(args.path);
+  ScaleProgress progress;
+  auto on_done = [](int rc, const char*, const void* data) {
+    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
+    if (rc != ZOK && rc != ZNODEEXISTS) state->errors.fetch_add(1);
+    state->outstanding.fetch_sub(1);
+  };
+  auto on_created = [](int rc, const char*, const Stat*, const void* data) {
+    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
+    if (rc != ZOK) state->errors.fetch_add(1);
+    state->outstanding.fetch_sub(1);
+  };
+  auto wait_all = [&](const char* what) {
+    for (int spins = 0; progress.outstanding.load() > 0; ++spins) {
+      if (spins > 120'000) fail(fmt::format("scale: {} not done within 120 s", what));
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    if (progress.errors.load() != 0) fail(fmt::format("scale: {} failed {} times", what, progress.errors.load()));
+  };
+  // One parent per lock, made before the clock starts (the library driver does the same).
+  for (int i = 0; i < args.iterations; ++i) {
+    std::string parent = fmt::format("{}/l{:05}", args.path, i);
+    progress.outstanding.fetch_add(1);
+    zoo_acreate(handle.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, on_done,
+                &progress);
+  }
+  wait_all("parent creates");
+  std::vector<std::string> prefixes;
+  for (int i = 0; i < args.iterations; ++i)
+    prefixes.push_back(lock_node_prefix(fmt::format("{}/l{:05}", args.path, i)));
+  auto rss_before = resident_bytes();
+  auto start = Clock::now();
+  for (const auto& prefix : prefixes) {
+    progress.outstanding.fetch_add(1);
+    zoo_acreate2(handle.get(), prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                 ZOO_EPHEMERAL_SEQUENTIAL, on_created, &progress);
+  }
+  wait_all("lock creates");
+  double elapsed_ms = micros_between(start, Clock::now()) / 1000;
+  JsonLine line(args);
+  line.add("locks", args.iterations)
+      .add("time_ms", elapsed_ms)
+      .add("rss_per_lock_bytes",
+           static_cast<double>(resident_bytes() - rss_before) / args.iterations)
+      .print();
+  handle.close();  // the ephemeral nodes go with the session
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = parse_driver_args("floor", argc, argv);
+  try {
+    if (args.scenario == "uncontended") run_uncontended(args);
+    else if (args.scenario == "pipelined") run_pipelined(args);
+    else if (args.scenario == "contended") run_contended(args);
+    else if (args.scenario == "herd") run_herd(args);
+    else if (args.scenario == "scale") run_scale(args);
+    else fail(fmt::format("floor driver: unknown scenario '{}'", args.scenario));
+  } catch (const std::exception& error) {
+    fail(fmt::format("floor driver: {}", error.what()));
+  }
+  return 0;
+}

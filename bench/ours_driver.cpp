@@ -1,0 +1,321 @@
+// Benchmark driver for this library's zkr::Lock. Same command line and output as the other drivers
+// (driver_common.hpp), plus two scenarios only this library has an answer for:
+//
+//   uncontended  acquire() + release() on one session
+//   contended    N sessions, one thread each, acquire/release in a loop
+//   herd         one holder, N waiters queued, then the whole queue drains; counts watch events
+//   loss         the holder's link is blackholed (testenv's Proxy, in process); measures how long
+//                before the server could expire the session the holder is told "lost"
+//   scale        N locks on N paths taken on one session with async_acquire; time, memory per
+//                held lock, and the session's requests while holding them
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
+#include <zkr/error.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/session.hpp>
+
+#include "driver_common.hpp"
+#include "raw_zk.hpp"
+#include "testenv.hpp"
+
+namespace {
+
+using namespace bench;
+using namespace std::chrono_literals;
+
+zkr::SessionOptions session_options(const DriverArgs& args, const std::string& servers) {
+  zkr::SessionOptions options;
+  options.servers = servers;
+  options.session_timeout = std::chrono::milliseconds(args.session_timeout_ms);
+  options.connect_timeout = 20s;
+  return options;
+}
+
+void run_uncontended(const DriverArgs& args) {
+  zkr::Session session(session_options(args, args.connect));
+  zkr::Lock lock(session, args.path);
+  std::vector<double> samples;
+  samples.reserve(args.iterations);
+  for (int round = 0; round < args.warmup + args.iterations; ++round) {
+    auto start = Clock::now();
+    zkr::HeldLock held = lock.acquire();
+    held.release();
+    if (round >= args.warmup) samples.push_back(micros_between(start, Clock::now()));
+  }
+  auto metrics = session.metrics();
+  JsonLine line(args);
+  add_latency_summary(line, std::move(samples), args);
+  line.add("requests_sent", metrics.requests_sent).print();
+  session.close();
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
+void run_contended(const DriverArgs& args) {
+  std::vector<std::unique_ptr<zkr::Session>> sessions;
+  std::vector<std::unique_ptr<zkr::Lock>> locks;
+  for (int i = 0; i < args.contenders; ++i) {
+    sessions.push_back(std::make_unique<zkr::Session>(session_options(args, args.connect)));
+    locks.push_back(std::make_unique<zkr::Lock>(*sessions.back(), args.path));
+  }
+  for (int round = 0; round < std::max(1, args.warmup / args.contenders); ++round)
+    for (auto& lock : locks) lock->acquire().release();
+  std::stop_source stop;
+  std::atomic<int> inside{0};
+  std::atomic<std::uint64_t> overlaps{0}, acquisitions{0};
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration<double>(args.duration_s);
+  std::vector<std::thread> threads;
+  for (auto& lock : locks) {
+    threads.emplace_back([&, raw = lock.get()] {
+      while (Clock::now() < deadline) {
+        std::error_code ec;
+        auto held = raw->try_acquire_for(std::chrono::hours(1), stop.get_token(), ec);
+        if (!held) break;  // cancelled at the deadline
+        if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+        inside.fetch_sub(1);
+        held->release();
+        if (Clock::now() <= deadline) acquisitions.fetch_add(1);
+      }
+    });
+  }
+  std::this_thread::sleep_until(deadline);
+  stop.request_stop();
+  for (auto& thread : threads) thread.join();
+  double elapsed = std::chrono::duration<double>(deadline - start).count();
+  JsonLine line(args);
+  line.add("contenders", args.contenders)
+      .add("acquisitions", acquisitions.load())
+      .add("duration_s", elapsed)
+      .add("throughput_per_s", static_cast<double>(acquisitions.load()) / elapsed)
+      .add("overlaps", overlaps.load())
+      .print();
+  locks.clear();
+  sessions.clear();
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
+void run_herd(const DriverArgs& args) {
+  RawHandle observer(args.connect, args.session_timeout_ms);
+  zkr::Session holder_session(session_options(args, args.connect));
+  zkr::Lock holder_lock(holder_session, args.path);
+  zkr::HeldLock holder = holder_lock.acquire();
+  std::vector<std::unique_ptr<zkr::Session>> sessions;
+  std::vector<std::unique_ptr<zkr::Lock>> locks;
+  for (int i = 0; i < args.contenders; ++i) {
+    sessions.push_back(std::make_unique<zkr::Session>(session_options(args, args.connect)));
+    locks.push_back(std::make_unique<zkr::Lock>(*sessions.back(), args.path));
+  }
+  std::atomic<int> inside{0};
+  std::atomic<std::uint64_t> overlaps{0}, granted{0};
+  std::vector<std::thread> threads;
+  for (auto& lock : locks) {
+    threads.emplace_back([&, raw = lock.get()] {
+      std::error_code ec;
+      auto held = raw->try_acquire_for(120s, {}, ec);
+      if (!held) return;
+      granted.fetch_add(1);
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      inside.fetch_sub(1);
+      held->release();
+    });
+  }
+  for (int polls = 0; observer.children(args.path).size() < locks.size() + 1; ++polls) {
+    if (polls > 3000) fail("herd: waiters did not all queue within 60 s");
+    std::this_thread::sleep_for(20ms);
+  }
+  std::uint64_t watch_events_before = 0;
+  for (auto& session : sessions) watch_events_before += session->metrics().wakeups;
+  auto start = Clock::now();
+  holder.release();
+  for (auto& thread : threads) thread.join();
+  double drain_ms = micros_between(start, Clock::now()) / 1000;
+  std::uint64_t watch_events = 0;
+  for (auto& session : sessions) watch_events += session->metrics().wakeups;
+  JsonLine line(args);
+  line.add("waiters", args.contenders)
+      .add("releases", args.contenders + 1)
+      .add("granted", granted.load())
+      .add("client_wakeups", watch_events - watch_events_before)
+      .add("drain_ms", drain_ms)
+      .add("overlaps", overlaps.load())
+      .print();
+  locks.clear();
+  sessions.clear();
+  observer.delete_tree(args.path);
+}
+
+// Records when a watched node is deleted, as seen by an observer session that is not cut off.
+struct DeletionWatch {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::optional<Clock::time_point> deleted_at;
+
+  static void watcher(zhandle_t*, int type, int, const char*, void* context) {
+    if (type != ZOO_DELETED_EVENT) return;
+    auto* self = static_cast<DeletionWatch*>(context);
+    std::lock_guard lock(self->mutex);
+    self->deleted_at = Clock::now();
+    self->changed.notify_all();
+  }
+};
+
+void run_loss(const DriverArgs& args) {
+  if (args.connect.find(',') != std::string::npos)
+    fail("loss: --connect must name one server (the proxy sits in front of it)");
+  RawHandle observer(args.connect, args.session_timeout_ms);
+  std::vector<double> lead_vs_earliest_expiry_ms, lead_vs_server_delete_ms;
+  int negotiated_ms = 0, lead_time_ms = 0;
+  for (int trial = 0; trial < args.trials; ++trial) {
+    zkr::testenv::Proxy proxy(args.connect);
+    std::optional<Clock::time_point> lost_at;
+    std::mutex mutex;
+    std::condition_variable changed;
+    DeletionWatch deletion;
+    {
+      zkr::Session session(session_options(args, proxy.address()));
+      negotiated_ms = static_cast<int>(session.negotiated_timeout().count());
+      lead_time_ms = static_cast<int>(session.lead_time().count());
+      zkr::Lock lock(session, args.path);
+      zkr::HeldLock held = lock.acquire();
+      held.on_lost([&](zkr::LossReason) {
+        std::lock_guard guard(mutex);
+        lost_at = Clock::now();
+        changed.notify_all();
+      });
+      Stat stat{};
+      int rc = zoo_wexists(observer.get(), held.node_path().c_str(), &DeletionWatch::watcher,
+                           &deletion, &stat);
+      if (rc != ZOK) fail(fmt::format("loss: exists {}: {}", held.node_path(), zerror(rc)));
+      // An acknowledged request right before the cut: the server heard from this session at or
+      // after `heard_from`, so it cannot expire the session before heard_from + timeout.
+      std::this_thread::sleep_for(200ms);
+      auto heard_from = Clock::now();
+      (void)lock.contenders();
+      proxy.blackhole();
+      auto limit = std::chrono::milliseconds(3 * negotiated_ms + 5000);
+      {
+        std::unique_lock guard(mutex);
+        if (!changed.wait_for(guard, limit, [&] { return lost_at.has_value(); }))
+          fail(fmt::format("loss: holder not told lost within {} ms", limit.count()));
+      }
+      {
+        std::unique_lock guard(deletion.mutex);
+        if (!deletion.changed.wait_for(guard, limit, [&] { return deletion.deleted_at.has_value(); }))
+          fail(fmt::format("loss: server did not delete the holder's node within {} ms", limit.count()));
+      }
+      auto earliest_expiry = heard_from + std::chrono::milliseconds(negotiated_ms);
+      lead_vs_earliest_expiry_ms.push_back(micros_between(*lost_at, earliest_expiry) / 1000);
+      lead_vs_server_delete_ms.push_back(micros_between(*lost_at, *deletion.deleted_at) / 1000);
+      proxy.pass();
+    }
+  }
+  std::sort(lead_vs_earliest_expiry_ms.begin(), lead_vs_earliest_expiry_ms.end());
+  std::sort(lead_vs_server_delete_ms.begin(), lead_vs_server_delete_ms.end());
+  bool all_positive = lead_vs_earliest_expiry_ms.front() > 0 && lead_vs_server_delete_ms.front() > 0;
+  JsonLine line(args);
+  line.add("trials", args.trials)
+      .add("negotiated_timeout_ms", negotiated_ms)
+      .add("configured_lead_ms", lead_time_ms)
+      .add("lead_vs_earliest_expiry_min_ms", lead_vs_earliest_expiry_ms.front())
+      .add("lead_vs_earliest_expiry_median_ms", percentile(lead_vs_earliest_expiry_ms, 0.5))
+      .add("lead_vs_server_delete_min_ms", lead_vs_server_delete_ms.front())
+      .add("lead_vs_server_delete_median_ms", percentile(lead_vs_server_delete_ms, 0.5))
+      .add("all_positive", all_positive)
+      .print();
+  observer.delete_tree(args.path);
+}
+
+void run_scale(const DriverArgs& args) {
+  RawHandle setup(args.connect, args.session_timeout_ms);
+  setup.ensure_path(args.path);
+  {
+    // One parent per lock, made before the clock starts (the floor driver does the same).
+    std::atomic<int> outstanding{0};
+    for (int i = 0; i < args.iterations; ++i) {
+      std::string parent = fmt::format("{}/l{:05}", args.path, i);
+      outstanding.fetch_add(1);
+      zoo_acreate(setup.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                  [](int, const char*, const void* data) {
+                    static_cast<std::atomic<int>*>(const_cast<void*>(data))->fetch_sub(1);
+                  },
+                  &outstanding);
+    }
+    for (int spins = 0; outstanding.load() > 0 && spins < 120'000; ++spins)
+      std::this_thread::sleep_for(1ms);
+  }
+  zkr::Session session(session_options(args, args.connect));
+  auto rss_before = resident_bytes();
+  std::vector<std::unique_ptr<zkr::Lock>> locks;
+  locks.reserve(args.iterations);
+  for (int i = 0; i < args.iterations; ++i)
+    locks.push_back(std::make_unique<zkr::Lock>(session, fmt::format("{}/l{:05}", args.path, i)));
+  std::vector<zkr::HeldLock> held(args.iterations);
+  std::mutex mutex;
+  std::condition_variable all_done;
+  int completed = 0, failures = 0;
+  std::string first_error;
+  auto start = Clock::now();
+  for (int i = 0; i < args.iterations; ++i) {
+    locks[i]->async_acquire(std::chrono::nanoseconds(-1), [&, i](std::error_code ec, zkr::HeldLock lock) {
+      std::lock_guard guard(mutex);
+      if (ec) {
+        if (failures++ == 0) first_error = ec.message();
+      } else {
+        held[i] = std::move(lock);
+      }
+      if (++completed == args.iterations) all_done.notify_all();
+    });
+  }
+  {
+    std::unique_lock guard(mutex);
+    if (!all_done.wait_for(guard, 120s, [&] { return completed == args.iterations; }))
+      fail(fmt::format("scale: {} of {} acquisitions done within 120 s", completed, args.iterations));
+  }
+  double elapsed_ms = micros_between(start, Clock::now()) / 1000;
+  if (failures > 0) fail(fmt::format("scale: {} acquisitions failed, first: {}", failures, first_error));
+  auto rss_per_lock = static_cast<double>(resident_bytes() - rss_before) / args.iterations;
+  // Traffic while holding: only the session's heartbeat should go out, nothing per lock.
+  auto before = session.metrics();
+  std::this_thread::sleep_for(std::chrono::duration<double>(args.duration_s));
+  auto after = session.metrics();
+  JsonLine line(args);
+  line.add("locks", args.iterations)
+      .add("time_ms", elapsed_ms)
+      .add("rss_per_lock_bytes", rss_per_lock)
+      .add("hold_seconds", args.duration_s)
+      .add("requests_while_holding", after.requests_sent - before.requests_sent)
+      .add("heartbeats_while_holding", after.heartbeats_sent - before.heartbeats_sent)
+      .add("negotiated_timeout_ms", static_cast<int>(session.negotiated_timeout().count()))
+      .print();
+  for (auto& lock : held) lock.release();
+  held.clear();
+  locks.clear();
+  session.close();
+  setup.delete_tree(args.path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = parse_driver_args("ours", argc, argv);
+  try {
+    if (args.scenario == "uncontended") run_uncontended(args);
+    else if (args.scenario == "contended") run_contended(args);
+    else if (args.scenario == "herd") run_herd(args);
+    else if (args.scenario == "loss") run_loss(args);
+    else if (args.scenario == "scale") run_scale(args);
+    else fail(fmt::format("ours driver: unknown scenario '{}'", args.scenario));
+  } catch (const std::exception& error) {
+    fail(fmt::format("ours driver: {}", error.what()));
+  }
+  return 0;
+}
