@@ -1,0 +1,245 @@
+// The lock under faults: lost replies, connection loss, frozen and killed holders, expiry,
+// blackholed links and a killed ensemble leader. Real servers, real processes.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <zkr/error.hpp>
+#include <zkr/fence.hpp>
+#include <zkr/lock.hpp>
+
+#include "test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class LockFaultTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+
+  std::vector<std::string> nodes() { return raw.children(path); }
+
+  std::unique_ptr<testenv::Process> start_holder(const std::string& connect, int session_ms) {
+    auto holder = std::make_unique<testenv::Process>(
+        std::vector<std::string>{ZKR_TEST_HOLDER, connect, path, std::to_string(session_ms)},
+        [] {
+          testenv::Process::Options options;
+          options.pipe_stdin = true;
+          return options;
+        }());
+    return holder;
+  }
+};
+
+std::int64_t token_of(const std::string& line) { return std::stoll(line.substr(line.find(' ') + 1)); }
+
+TEST_F(LockFaultTest, LostCreateReplyFindsTheNodeByGuidAndLeavesNoOrphan) {
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), 8000ms));
+  Lock lock(session, path);
+  RawClient setup(servers);
+  setup.create("/zkr-test");
+  ASSERT_EQ(setup.create(path, {}, ZOO_CONTAINER), ZOK);  // so that the first create is the lock node's
+  proxy.drop_next_reply();
+  auto held = lock.try_acquire_for(testenv::scaled(15s));
+  ASSERT_TRUE(held);
+  EXPECT_EQ(proxy.dropped_replies(), 1);
+  auto children = nodes();
+  ASSERT_EQ(children.size(), 1u) << "an orphaned node was left behind";
+  EXPECT_EQ(path + "/" + children[0], held->node_path());
+  EXPECT_EQ(held->token().value(), raw.stat(held->node_path()).czxid);
+  EXPECT_EQ(session.metrics().sessions_lost, 0u);
+  held->release();
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+TEST_F(LockFaultTest, ReleaseDuringConnectionLossCompletesAfterReconnect) {
+  testenv::Proxy proxy(servers);
+  Session holder(session_options(proxy.address(), 8000ms));
+  Session waiter(session_options(servers));
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return holder.state() == SessionState::suspended; }));
+  held.release();  // cannot reach the server now
+  EXPECT_EQ(nodes().size(), 1u);
+  proxy.reset();
+  auto next = waiter_lock.try_acquire_for(testenv::scaled(10s));
+  ASSERT_TRUE(next);
+  EXPECT_GT(next->token(), held.token());
+  EXPECT_EQ(holder.metrics().sessions_lost, 0u);  // the same session finished the release
+}
+
+TEST_F(LockFaultTest, KilledHolderProcessIsSucceededWithALargerToken) {
+  auto holder = start_holder(servers, 2000);
+  auto acquired = holder->wait_for_line("ACQUIRED", testenv::scaled(15s));
+  ASSERT_TRUE(acquired);
+  Session waiter(session_options(servers));
+  Lock lock(waiter, path);
+  holder->signal(SIGKILL);
+  auto held = lock.try_acquire_for(testenv::scaled(15s));
+  ASSERT_TRUE(held);
+  EXPECT_GT(held->token().value(), token_of(*acquired));
+}
+
+TEST_F(LockFaultTest, FrozenHolderIsToldLostOnThawAndItsLateWritesAreRefused) {
+  constexpr int kSessionMs = 2000;
+  auto holder = start_holder(servers, kSessionMs);
+  auto acquired = holder->wait_for_line("ACQUIRED", testenv::scaled(15s));
+  ASSERT_TRUE(acquired);
+  FenceGate resource;
+  const FencingToken old_token(token_of(*acquired));
+  ASSERT_TRUE(resource.admit("data", old_token));
+
+  holder->freeze();
+  Session waiter(session_options(servers));
+  Lock lock(waiter, path);
+  auto held = lock.try_acquire_for(testenv::scaled(20s));  // the server expires the frozen session
+  ASSERT_TRUE(held);
+  EXPECT_GT(held->token(), old_token);
+  ASSERT_TRUE(resource.admit("data", held->token()));
+
+  holder->thaw();
+  // Whatever the old holder still writes carries its old token and is refused; it then says LOST.
+  int refused = 0;
+  std::optional<std::string> lost;
+  for (int i = 0; i < 200 && !lost; ++i) {
+    auto line = holder->read_line(testenv::scaled(5s));
+    ASSERT_TRUE(line) << "the thawed holder went silent";
+    if (line->starts_with("WRITE")) {
+      EXPECT_FALSE(resource.admit("data", FencingToken(token_of(*line))));
+      ++refused;
+    } else if (line->starts_with("LOST")) {
+      lost = line;
+    }
+  }
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(resource.highest("data"), held->token());
+  holder->close_stdin();
+  EXPECT_TRUE(holder->wait(testenv::scaled(10s)));
+}
+
+TEST_F(LockFaultTest, BlackholedHolderIsToldLostBeforeAnyoneElseIsGranted) {
+  testenv::Proxy proxy(servers);
+  Session holder(session_options(proxy.address(), 3000ms));
+  Session waiter(session_options(servers));
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  std::atomic<std::int64_t> lost_at{0}, granted_at{0};
+  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  held.on_lost([&](LossReason) { lost_at = now_ns(); });
+  std::promise<HeldLock> next;
+  waiter_lock.async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    granted_at = now_ns();
+    EXPECT_FALSE(ec);
+    next.set_value(std::move(lock));
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  proxy.blackhole();
+  auto future = next.get_future();
+  ASSERT_EQ(future.wait_for(testenv::scaled(30s)), std::future_status::ready);
+  ASSERT_NE(lost_at.load(), 0);
+  EXPECT_LT(lost_at.load(), granted_at.load());
+  EXPECT_GT(future.get().token(), held.token());
+}
+
+TEST_F(LockFaultTest, ServerSideExpiryTellsTheHolderAndTheWaiterAcquires) {
+  testenv::Proxy proxy(servers);
+  Session holder(session_options(proxy.address(), 10000ms));
+  Session waiter(session_options(servers));
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  auto id = holder.core()->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  auto next = waiter_lock.try_acquire_for(testenv::scaled(10s));
+  ASSERT_TRUE(next);
+  EXPECT_GT(next->token(), held.token());
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return held.lost(); }));
+  EXPECT_EQ(held.loss_reason(), LossReason::session_lost);
+}
+
+TEST_F(LockFaultTest, WaiterOfAnExpiredSessionQueuesAgainAndNobodyAcquiresEarly) {
+  testenv::Proxy proxy(servers);
+  Session holder(session_options(servers)), expiring(session_options(proxy.address(), 10000ms)),
+      last(session_options(servers));
+  Lock holder_lock(holder, path), expiring_lock(expiring, path), last_lock(last, path);
+  HeldLock held = holder_lock.acquire();
+  std::promise<HeldLock> expiring_grant, last_grant;
+  expiring_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { expiring_grant.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  last_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { last_grant.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  auto id = expiring.core()->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  // The last waiter's predecessor vanished: it re-watches the holder and must not acquire early.
+  auto last_future = last_grant.get_future();
+  EXPECT_EQ(last_future.wait_for(500ms), std::future_status::timeout);
+  proxy.reset();
+  held.release();
+  ASSERT_EQ(last_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  auto last_held = last_future.get();
+  last_held.release();
+  auto expiring_future = expiring_grant.get_future();  // re-queued on its new session
+  ASSERT_EQ(expiring_future.wait_for(testenv::scaled(15s)), std::future_status::ready);
+  EXPECT_GT(expiring_future.get().token(), last_held.token());
+}
+
+TEST(LockEnsembleTest, LeaderKilledDuringContentionNeverDoubleGrants) {
+  testenv::Cluster cluster({.servers = 3});
+  const std::string path = testenv::unique_path();
+  constexpr int kClients = 3;
+  FenceGate resource;
+  std::atomic<int> inside{0}, overlaps{0}, grants{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  std::mutex tokens_mutex;
+  std::vector<std::int64_t> tokens;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      Session session(session_options(cluster.connect_string(), 6000ms));
+      Lock lock(session, path);
+      const auto end = std::chrono::steady_clock::now() + testenv::scaled(60s);
+      while (!stop && std::chrono::steady_clock::now() < end) {
+        std::error_code ec;
+        auto held = lock.try_acquire_for(testenv::scaled(5s), {}, ec);
+        if (!held) continue;
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        EXPECT_TRUE(held->lost() || resource.admit("x", held->token()));
+        {
+          std::lock_guard guard(tokens_mutex);
+          tokens.push_back(held->token().value());
+        }
+        ++grants;
+        std::this_thread::sleep_for(5ms);
+        inside.fetch_sub(1);
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return grants.load() >= 20; }, testenv::scaled(30s)));
+  const int leader = cluster.leader();
+  ASSERT_GE(leader, 0);
+  const int before_kill = grants.load();
+  cluster.kill(leader);
+  ASSERT_TRUE(eventually([&] { return grants.load() >= before_kill + 20; }, testenv::scaled(45s)));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(resource.refused(), 0u);
+  std::lock_guard guard(tokens_mutex);
+  EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+  EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end());
+  // Tokens after the leader change carry a newer epoch.
+  EXPECT_GT(static_cast<std::uint32_t>(tokens.back() >> 32), static_cast<std::uint32_t>(tokens.front() >> 32));
+}
+
+}  // namespace
+}  // namespace zkr::test

@@ -1,0 +1,291 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <zkr/error.hpp>
+#include <zkr/fence.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
+
+#include "test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class LockTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+
+  std::vector<std::string> nodes() { return raw.children(path); }
+};
+
+TEST_F(LockTest, OneHolderAmongTwoClientsAndTokensGrow) {
+  Session a(session_options(servers)), b(session_options(servers));
+  Lock lock_a(a, path), lock_b(b, path);
+  HeldLock held = lock_a.acquire();
+  EXPECT_TRUE(held);
+  EXPECT_FALSE(lock_b.try_acquire());
+  EXPECT_FALSE(lock_b.try_acquire_for(200ms));
+  const FencingToken first = held.token();
+  held.release();
+  auto second = lock_b.try_acquire_for(testenv::scaled(5s));
+  ASSERT_TRUE(second);
+  EXPECT_GT(second->token(), first);
+  EXPECT_EQ(second->session_id(), b.id());
+  second->release();
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+TEST_F(LockTest, TokenIsTheCzxidTheServerReports) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  Stat stat = raw.stat(held.node_path());
+  EXPECT_EQ(held.token().value(), stat.czxid);
+  EXPECT_EQ(stat.ephemeralOwner, session.id());
+  EXPECT_NE(held.node_path().find("/_c_"), std::string::npos);
+  EXPECT_NE(held.node_path().find("-lock-"), std::string::npos);
+}
+
+TEST_F(LockTest, FiveContendersAcquireInQueueOrder) {
+  constexpr int kContenders = 5;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kContenders; ++i) {
+    sessions.push_back(std::make_unique<Session>(session_options(servers)));
+    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
+  }
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<HeldLock> held(kContenders);
+  for (int i = 0; i < kContenders; ++i) {
+    locks[i]->async_acquire(-1ns, [&, i](std::error_code ec, HeldLock lock) {
+      ASSERT_FALSE(ec) << ec.message();
+      std::lock_guard guard(mutex);
+      order.push_back(i);
+      held[i] = std::move(lock);
+    });
+    // Queue position is creation order: let each node exist before the next contender starts.
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
+  }
+  for (int i = 0; i < kContenders; ++i) {
+    ASSERT_TRUE(eventually([&] {
+      std::lock_guard guard(mutex);
+      return order.size() == static_cast<std::size_t>(i + 1);
+    }));
+    std::lock_guard guard(mutex);
+    held[order.back()].release();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST_F(LockTest, OneReleaseWakesExactlyOneOfFiftyWaiters) {
+  constexpr int kWaiters = 50;
+  Session holder_session(session_options(servers)), waiter_session(session_options(servers));
+  Lock holder_lock(holder_session, path);
+  HeldLock held = holder_lock.acquire();
+  std::vector<std::unique_ptr<Lock>> locks;
+  std::atomic<int> granted{0};
+  std::vector<HeldLock> grants(kWaiters);
+  std::mutex mutex;
+  for (int i = 0; i < kWaiters; ++i) {
+    locks.push_back(std::make_unique<Lock>(waiter_session, path));
+    locks.back()->async_acquire(-1ns, [&, i](std::error_code ec, HeldLock lock) {
+      if (ec) return;  // session_closed for those still waiting when the test ends
+      std::lock_guard guard(mutex);
+      grants[i] = std::move(lock);
+      ++granted;
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return nodes().size() == kWaiters + 1; }));
+  // Every waiter has its watch set once each has listed the children and asked for its blocker.
+  ASSERT_TRUE(eventually([&] { return waiter_session.metrics().requests_sent >= 3 * kWaiters; }));
+  std::this_thread::sleep_for(200ms);
+  const auto before = waiter_session.metrics().wakeups;
+  held.release();
+  ASSERT_TRUE(eventually([&] { return granted.load() == 1; }));
+  std::this_thread::sleep_for(testenv::scaled(500ms));
+  EXPECT_EQ(waiter_session.metrics().wakeups - before, 1u);
+  EXPECT_EQ(granted.load(), 1);
+  waiter_session.close();  // before the state the callbacks use goes away
+}
+
+TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {
+  Session a(session_options(servers)), b(session_options(servers));
+  Lock lock_a(a, path), lock_b(b, path);
+  HeldLock held = lock_a.acquire();
+
+  std::error_code ec;
+  auto none = lock_b.try_acquire_for(300ms, {}, ec);
+  EXPECT_FALSE(none);
+  EXPECT_EQ(ec, errc::timed_out);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+
+  std::stop_source stop;
+  auto waiter = std::async(std::launch::async, [&] { return lock_b.try_acquire_for(60s, stop.get_token(), ec); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  stop.request_stop();
+  EXPECT_FALSE(waiter.get());
+  EXPECT_EQ(ec, errc::cancelled);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+
+  std::stop_source stop_forever;
+  auto blocking = std::async(std::launch::async, [&] { return lock_b.acquire(stop_forever.get_token()); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  stop_forever.request_stop();
+  try {
+    blocking.get();
+    FAIL() << "acquire should have thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::cancelled);
+    EXPECT_EQ(e.path(), path);
+  }
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+
+  auto nonblocking = lock_b.try_acquire_for(0ms, {}, ec);
+  EXPECT_EQ(ec, errc::would_block);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+}
+
+TEST_F(LockTest, ManyLocksOnOneSession) {
+  Session session(session_options(servers));
+  std::vector<HeldLock> held;
+  for (int i = 0; i < 20; ++i) {
+    Lock lock(session, fmt::format("{}/l{}", path, i));
+    held.push_back(lock.acquire());
+  }
+  std::vector<FencingToken> tokens;
+  for (auto& h : held) tokens.push_back(h.token());
+  EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+  EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end());
+  held.clear();
+  EXPECT_TRUE(eventually([&] {
+    for (int i = 0; i < 20; ++i)
+      if (!raw.children(fmt::format("{}/l{}", path, i)).empty()) return false;
+    return true;
+  }));
+}
+
+TEST_F(LockTest, ReleaseIsIdempotentAndLossIsNotRelease) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  held.release();
+  held.release();
+  EXPECT_FALSE(held.lost());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  HeldLock moved = lock.acquire();
+  HeldLock target = std::move(moved);
+  EXPECT_TRUE(target);
+  EXPECT_FALSE(moved);
+}
+
+TEST_F(LockTest, InvalidPathsAreRefusedByName) {
+  Session session(session_options(servers));
+  for (std::string bad : std::vector<std::string>{"relative", "/trailing/", "/a//b", "/a/../b", "/zookeeper/x", std::string("/a\0b", 4)}) {
+    try {
+      Lock lock(session, bad);
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_path);
+      EXPECT_EQ(e.path(), bad);
+    }
+  }
+}
+
+TEST_F(LockTest, ContendersListHolderFirstWithOwnerData) {
+  Session a(session_options(servers)), b(session_options(servers));
+  LockOptions options;
+  options.owner_data = "host-a:1234";
+  Lock lock_a(a, path, options), lock_b(b, path);
+  HeldLock held = lock_a.acquire();
+  lock_b.async_acquire(-1ns, [](std::error_code, HeldLock) {});
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  auto rows = list_contenders(a, path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].holds);
+  EXPECT_FALSE(rows[1].holds);
+  EXPECT_EQ(rows[0].owner_data, "host-a:1234");
+  EXPECT_EQ(rows[0].token, held.token());
+  EXPECT_EQ(rows[0].session_id, a.id());
+  EXPECT_EQ(rows[1].session_id, b.id());
+  EXPECT_NE(rows[1].owner_data.find(':'), std::string::npos);  // default host:pid
+  EXPECT_TRUE(list_contenders(a, path + "/none").empty());
+}
+
+TEST_F(LockTest, ReadersShareWritersExclude) {
+  Session a(session_options(servers)), b(session_options(servers)), c(session_options(servers));
+  ReadWriteLock rw_a(a, path), rw_b(b, path), rw_c(c, path);
+  HeldLock read_a = rw_a.read_lock().acquire();
+  auto read_b = rw_b.read_lock().try_acquire_for(testenv::scaled(5s));
+  ASSERT_TRUE(read_b);  // readers share
+  EXPECT_FALSE(rw_c.write_lock().try_acquire());
+  std::promise<HeldLock> writer;
+  rw_c.write_lock().async_acquire(-1ns, [&](std::error_code ec, HeldLock held) {
+    EXPECT_FALSE(ec);
+    writer.set_value(std::move(held));
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  // A reader that comes after the waiting writer waits for it: writers are not starved.
+  EXPECT_FALSE(rw_a.read_lock().try_acquire_for(300ms));
+  read_a.release();
+  read_b->release();
+  auto write = writer.get_future().get();
+  EXPECT_GT(write.token(), read_b->token());
+  EXPECT_NE(write.node_path().find("__WRIT__"), std::string::npos);
+}
+
+TEST_F(LockTest, AclRefusalIsReportedAndLeavesNothing) {
+  // The lock's parent belongs to someone else, who lets others only read it.
+  const int parent_rc = raw.create(path.substr(0, path.rfind('/')));
+  ASSERT_TRUE(parent_rc == ZOK || parent_rc == ZNODEEXISTS) << zerror(parent_rc);
+  ACL read_only[] = {{ZOO_PERM_READ, {const_cast<char*>("world"), const_cast<char*>("anyone")}}};
+  ACL_vector read_only_acl = {1, read_only};
+  ASSERT_EQ(raw.create(path, {}, 0, &read_only_acl), ZOK);
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  try {
+    lock.acquire();
+    FAIL() << "expected an ACL refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), zk_errc::no_auth);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(nodes().empty());
+}
+
+TEST_F(LockTest, ClosingTheSessionLosesTheLock) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  std::promise<LossReason> reason;
+  held.on_lost([&](LossReason r) { reason.set_value(r); });
+  session.close();
+  auto future = reason.get_future();
+  ASSERT_EQ(future.wait_for(testenv::scaled(5s)), std::future_status::ready);
+  EXPECT_EQ(future.get(), LossReason::session_closed);
+  EXPECT_TRUE(held.lost_token().stop_requested());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  EXPECT_THROW(lock.acquire(), Error);
+}
+
+TEST_F(LockTest, AnOperatorDeletingTheNodeIsReportedAsLoss) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  ASSERT_EQ(raw.remove(held.node_path()), ZOK);
+  ASSERT_TRUE(eventually([&] { return held.lost(); }));
+  EXPECT_EQ(held.loss_reason(), LossReason::node_deleted);
+}
+
+}  // namespace
+}  // namespace zkr::test

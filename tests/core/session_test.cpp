@@ -1,0 +1,162 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <vector>
+
+#include <zkr/error.hpp>
+#include <zkr/session.hpp>
+
+#include "test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+TEST(Session, ConnectsAndReportsItsTimeoutAndLeadTime) {
+  Session session(session_options(testenv::shared_server(), 4000ms));
+  EXPECT_EQ(session.state(), SessionState::connected);
+  EXPECT_NE(session.id(), 0);
+  EXPECT_EQ(session.negotiated_timeout(), 4000ms);
+  EXPECT_EQ(session.lead_time(), 1000ms);  // a quarter by default
+  session.close();
+  EXPECT_EQ(session.state(), SessionState::closed);
+  session.close();  // idempotent
+}
+
+TEST(Session, SafetyMarginIsClampedToTwoThirds) {
+  auto options = session_options(testenv::shared_server(), 3000ms);
+  options.safety_margin = 10s;
+  Session session(options);
+  EXPECT_EQ(session.lead_time(), 2000ms);
+}
+
+TEST(Session, MalformedConnectStringIsRefusedByName) {
+  try {
+    Session session(session_options("localhost:99999"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_connect_string);
+    EXPECT_NE(std::string(e.what()).find("localhost:99999"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Session, UnreachableEnsembleTimesOut) {
+  // A port that was free a moment ago: nothing listens there.
+  testenv::Proxy proxy("127.0.0.1:1");  // upstream that refuses
+  auto options = session_options(proxy.address());
+  options.connect_timeout = 1500ms;
+  auto started = std::chrono::steady_clock::now();
+  try {
+    Session session(options);
+    FAIL() << "expected a connect timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::connect_timeout);
+    EXPECT_NE(std::string(e.what()).find(proxy.address()), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, testenv::scaled(10s));
+}
+
+TEST(Session, BadTimeoutsAreRefused) {
+  auto options = session_options(testenv::shared_server());
+  options.session_timeout = 0ms;
+  EXPECT_THROW(Session{options}, Error);
+  options = session_options(testenv::shared_server());
+  options.safety_margin = -1ms;
+  EXPECT_THROW(Session{options}, Error);
+}
+
+TEST(Session, StatesGoSuspendedAndBackOnABriefBlackhole) {
+  testenv::Proxy proxy(testenv::shared_server());
+  Session session(session_options(proxy.address(), 6000ms));
+  std::mutex mutex;
+  std::vector<SessionState> seen;
+  auto subscription = session.on_state_change([&](SessionState state) {
+    std::lock_guard lock(mutex);
+    seen.push_back(state);
+  });
+  const auto id = session.id();
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::suspended; }));
+  proxy.reset();  // the client reconnects to the same session
+  ASSERT_TRUE(session.wait_connected(testenv::scaled(10s)));
+  EXPECT_EQ(session.id(), id);
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return seen.size() >= 2;
+  }));
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen[0], SessionState::suspended);
+  EXPECT_EQ(seen[1], SessionState::connected);
+  EXPECT_EQ(session.metrics().sessions_lost, 0u);
+}
+
+TEST(Session, DeclaresLossAtItsOwnDeadlineAndReplacesTheSession) {
+  testenv::Proxy proxy(testenv::shared_server());
+  Session session(session_options(proxy.address(), 3000ms));
+  const auto first_id = session.id();
+  std::atomic<bool> lost{false};
+  auto subscription = session.on_state_change([&](SessionState state) {
+    if (state == SessionState::lost) lost = true;
+  });
+  const auto cut = std::chrono::steady_clock::now();
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return lost.load(); }));
+  const auto noticed = std::chrono::steady_clock::now() - cut;
+  // Lost before the server could expire the session (3 s after the last acknowledged send).
+  EXPECT_LT(noticed, 3000ms);
+  EXPECT_EQ(session.metrics().losses_by_deadline, 1u);
+  proxy.pass();
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }, testenv::scaled(20s)));
+  EXPECT_NE(session.id(), first_id);  // a new session, never the old one resumed
+}
+
+TEST(Session, LoseOnDisconnectPolicyLosesAtOnce) {
+  testenv::Proxy proxy(testenv::shared_server());
+  auto options = session_options(proxy.address(), 6000ms);
+  options.loss_policy = LossPolicy::on_disconnect;
+  Session session(options);
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return session.metrics().losses_by_disconnect == 1; }));
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
+}
+
+TEST(Session, ServerSideExpiryIsReportedAsLoss) {
+  testenv::Proxy proxy(testenv::shared_server());
+  Session session(session_options(proxy.address(), 8000ms));
+  auto id = session.core()->client_id();
+  proxy.blackhole();
+  testenv::expire_session(testenv::shared_server(), id.session_id, id.password);
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return session.metrics().losses_by_expiry == 1; }));
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
+  EXPECT_NE(session.id(), id.session_id);
+}
+
+TEST(Session, DigestCredentialsComeFromAFileAndNeverAppearInErrors) {
+  auto dir = std::filesystem::temp_directory_path() / testenv::unique_path("creds").substr(1);
+  std::filesystem::create_directories(dir.parent_path());
+  {
+    std::ofstream(dir) << "alice:s3cret\n";
+  }
+  auto credentials = DigestCredentials::from_file(dir);
+  EXPECT_EQ(credentials.user, "alice");
+  EXPECT_EQ(credentials.password, "s3cret");
+  {
+    std::ofstream(dir) << "no-colon-s3cret\n";
+  }
+  try {
+    DigestCredentials::from_file(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos);
+  }
+  std::filesystem::remove(dir);
+  EXPECT_THROW(DigestCredentials::from_file(dir), Error);
+}
+
+}  // namespace
+}  // namespace zkr::test
