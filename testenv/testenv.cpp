@@ -13,14 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -91,24 +90,26 @@ Cluster::Cluster(ClusterOptions options) {
   try {
     std::string connect = zkenv({"start", "--servers", std::to_string(options.servers), "--tick-ms",
                                  std::to_string(options.tick_ms), "--sync-limit",
-                                 std::to_string(options.sync_limit), "--timeout",
+                                 std::to_string(options.sync_limit), "--owner-pid",
+                                 std::to_string(::getpid()), "--timeout",
                                  fmt::format("{}", 60 * timeout_scale())});
     started_ = true;
-    boost::property_tree::ptree state;
-    boost::property_tree::read_json((state_dir_ / "state.json").string(), state);
-    for (const auto& [key, server] : state.get_child("servers")) {
-      client_ports_.push_back(server.get<int>("client_port"));
+    // zkenv.py prints the connect string, one 127.0.0.1:port per server in index order.
+    std::stringstream addresses(connect);
+    for (std::string address; std::getline(addresses, address, ',');) {
+      client_ports_.push_back(std::stoi(address.substr(address.rfind(':') + 1)));
+    }
+    if (size() != options.servers) {
+      throw std::runtime_error(fmt::format("zkenv.py start printed '{}', expected {} addresses",
+                                           connect, options.servers));
     }
   } catch (...) {
-    std::error_code ignored;
+    // zkenv.py stops what it started when it fails; the state directory stays for its logs.
     if (started_) {
       try {
         zkenv({"stop"});
       } catch (...) {
       }
-    } else {
-      // zkenv.py stops what it started when it fails; its logs are no use to anyone afterwards.
-      std::filesystem::remove_all(state_dir_, ignored);
     }
     throw;
   }
@@ -215,13 +216,21 @@ void Cluster::thaw(int index) {
 
 pid_t Cluster::pid(int index) const {
   check_index(index);
-  boost::property_tree::ptree state;
-  boost::property_tree::read_json((state_dir_ / "state.json").string(), state);
-  int position = 0;
-  for (const auto& [key, server] : state.get_child("servers")) {
-    if (position++ == index) return server.get_optional<pid_t>("pid").value_or(0);
+  // state.json is written by zkenv.py: each server entry has exactly one "pid" (a number or null),
+  // in index order, and nothing else is called that.
+  std::ifstream in(state_dir_ / "state.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t position = 0;
+  for (int seen = 0;; ++seen) {
+    position = text.find("\"pid\":", position);
+    if (position == std::string::npos) return 0;
+    position += 6;
+    if (seen == index) {
+      char* end = nullptr;
+      long value = std::strtol(text.c_str() + position, &end, 10);
+      return end == text.c_str() + position ? 0 : static_cast<pid_t>(value);
+    }
   }
-  return 0;
 }
 
 // ---------------------------------------------------------------------------------------------

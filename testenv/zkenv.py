@@ -9,7 +9,11 @@ command line still names this state directory's zookeeper config are ever signal
 
 Server indices on the command line start at 0 (server I has myid I+1).
 
+With --owner-pid, a small watchdog process (in its own session too) stops the cluster once that
+process is gone, so a test binary killed by a timeout does not leave servers behind.
+
   zkenv.py start --servers N --dir DIR [--tick-ms 100] [--sync-limit 10] [--init-limit 20]
+                 [--owner-pid PID]
   zkenv.py stop --dir DIR
   zkenv.py status|leader --dir DIR
   zkenv.py kill|stop-server|start-server|freeze|thaw I --dir DIR
@@ -114,6 +118,40 @@ def process_is_ours(pid, cfg):
         return False
     text = b" ".join(argv).decode(errors="replace")
     return "zookeeper" in text and cfg in [a.decode(errors="replace") for a in argv]
+
+
+def process_start_time(pid):
+    """The start time of pid in clock ticks since boot (tells a pid's reuse apart), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] in "ZX":
+            return None
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def watchdog_is_ours(pid, state_dir):
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return False
+    return any(a.endswith("zkenv.py") for a in argv) and "watchdog" in argv and state_dir in argv
+
+
+def end_watchdog(state_dir, state):
+    pid = state.get("watchdog_pid")
+    if watchdog_is_ours(pid, state_dir):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    state["watchdog_pid"] = None
 
 
 def signal_if_ours(server, sig):
@@ -358,6 +396,14 @@ def command_start(args):
         pids = ", ".join(str(s["pid"]) for s in running_servers(previous))
         raise EnvError(f"{state_dir} already has a running cluster (pids {pids}); "
                        f"run 'zkenv.py stop --dir {state_dir}' first")
+    if previous is not None:
+        # A watchdog left from an earlier run would otherwise stop the new cluster.
+        end_watchdog(state_dir, previous)
+    owner_start = None
+    if args.owner_pid:
+        owner_start = process_start_time(args.owner_pid)
+        if owner_start is None:
+            raise EnvError(f"--owner-pid {args.owner_pid} is not a running process")
 
     conf_dir = os.path.join(state_dir, "conf")
     os.makedirs(conf_dir, exist_ok=True)
@@ -393,18 +439,57 @@ def command_start(args):
             raise
         break
 
+    if args.owner_pid:
+        try:
+            launch_watchdog(state_dir, state, args.owner_pid, owner_start)
+        except BaseException:
+            stop_cluster(state_dir, state)
+            raise
     save_state(state_dir, state)
     with open(os.path.join(state_dir, "connect_string"), "w") as f:
         f.write(connect_string(state) + "\n")
     print(connect_string(state), flush=True)
 
 
-def command_stop(args):
+def launch_watchdog(state_dir, state, owner_pid, owner_start):
+    argv = [sys.executable, os.path.abspath(__file__), "watchdog", "--dir", state_dir,
+            "--owner-pid", str(owner_pid), "--owner-start", str(owner_start)]
+    try:
+        with open(os.path.join(state_dir, "watchdog.log"), "ab") as log, \
+                open(os.devnull, "rb") as devnull:
+            process = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=log,
+                                       start_new_session=True, close_fds=True)
+    except OSError as e:
+        raise EnvError(f"cannot start the watchdog: {e}")
+    process.returncode = 0  # see launch_server
+    state["watchdog_pid"] = process.pid
+
+
+def command_watchdog(args):
+    """Stops the cluster once the owner process is gone; ends when the state directory does."""
     state_dir = os.path.abspath(args.dir)
-    state = load_state(state_dir)
-    if state is None:
-        print(f"zkenv: nothing to stop in {state_dir} (no state.json)", file=sys.stderr)
-        return
+    while True:
+        time.sleep(0.5)
+        try:
+            state = load_state(state_dir)
+        except EnvError:
+            continue  # caught mid-write; look again
+        if state is None:
+            return  # the directory was removed
+        recorded = state.get("watchdog_pid")
+        if recorded is not None and recorded != os.getpid():
+            return  # restarted with another watchdog
+        if recorded is None and not running_servers(state):
+            return  # stopped by someone else
+        if process_start_time(args.owner_pid) != args.owner_start:
+            print(f"zkenv watchdog: owner {args.owner_pid} is gone, stopping the cluster",
+                  file=sys.stderr, flush=True)
+            stop_cluster(state_dir, state)
+            return
+
+
+def stop_cluster(state_dir, state):
+    end_watchdog(state_dir, state)
     # Signal all first so that an ensemble goes down together, then wait for each.
     for server in state["servers"]:
         if signal_if_ours(server, signal.SIGTERM):
@@ -418,6 +503,15 @@ def command_stop(args):
     save_state(state_dir, state)
     if failures:
         raise EnvError("; ".join(failures))
+
+
+def command_stop(args):
+    state_dir = os.path.abspath(args.dir)
+    state = load_state(state_dir)
+    if state is None:
+        print(f"zkenv: nothing to stop in {state_dir} (no state.json)", file=sys.stderr)
+        return
+    stop_cluster(state_dir, state)
 
 
 def server_by_index(state, index):
@@ -487,7 +581,14 @@ def main(argv):
     start.add_argument("--init-limit", type=int, default=20)
     start.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,
                        help="seconds to wait for the cluster to serve")
+    start.add_argument("--owner-pid", type=int, default=0,
+                       help="stop the cluster when this process ends")
     start.set_defaults(handler=command_start)
+
+    watchdog = sub.add_parser("watchdog", help=argparse.SUPPRESS)
+    watchdog.add_argument("--owner-pid", type=int, required=True)
+    watchdog.add_argument("--owner-start", type=int, required=True)
+    watchdog.set_defaults(handler=command_watchdog)
 
     for name, handler, text in (("stop", command_stop, "stop every recorded server"),
                                 ("status", command_status, "one line per server"),
