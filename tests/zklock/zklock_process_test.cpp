@@ -291,7 +291,6 @@ TEST_F(ZklockTest, SignalWhileWaitingWithdrawsFromTheQueue) {
 }
 
 TEST_F(ZklockTest, SharedHoldersCoexistAndExcludeAWriter) {
-  std::string line;
   auto reader = start_holder({"-s"});
   const Outcome second_reader = run_to_end(zklock({"-s", "-n", path_, "echo", "second reader"}));
   EXPECT_EQ(second_reader.exit_code, 0) << second_reader.output;
@@ -300,6 +299,11 @@ TEST_F(ZklockTest, SharedHoldersCoexistAndExcludeAWriter) {
   reader->signal(SIGTERM);
   reader->wait(scaled(30s));
   EXPECT_EQ(run_to_end(zklock({"-x", "-n", path_, "true"})).exit_code, 0);
+
+  // The plain lock excludes both sides.
+  auto plain = start_holder();
+  EXPECT_EQ(run_to_end(zklock({"-s", "-n", path_, "true"})).exit_code, 1);
+  EXPECT_EQ(run_to_end(zklock({"-x", "-n", path_, "true"})).exit_code, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,8 +350,10 @@ TEST_F(ZklockTest, ChildrenLeftBehindAreStoppedBeforeRelease) {
   const auto log = dir.file("log");
   // The command exits at once, leaving a child in its group that would keep working under the lock.
   Process process(zklock({path_, "-c",
-                          fmt::format("(trap 'echo child-stopped >> {0}; exit 0' TERM; "
-                                      "while :; do sleep 0.05; done) & echo \"child $!\"",
+                          fmt::format("(trap 'echo child-stopped >> {0}; exit 0' TERM; touch {0}.armed; "
+                                      "while :; do sleep 0.05; done) & "
+                                      "i=0; while [ ! -e {0}.armed ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; "
+                                      "echo \"child $!\"",
                                       log.string())}),
                   merged_output());
   auto line = process.wait_for_line("child ", scaled(30s));

@@ -304,8 +304,8 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
   -E, --conflict-exit-code N    exit code when the lock was not acquired (default 1)
   -s, --shared                  take the read side of a read/write lock
   -x, --exclusive               take the write side of a read/write lock; without -s or -x
-                                zklock takes a plain exclusive lock (use either -s/-x or
-                                neither on one LOCKPATH)
+                                zklock takes a plain exclusive lock, which also excludes
+                                readers and writers
       --session-timeout SECS    requested session timeout (default 10); the server may
                                 negotiate another, which is the one used
       --connect-timeout SECS    how long to try to reach the ensemble (default 15)
