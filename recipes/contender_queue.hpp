@@ -59,7 +59,7 @@ struct ContenderRequest {
   // Runs exactly once with the outcome. Inline: on whatever thread decides it, with the session
   // mutex held (only for trivial, non-blocking work such as setting a promise). Otherwise on the
   // session's callback thread.
-  std::function<void(std::error_code, std::shared_ptr<class Contender>)> on_done;
+  std::function<void(std::error_code, const std::shared_ptr<class Contender>&)> on_done;
   bool on_done_inline = false;
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <future>
+#include <mutex>
 
 #include <zkr/error.hpp>
 
@@ -77,43 +78,56 @@ Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRol
 
 Lock::~Lock() = default;
 
-// Starts a contender whose outcome is delivered to `done` (inline or on the callback thread) and
-// cancels it when `stop` is requested. The stop callback lives as long as the wait.
-static std::shared_ptr<Contender> start_contender(
-    const std::shared_ptr<detail::SessionCore>& core, const std::string& path, const LockOptions& options,
-    ContenderRole role, std::chrono::nanoseconds timeout, bool inline_done,
-    std::function<void(std::error_code, std::shared_ptr<Contender>)> done, std::stop_token stop) {
-  using StopCallback = std::stop_callback<std::function<void()>>;
-  auto stop_slot = std::make_shared<std::unique_ptr<StopCallback>>();
+namespace {
+
+ContenderRequest make_request(const std::string& path, const LockOptions& options, ContenderRole role,
+                              std::chrono::nanoseconds timeout) {
   ContenderRequest request;
   request.parent = path;
   request.policy = {role, 1};
   request.owner_data = options.owner_data;
   request.acl = options.acl;
   request.timeout = timeout;
-  request.on_done_inline = inline_done;
-  request.on_done = [done = std::move(done), stop_slot](std::error_code ec, std::shared_ptr<Contender> c) {
-    done(ec, std::move(c));
+  return request;
+}
+
+using CancelOnStop = std::stop_callback<std::function<void()>>;
+
+std::function<void()> canceller(const std::shared_ptr<Contender>& contender) {
+  return [weak = std::weak_ptr<Contender>(contender)] {
+    if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
+  };
+}
+
+// Blocks the calling thread until the contender's outcome. The stop callback lives on this
+// thread's stack: it must never be destroyed under the session mutex, where a concurrent stop
+// request (waiting for that mutex inside cancel()) would deadlock its destructor.
+std::pair<std::error_code, std::shared_ptr<Contender>> wait_for_outcome(
+    const std::shared_ptr<detail::SessionCore>& core, ContenderRequest request, std::stop_token stop) {
+  auto outcome = std::make_shared<std::promise<std::error_code>>();
+  auto future = outcome->get_future();
+  request.on_done_inline = true;  // only sets the promise
+  request.on_done = [outcome](std::error_code result, const std::shared_ptr<Contender>&) {
+    outcome->set_value(result);
   };
   auto contender = Contender::start(core, std::move(request));
-  if (stop.stop_possible()) {
-    std::weak_ptr<Contender> weak = contender;
-    *stop_slot = std::make_unique<StopCallback>(stop, std::function<void()>([weak] {
-      if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
-    }));
+  std::error_code result;
+  {
+    CancelOnStop cancel_on_stop(stop, canceller(contender));
+    result = future.get();
   }
-  return contender;
+  return {result, std::move(contender)};
 }
+
+}  // namespace
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                               std::error_code& ec) noexcept {
   try {
-    auto outcome = std::make_shared<std::promise<std::error_code>>();
-    auto future = outcome->get_future();
-    auto contender = start_contender(
-        core_, path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), true,
-        [outcome](std::error_code result, std::shared_ptr<Contender>) { outcome->set_value(result); }, stop);
-    ec = future.get();
+    auto [result, contender] = wait_for_outcome(
+        core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero())),
+        std::move(stop));
+    ec = result;
     if (ec) return std::nullopt;
     return HeldLock(std::move(contender));
   } catch (const std::system_error& e) {
@@ -134,22 +148,38 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
 HeldLock Lock::acquire(std::stop_token stop) {
-  auto outcome = std::make_shared<std::promise<std::error_code>>();
-  auto future = outcome->get_future();
-  auto contender = start_contender(
-      core_, path_, options_, role_, std::chrono::nanoseconds(-1), true,
-      [outcome](std::error_code result, std::shared_ptr<Contender>) { outcome->set_value(result); }, stop);
-  if (auto ec = future.get()) throw Error(ec, "acquire lock", path_);
+  auto [result, contender] =
+      wait_for_outcome(core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1)), std::move(stop));
+  if (result) throw Error(result, "acquire lock", path_);
   return HeldLock(std::move(contender));
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  start_contender(
-      core_, path_, options_, role_, timeout, false,
-      [handler = std::move(handler)](std::error_code ec, std::shared_ptr<Contender> contender) {
-        handler(ec, ec ? HeldLock{} : HeldLock(std::move(contender)));
-      },
-      stop);
+  // The stop callback is dropped when the outcome arrives, on the callback thread (never under the
+  // session mutex); the outcome may arrive before it is even registered.
+  struct StopRegistration {
+    std::mutex mutex;
+    bool finished = false;
+    std::unique_ptr<CancelOnStop> callback;
+  };
+  auto registration = std::make_shared<StopRegistration>();
+  auto request = make_request(path_, options_, role_, timeout);
+  request.on_done = [handler = std::move(handler), registration](std::error_code ec,
+                                                                  const std::shared_ptr<Contender>& contender) {
+    std::unique_ptr<CancelOnStop> callback;
+    {
+      std::lock_guard lock(registration->mutex);
+      registration->finished = true;
+      callback = std::move(registration->callback);
+    }
+    callback.reset();
+    handler(ec, ec ? HeldLock{} : HeldLock(contender));
+  };
+  auto contender = Contender::start(core_, std::move(request));
+  if (!stop.stop_possible()) return;
+  auto callback = std::make_unique<CancelOnStop>(stop, canceller(contender));
+  std::lock_guard lock(registration->mutex);
+  if (!registration->finished) registration->callback = std::move(callback);
 }
 
 std::vector<ContenderInfo> Lock::contenders() const {
