@@ -4,6 +4,7 @@
   kazoo_lock.py SERVERS PATH hold   take the lock, print "held", keep it until stdin closes,
                                     release, print "released"
   kazoo_lock.py SERVERS PATH try    try once without waiting, print "acquired" or "busy"
+  kazoo_lock.py SERVERS NODE delete delete NODE (an operator removing a lock node), print "deleted"
 
 extra_lock_patterns=["-lock-"] makes kazoo count zkrecipes/Curator nodes as contenders.
 """
@@ -17,6 +18,10 @@ def main():
     client = KazooClient(hosts=servers, timeout=10)
     client.start(timeout=15)
     try:
+        if mode == "delete":
+            client.delete(path)
+            print("deleted", flush=True)
+            return 0
         lock = client.Lock(path, identifier="kazoo-interop", extra_lock_patterns=["-lock-"])
         if mode == "hold":
             if not lock.acquire(timeout=60):

@@ -453,13 +453,28 @@ TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
   std::vector<std::string> argv = {
       zklock_binary, "--zk", proxy.address(), "--session-timeout", scaled_seconds(2s), "-k",
       scaled_seconds(200ms), "-L", "99", "--kill-signal", "USR1", path_, "-c",
-      "trap 'echo got-usr1; exit 0' USR1; echo ready; while :; do sleep 0.05; done"};
+      "sleep 600 & echo \"child $!\"; trap 'echo got-usr1; exit 0' USR1; while :; do sleep 0.05; done"};
   Process holder(argv, merged_output());
-  ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+  auto line = holder.wait_for_line("child ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd child{static_cast<pid_t>(number_after(*line, "child "))};
   proxy.blackhole();
   EXPECT_TRUE(holder.wait_for_line("got-usr1", scaled(30s)));
+  // The whole group got the signal: the background child too.
+  EXPECT_TRUE(eventually([&] { return !process_exists(child.pid); }, 10s));
   proxy.pass();
   EXPECT_EQ(holder.wait(scaled(60s)), 99);
+}
+
+TEST_F(ZklockTest, DeletedLockNodeStopsTheJob) {
+  Process holder(zklock({path_, "-c", "echo \"node $ZKLOCK_NODE\"; exec sleep 600"}), merged_output());
+  auto line = holder.wait_for_line("node ", scaled(30s));
+  ASSERT_TRUE(line);
+  const std::string node = line->substr(5);
+  const Outcome deleted = run_to_end({python, scripts_dir + "/kazoo_lock.py", servers_, node, "delete"});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_EQ(holder.wait(scaled(30s)), 75);
+  EXPECT_THAT(holder.read_all(scaled(5s)), HasSubstr("lock node deleted"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -472,6 +487,17 @@ TEST_F(ZklockTest, UnreachableEnsembleExits69) {
   EXPECT_EQ(outcome.exit_code, 69);
   EXPECT_THAT(outcome.output, HasSubstr(nowhere));
   EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
+}
+
+TEST_F(ZklockTest, SignalWhileConnectingExits128PlusN) {
+  zkr::testenv::Proxy proxy(servers_);
+  proxy.blackhole();
+  Process process({zklock_binary, "--zk", proxy.address(), "--connect-timeout", "600", path_, "echo", "ran"},
+                  merged_output());
+  ASSERT_TRUE(eventually([&] { return proxy.connections() > 0; }, 30s));
+  process.signal(SIGTERM);
+  EXPECT_EQ(process.wait(scaled(30s)), 128 + SIGTERM);
+  EXPECT_THAT(process.read_all(scaled(5s)), HasSubstr("interrupted by SIGTERM while connecting"));
 }
 
 TEST_F(ZklockTest, BadLockPathsExit64NamingThePath) {
@@ -534,6 +560,29 @@ TEST_F(ZklockTest, WarnsWhenTheGraceDoesNotFitTheLeadTime) {
   EXPECT_EQ(quiet.output, "");
 }
 
+TEST_F(ZklockTest, VerboseReportsTokenAndSession) {
+  const Outcome outcome = run_to_end(zklock({"-v", path_, "-c", "echo \"token=$ZKLOCK_FENCING_TOKEN\""}));
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  const long long token = number_after(outcome.output, "token=");
+  EXPECT_THAT(outcome.output, HasSubstr(fmt::format("token {}, node {}/", token, path_)));
+  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("connected to .*session 0x[0-9a-f]+"));
+  EXPECT_THAT(outcome.output, HasSubstr("released " + path_));
+}
+
+TEST_F(ZklockTest, JobCanUseTheTerminal) {
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "needs script(1) for a pseudo-terminal";
+  // Under a pseudo-terminal the job's group becomes the foreground group: it can read the terminal
+  // (a background group reading it would be stopped by SIGTTIN).
+  std::string inner;
+  for (const std::string& arg : zklock({path_, "sh", "-c", "read line; echo \"got:$line\""})) inner += "'" + arg + "' ";
+  Process::Options options = merged_output();
+  options.pipe_stdin = true;
+  Process terminal({"/usr/bin/script", "-qec", inner, "/dev/null"}, options);
+  terminal.write_stdin("typed\n");
+  EXPECT_TRUE(terminal.wait_for_line("got:typed", scaled(30s)));
+  EXPECT_EQ(terminal.wait(scaled(30s)), 0);
+}
+
 TEST_F(ZklockTest, HelpAndVersion) {
   const Outcome help = run_to_end({zklock_binary, "--help"});
   EXPECT_EQ(help.exit_code, 0);
@@ -569,6 +618,12 @@ TEST_F(ZklockTest, ListShowsHolderAndWaitersAsTextAndJson) {
   holder->signal(SIGTERM);
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
   EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
+}
+
+TEST_F(ZklockTest, DefaultOwnerNamesHostPidAndCommand) {
+  auto holder = start_holder();
+  const Outcome json = list({"--json"});
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"[^":]+:[0-9]+:sh -c echo )"));
 }
 
 // ---------------------------------------------------------------------------------------------
