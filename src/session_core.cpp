@@ -36,8 +36,9 @@ bool server_answered(int rc) {
 
 }  // namespace
 
-SessionCore::SessionCore(SessionOptions options)
+SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
     : options_(std::move(options)),
+      connection_factory_(std::move(factory)),
       worker_guard_(boost::asio::make_work_guard(worker_)),
       callbacks_guard_(boost::asio::make_work_guard(callbacks_)),
       deadline_timer_(worker_),
@@ -98,7 +99,7 @@ void SessionCore::open_connection_locked() {
   std::weak_ptr<SessionCore> self = weak_from_this();
   const std::uint64_t generation = generation_;
   std::error_code ec;
-  connection_ = connect_zookeeper(
+  connection_ = connection_factory_(
       options_.servers, options_.session_timeout,
       [self, generation](ConnectionEvent event) {
         if (auto core = self.lock()) core->on_connection_event(generation, event);
@@ -279,10 +280,11 @@ void SessionCore::create(std::uint64_t generation, const std::string& path, cons
       std::string(), NodeStat{});
 }
 
-void SessionCore::get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done) {
+void SessionCore::get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done,
+                               NodeWatch watch) {
   issue(
       generation, std::move(done),
-      [&](ZooKeeperConnection& c, ChildrenCallback cb) { return c.get_children(path, std::move(cb)); },
+      [&](ZooKeeperConnection& c, ChildrenCallback cb) { return c.get_children(path, std::move(cb), std::move(watch)); },
       std::vector<std::string>());
 }
 
@@ -297,6 +299,14 @@ void SessionCore::exists(std::uint64_t generation, const std::string& path, Stat
   issue(
       generation, std::move(done),
       [&](ZooKeeperConnection& c, StatCallback cb) { return c.exists(path, std::move(cb)); }, NodeStat{});
+}
+
+void SessionCore::set_data(std::uint64_t generation, const std::string& path, const std::string& data, int version,
+                           StatCallback done) {
+  issue(
+      generation, std::move(done),
+      [&](ZooKeeperConnection& c, StatCallback cb) { return c.set_data(path, data, version, std::move(cb)); },
+      NodeStat{});
 }
 
 void SessionCore::remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done) {

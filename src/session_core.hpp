@@ -52,7 +52,7 @@ class SessionListener {
 
 class SessionCore : public std::enable_shared_from_this<SessionCore> {
  public:
-  explicit SessionCore(SessionOptions options);
+  explicit SessionCore(SessionOptions options, ConnectionFactory factory = connect_zookeeper);
   ~SessionCore();
 
   // Opens the first connection and waits for it (throws Error like Session's constructor).
@@ -86,9 +86,11 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // (ZINVALIDSTATE for a stale generation). Callbacks run without the mutex held.
   void create(std::uint64_t generation, const std::string& path, const std::string& data, CreateMode mode,
               NodeAcl acl, CreateCallback done);
-  void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done);
+  void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done, NodeWatch watch = {});
   void get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch = {});
   void exists(std::uint64_t generation, const std::string& path, StatCallback done);
+  void set_data(std::uint64_t generation, const std::string& path, const std::string& data, int version,
+                StatCallback done);
   void remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done);
 
   // ---- listeners (caller holds mutex()) ----
@@ -124,6 +126,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
 
   const SessionOptions options_;
+  const ConnectionFactory connection_factory_;
 
   mutable std::mutex mutex_;
   mutable std::condition_variable state_changed_;

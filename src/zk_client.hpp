@@ -55,10 +55,13 @@ class ZooKeeperConnection {
 
   virtual int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
                      CreateCallback done) = 0;
-  virtual int get_children(const std::string& path, ChildrenCallback done) = 0;
+  // With a watch, a children watch is registered only if the node exists.
+  virtual int get_children(const std::string& path, ChildrenCallback done, NodeWatch watch = {}) = 0;
   // With a watch, it is registered only if the node exists (a data watch, never an exists watch).
   virtual int get_data(const std::string& path, DataCallback done, NodeWatch watch = {}) = 0;
   virtual int exists(const std::string& path, StatCallback done) = 0;
+  // Sets the node's data if its version is `version` (-1: any version).
+  virtual int set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
   virtual int remove(const std::string& path, int version, ResultCallback done) = 0;
   virtual int add_digest_auth(const std::string& user_password, ResultCallback done) = 0;
 
@@ -77,5 +80,10 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
                                                        std::chrono::milliseconds session_timeout,
                                                        ConnectionEventHandler on_event,
                                                        std::error_code& ec);
+
+// How a session opens its connections: connect_zookeeper, or a fake in unit tests.
+using ConnectionFactory = std::function<std::unique_ptr<ZooKeeperConnection>(
+    const std::string& servers, std::chrono::milliseconds session_timeout, ConnectionEventHandler on_event,
+    std::error_code& ec)>;
 
 }  // namespace zkr::detail

@@ -121,6 +121,8 @@ class Session {
   // Connects and waits for the first session. Throws Error with errc::invalid_connect_string,
   // errc::invalid_argument (timeouts), errc::connect_timeout, or errc::auth_failed.
   explicit Session(SessionOptions options);
+  // Wraps an already connected core (unit tests with a fake connection).
+  explicit Session(std::shared_ptr<detail::SessionCore> core) : core_(std::move(core)) {}
   ~Session();  // close()
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
