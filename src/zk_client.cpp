@@ -127,15 +127,6 @@ void on_create(int rc, const char* created, const Stat* stat, const void* data) 
   (*done)(rc, rc == ZOK && created ? std::string(created) : std::string(), to_node_stat(rc == ZOK ? stat : nullptr));
 }
 
-void on_children(int rc, const String_vector* children, const void* data) {
-  auto done = take<ChildrenCallback>(data);
-  std::vector<std::string> names;
-  if (rc == ZOK && children) {
-    names.reserve(children->count);
-    for (int i = 0; i < children->count; ++i) names.emplace_back(children->data[i]);
-  }
-  (*done)(rc, std::move(names));
-}
 
 void on_stat(int rc, const Stat* stat, const void* data) {
   auto done = take<StatCallback>(data);
@@ -147,6 +138,15 @@ void on_void(int rc, const void* data) {
   (*done)(rc);
 }
 
+// The client registers a data or children watch only on success: nothing will ever fire the
+// watch of a failed request.
+void forget_unregistered_watch(WatchContext* watch, int rc) {
+  if (!watch || rc == ZOK) return;
+  std::lock_guard lock(watch->handle->watches_mutex);
+  watch->handle->pending_watches.erase(watch);
+  delete watch;
+}
+
 struct DataRequest {
   DataCallback done;
   WatchContext* watch = nullptr;  // owned by the handle once registered
@@ -154,15 +154,26 @@ struct DataRequest {
 
 void on_data(int rc, const char* value, int length, const Stat* stat, const void* data) {
   auto request = take<DataRequest>(data);
-  if (request->watch && rc != ZOK) {
-    // The client registers a data watch only on success: nothing will ever fire this one.
-    std::lock_guard lock(request->watch->handle->watches_mutex);
-    request->watch->handle->pending_watches.erase(request->watch);
-    delete request->watch;
-  }
+  forget_unregistered_watch(request->watch, rc);
   std::string content;
   if (rc == ZOK && value && length > 0) content.assign(value, static_cast<std::size_t>(length));
   request->done(rc, std::move(content), to_node_stat(rc == ZOK ? stat : nullptr));
+}
+
+struct ChildrenRequest {
+  ChildrenCallback done;
+  WatchContext* watch = nullptr;  // owned by the handle once registered
+};
+
+void on_children(int rc, const String_vector* children, const void* data) {
+  auto request = take<ChildrenRequest>(data);
+  forget_unregistered_watch(request->watch, rc);
+  std::vector<std::string> names;
+  if (rc == ZOK && children) {
+    names.reserve(children->count);
+    for (int i = 0; i < children->count; ++i) names.emplace_back(children->data[i]);
+  }
+  request->done(rc, std::move(names));
 }
 
 class CConnection final : public ZooKeeperConnection {
@@ -180,33 +191,33 @@ class CConnection final : public ZooKeeperConnection {
     return rc;
   }
 
-  int get_children(const std::string& path, ChildrenCallback done) override {
-    auto callback = std::make_unique<ChildrenCallback>(std::move(done));
-    int rc = zoo_aget_children(handle_, path.c_str(), 0, on_children, callback.get());
-    if (rc == ZOK) callback.release();
+  int get_children(const std::string& path, ChildrenCallback done, NodeWatch watch) override {
+    auto request = std::make_unique<ChildrenRequest>();
+    request->done = std::move(done);
+    request->watch = track(std::move(watch));
+    int rc = zoo_awget_children(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch,
+                                on_children, request.get());
+    if (rc != ZOK) untrack(request->watch);
+    else request.release();
     return rc;
   }
 
   int get_data(const std::string& path, DataCallback done, NodeWatch watch) override {
     auto request = std::make_unique<DataRequest>();
     request->done = std::move(done);
-    int rc;
-    if (watch) {
-      request->watch = new WatchContext{context_.get(), std::move(watch)};
-      {
-        std::lock_guard lock(context_->watches_mutex);
-        context_->pending_watches.insert(request->watch);
-      }
-      rc = zoo_awget(handle_, path.c_str(), node_watcher, request->watch, on_data, request.get());
-      if (rc != ZOK) {
-        std::lock_guard lock(context_->watches_mutex);
-        context_->pending_watches.erase(request->watch);
-        delete request->watch;
-      }
-    } else {
-      rc = zoo_aget(handle_, path.c_str(), 0, on_data, request.get());
-    }
-    if (rc == ZOK) request.release();
+    request->watch = track(std::move(watch));
+    int rc = zoo_awget(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch, on_data,
+                       request.get());
+    if (rc != ZOK) untrack(request->watch);
+    else request.release();
+    return rc;
+  }
+
+  int set_data(const std::string& path, const std::string& data, int version, StatCallback done) override {
+    auto callback = std::make_unique<StatCallback>(std::move(done));
+    int rc = zoo_aset(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), version, on_stat,
+                      callback.get());
+    if (rc == ZOK) callback.release();
     return rc;
   }
 
@@ -261,6 +272,21 @@ class CConnection final : public ZooKeeperConnection {
   }
 
  private:
+  // A watch context lives in pending_watches until it fires or the handle closes.
+  WatchContext* track(NodeWatch watch) {
+    if (!watch) return nullptr;
+    auto* context = new WatchContext{context_.get(), std::move(watch)};
+    std::lock_guard lock(context_->watches_mutex);
+    context_->pending_watches.insert(context);
+    return context;
+  }
+  void untrack(WatchContext* watch) {
+    if (!watch) return;
+    std::lock_guard lock(context_->watches_mutex);
+    context_->pending_watches.erase(watch);
+    delete watch;
+  }
+
   std::unique_ptr<HandleContext> context_;
   std::mutex close_mutex_;
   zhandle_t* handle_;
