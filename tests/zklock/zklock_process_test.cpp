@@ -466,8 +466,15 @@ TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
   EXPECT_EQ(holder.wait(scaled(60s)), 99);
 }
 
-TEST_F(ZklockTest, DeletedLockNodeStopsTheJob) {
-  Process holder(zklock({path_, "-c", "echo \"node $ZKLOCK_NODE\"; exec sleep 600"}), merged_output());
+// An operator deletes the lock node. The job ignores the kill signal, so it takes SIGKILL after the
+// grace period.
+TEST_F(ZklockTest, DeletedLockNodeStopsTheJobWithKillAfterTheGrace) {
+  Process holder(zklock({path_, "-c",
+                         "trap '' TERM; echo \"pgid $$\"; echo \"node $ZKLOCK_NODE\"; while :; do sleep 0.05; done"}),
+                 merged_output());
+  auto pgid_line = holder.wait_for_line("pgid ", scaled(30s));
+  ASSERT_TRUE(pgid_line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*pgid_line, "pgid ")), true};
   auto line = holder.wait_for_line("node ", scaled(30s));
   ASSERT_TRUE(line);
   const std::string node = line->substr(5);
@@ -475,6 +482,7 @@ TEST_F(ZklockTest, DeletedLockNodeStopsTheJob) {
   ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
   EXPECT_EQ(holder.wait(scaled(30s)), 75);
   EXPECT_THAT(holder.read_all(scaled(5s)), HasSubstr("lock node deleted"));
+  EXPECT_NE(::kill(-job.pid, 0), 0) << "the job's group outlived zklock";
 }
 
 // ---------------------------------------------------------------------------------------------

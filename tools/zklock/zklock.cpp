@@ -260,9 +260,7 @@ void Zklock::check_lead_time() const {
 void Zklock::handle_inbox() {
   inbox_->wakeup().drain();
   for (zkr::SessionState state : inbox_->take_states()) {
-    if (options_.verbose()) {
-      say("session {:#x}: {}", static_cast<std::uint64_t>(session_->id()), zkr::to_string(state));
-    }
+    if (options_.verbose()) say("session state: {}", zkr::to_string(state));
   }
 }
 
@@ -312,6 +310,7 @@ zkr::HeldLock Zklock::acquire() {
 
   // A signal cancels the wait: the library then deletes our waiting node.
   std::optional<int> interrupted_by;
+  Clock::time_point interrupted_at;
   std::optional<Inbox::Acquired> outcome;
   while (!(outcome = inbox_->take_acquired())) {
     const Readiness ready = wait_for(signals_, inbox_->wakeup(), interrupted_by ? 1000ms : -1ms);
@@ -319,11 +318,12 @@ zkr::HeldLock Zklock::acquire() {
       while (const auto signal = signals_.next()) {
         if (*signal == SIGCHLD || interrupted_by) continue;
         interrupted_by = *signal;
+        interrupted_at = Clock::now();
         cancel.request_stop();
       }
     }
     if (ready.wakeup) handle_inbox();
-    if (interrupted_by && Clock::now() - started > cancel_bound && !inbox_->take_acquired()) {
+    if (interrupted_by && Clock::now() - interrupted_at > cancel_bound) {
       say("interrupted by {}; the lock wait did not end, leaving anyway", signal_label(*interrupted_by));
       std::fflush(stderr);
       std::_Exit(exit_code::signal_base + *interrupted_by);
@@ -373,6 +373,10 @@ int Zklock::run() {
 // Job's destructor SIGKILLs the group before `held`, declared outside, is destroyed.
 int Zklock::run_under_lock(zkr::HeldLock& held) {
   held.on_lost([inbox = inbox_](zkr::LossReason reason) { inbox->post_lost(reason); });
+  if (const auto reason = held.loss_reason()) {
+    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, zkr::to_string(*reason));
+    return options_.lost_exit_code;
+  }
 
   std::vector<std::string> argv = options_.shell_command
                                       ? std::vector<std::string>{"/bin/sh", "-c", *options_.shell_command}
@@ -404,8 +408,9 @@ int Zklock::run_under_lock(zkr::HeldLock& held) {
       say("warning: processes of the job's group {} survive SIGKILL; releasing the lock anyway", job->pid());
     }
   }
+  const bool still_held = !held.lost();
   held.release();
-  if (options_.verbose()) say("released {}", options_.lock_path);
+  if (options_.verbose() && still_held) say("released {}", options_.lock_path);
   return code;
 }
 
@@ -489,6 +494,8 @@ void route_library_log_to_stderr() {
   zkr::set_log_sink(
       [](zkr::LogLevel level, std::string_view message) {
         constexpr std::string_view names[] = {"error", "warning", "info", "debug"};
+        // The C client's lines end with a newline of their own.
+        while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
         fmt::print(stderr, "zklock: [{}] {}\n", names[static_cast<int>(level)], message);
       },
       zkr::LogLevel::info);
