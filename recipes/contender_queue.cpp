@@ -1,6 +1,8 @@
 #include "contender_queue.hpp"
 
 #include <algorithm>
+#include <future>
+#include <mutex>
 
 #include <boost/asio/post.hpp>
 #include <boost/uuid/random_generator.hpp>
@@ -17,6 +19,7 @@ namespace {
 constexpr int kOk = 0;
 constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
 constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
+constexpr int kBadVersion = static_cast<int>(zk_errc::bad_version);
 constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
 constexpr int kOperationTimeout = static_cast<int>(zk_errc::operation_timeout);
 constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
@@ -45,16 +48,36 @@ std::string_view node_marker(ContenderRole role) {
   return "lock-";
 }
 
+// Who wakes whom, without a herd.
+//
+// Lock and writer (max_holders = 1): the holder is index 0; every waiter watches its immediate
+// predecessor. A release deletes the holder's node, which wakes exactly its successor, the next
+// holder. A reader waits for the nearest earlier writer only.
+//
+// Semaphore (max_holders = N > 1): indices 0..N-1 hold. Watching the immediate predecessor is not
+// enough here: the waiter at index N must wake when *any* of the N holders leaves, and that need
+// not be its predecessor. So:
+//   - the first waiter (index N) watches the parent's children: one children watch, and it is the
+//     only contender that any release can promote;
+//   - every later waiter (index > N) watches its immediate predecessor, which is itself a waiter.
+//     It becomes the first waiter exactly when that predecessor is deleted (wakes it) or promoted
+//     to holder. A promotion deletes nothing, so a contender granted with max_holders > 1 "touches"
+//     its own node (rewrites its data, bumping the version): the data watch of its successor fires
+//     and the successor moves up to the children watch. A successor whose get_data already shows
+//     a touched predecessor (version > 0: promoted before the watch was set) re-checks at once.
+// Each release therefore wakes the first waiter and, through the touch, the next one: at most two
+// wake-ups per release whatever the queue length, plus one for the first waiter on every arrival
+// or departure elsewhere in the queue (its children watch fires on any change).
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy) {
   if (policy.role == ContenderRole::read) {
-    // A reader waits only for the nearest earlier writer.
     for (std::size_t i = index; i-- > 0;)
-      if (blocks_reader(sorted[i].role)) return {false, i};
-    return {true, 0};
+      if (blocks_reader(sorted[i].role)) return {false, i, false};
+    return {true, 0, false};
   }
-  // Everyone else waits for its immediate predecessor until fewer than max_holders are ahead.
-  if (index < static_cast<std::size_t>(std::max(policy.max_holders, 1))) return {true, 0};
-  return {false, index - 1};
+  const auto limit = static_cast<std::size_t>(std::max(policy.max_holders, 1));
+  if (index < limit) return {true, 0, false};
+  if (limit > 1 && index == limit) return {false, 0, true};
+  return {false, index - 1, false};
 }
 
 Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
@@ -107,6 +130,9 @@ void Contender::begin_locked() {
                 [self, attempt](int rc, std::string path, NodeStat stat) {
                   if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
                 });
+  parent_verified_ = !request_.check_parent;
+  parent_problem_.clear();
+  if (!parent_verified_) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
   core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
@@ -131,7 +157,8 @@ void Contender::ensure_parent_then_create_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
   for (std::size_t i = 0; i < ancestors.size(); ++i) {
     const bool last = i + 1 == ancestors.size();
-    core_->create(generation_, ancestors[i], {}, CreateMode::container, request_.acl,
+    core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(), CreateMode::container,
+                  request_.acl,
                   [self, attempt, last](int rc, std::string, NodeStat) {
                     if (!last) return;
                     auto contender = self.lock();
@@ -181,7 +208,12 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
   phase_ = Phase::checking;
-  if (rc == kOk) {
+  if (rc == kOk && parent_problem_) {
+    complete_locked(parent_problem_);
+    remove_node_locked();
+  } else if (rc == kOk && !parent_verified_) {
+    check_locked();  // the parent check was answered with a transient error: ask again
+  } else if (rc == kOk) {
     evaluate_locked(children);
   } else if (rc == kNoNode) {
     begin_locked();  // the parent, and so our node, is gone: queue again
@@ -247,12 +279,33 @@ void Contender::check_locked() {
   phase_ = Phase::checking;
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
+  if (!parent_verified_) verify_parent_locked(attempt);
   core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
     if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
   });
 }
 
-void Contender::evaluate_locked(const std::vector<std::string>& children) {
+// Sent before the listing of the same attempt; the server answers in order, so the verdict is in
+// before the listing is evaluated.
+void Contender::verify_parent_locked(std::uint64_t attempt) {
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_data(generation_, request_.parent, [self, attempt](int rc, std::string data, NodeStat) {
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    if (attempt != contender->attempt_) return;
+    if (rc == kOk) {
+      contender->parent_verified_ = true;
+      contender->parent_problem_ = contender->request_.check_parent(data);
+    } else if (rc != kNoNode && rc != kConnectionLoss && rc != kOperationTimeout && rc != kInvalidState &&
+               rc != kSessionExpired && rc != kClosing) {
+      contender->parent_problem_ = zookeeper_error(rc);  // for example no read permission on the parent
+    }
+    // Otherwise the listing fails the same way and its handling retries.
+  });
+}
+
+void Contender::evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch) {
   if (abandon_) {
     remove_node_locked();
     return;
@@ -280,6 +333,11 @@ void Contender::evaluate_locked(const std::vector<std::string>& children) {
     remove_node_locked();
     return;
   }
+  if (decision.watch_children) {
+    // A listing that set the children watch is exactly what the watch guards: nothing to redo.
+    if (!listing_carries_watch) watch_children_locked();
+    return;
+  }
   watch_locked(request_.parent + "/" + queue[decision.blocker].name);
 }
 
@@ -289,14 +347,56 @@ void Contender::watch_locked(const std::string& blocker) {
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
       generation_, blocker,
-      [self, attempt](int rc, std::string, NodeStat) {
+      [self, attempt, blocker](int rc, std::string, NodeStat stat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        if (rc == kOk && contender->request_.policy.max_holders > 1 && stat.version > 0) {
+          // A touched predecessor was promoted before our watch was set (see decide()): look again,
+          // once per touch, so that a node touched by someone else cannot keep us re-checking.
+          auto seen = std::make_pair(blocker, stat.version);
+          if (seen != contender->last_touch_seen_) {
+            contender->last_touch_seen_ = std::move(seen);
+            contender->check_locked();
+          }
+          return;
+        }
         if (rc == kOk) return;  // watch set; wait for it
         if (rc == kNoNode) {
           contender->check_locked();  // gone already: look again
+        } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
+          contender->complete_locked(zookeeper_error(rc));
+          contender->remove_node_locked();
+        }
+      },
+      [self, attempt](NodeEvent) {
+        auto contender = self.lock();
+        if (!contender) return;
+        ++contender->core_->wakeups;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        contender->check_locked();
+      });
+}
+
+// The first waiter of a semaphore (see decide()). The listing returned with the watch is
+// evaluated at once, so nothing that happens between the listing and the watch goes unseen.
+void Contender::watch_children_locked() {
+  phase_ = Phase::watching;
+  const std::uint64_t attempt = ++attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_children(
+      generation_, request_.parent,
+      [self, attempt](int rc, std::vector<std::string> children) {
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        if (rc == kOk) {
+          contender->evaluate_locked(children, true);
+        } else if (rc == kNoNode) {
+          contender->check_locked();  // the parent went, and our node with it: check queues again
         } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
           contender->complete_locked(zookeeper_error(rc));
           contender->remove_node_locked();
@@ -319,7 +419,30 @@ void Contender::grant_locked() {
   granted_at_ = Clock::now();
   ++core_->acquisitions;
   core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
-  // Watch our own node: an operator deleting it takes the lock away, and the holder must hear so.
+  if (request_.policy.max_holders > 1) touch_locked();
+  watch_own_node_locked();
+  complete_locked({});
+}
+
+// Rewrites our node's data so that the data watch of our successor fires: a promotion deletes
+// nothing, and the successor must learn that it is now the first waiter (see decide()). Sent
+// before the own-node watch, which the server therefore registers after this change.
+void Contender::touch_locked() {
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->set_data(generation_, node_path_, request_.owner_data, -1, [self](int rc, NodeStat) {
+    if (rc == kOk || rc == kNoNode || rc == kBadVersion) return;
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    if (contender->phase_ != Phase::held) return;  // released or lost: the delete wakes the successor
+    // A touch lost to a connection drop is resent, with the own-node watch sent behind it, once
+    // the same session is back; a lost session deletes the node, which wakes the successor anyway.
+    contender->handle_session_trouble_locked(rc, Retry::touch);
+  });
+}
+
+// Watch our own node: an operator deleting it takes the grant away, and the holder must hear so.
+void Contender::watch_own_node_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
   const std::uint64_t generation = generation_;
   core_->get_data(
@@ -340,7 +463,6 @@ void Contender::grant_locked() {
         if (contender->phase_ == Phase::held && contender->generation_ == generation)
           contender->lose_locked(LossReason::node_deleted);
       });
-  complete_locked({});
 }
 
 void Contender::lose_locked(LossReason reason) {
@@ -486,6 +608,12 @@ void Contender::on_reconnected(std::uint64_t generation) {
     case Retry::recover: recover_locked(); break;
     case Retry::check: check_locked(); break;
     case Retry::remove: remove_node_locked(); break;
+    case Retry::touch:
+      if (phase_ == Phase::held) {
+        touch_locked();
+        watch_own_node_locked();
+      }
+      break;
   }
   if (phase_ == Phase::waiting_for_session) begin_locked();
 }
@@ -584,6 +712,65 @@ void Contender::on_lost(std::function<void(LossReason)> callback) {
     return;
   }
   lost_callbacks_.push_back(std::move(callback));
+}
+
+// ---- waiting for an outcome ----
+
+namespace {
+using CancelOnStop = std::stop_callback<std::function<void()>>;
+
+std::function<void()> canceller(const std::shared_ptr<Contender>& contender) {
+  return [weak = std::weak_ptr<Contender>(contender)] {
+    if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
+  };
+}
+}  // namespace
+
+std::pair<std::error_code, std::shared_ptr<Contender>> await_contender(const std::shared_ptr<SessionCore>& core,
+                                                                      ContenderRequest request,
+                                                                      std::stop_token stop) {
+  auto outcome = std::make_shared<std::promise<std::error_code>>();
+  auto future = outcome->get_future();
+  request.on_done_inline = true;  // only sets the promise
+  request.on_done = [outcome](std::error_code result, const std::shared_ptr<Contender>&) {
+    outcome->set_value(result);
+  };
+  auto contender = Contender::start(core, std::move(request));
+  std::error_code result;
+  {
+    CancelOnStop cancel_on_stop(stop, canceller(contender));
+    result = future.get();
+  }
+  return {result, std::move(contender)};
+}
+
+void start_contender_async(const std::shared_ptr<SessionCore>& core, ContenderRequest request,
+                           std::function<void(std::error_code, const std::shared_ptr<Contender>&)> done,
+                           std::stop_token stop) {
+  // The outcome may arrive before the stop callback is even registered.
+  struct StopRegistration {
+    std::mutex mutex;
+    bool finished = false;
+    std::unique_ptr<CancelOnStop> callback;
+  };
+  auto registration = std::make_shared<StopRegistration>();
+  request.on_done_inline = false;
+  request.on_done = [done = std::move(done), registration](std::error_code ec,
+                                                           const std::shared_ptr<Contender>& contender) {
+    std::unique_ptr<CancelOnStop> callback;
+    {
+      std::lock_guard lock(registration->mutex);
+      registration->finished = true;
+      callback = std::move(registration->callback);
+    }
+    callback.reset();
+    done(ec, contender);
+  };
+  auto contender = Contender::start(core, std::move(request));
+  if (!stop.stop_possible()) return;
+  auto callback = std::make_unique<CancelOnStop>(stop, canceller(contender));
+  std::lock_guard lock(registration->mutex);
+  if (!registration->finished) registration->callback = std::move(callback);
 }
 
 }  // namespace zkr::detail

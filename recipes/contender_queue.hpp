@@ -4,8 +4,8 @@
 // A contender creates a protected ephemeral sequential node under the recipe's path, finds the
 // node that blocks it, watches only that node, re-checks when it changes, and is granted when
 // nothing blocks it. The grant carries the node's czxid as the fencing token and is lost when the
-// session is lost or the node is deleted. A recipe is a QueuePolicy: how its node is named and
-// which earlier nodes block it.
+// session is lost or the node is deleted. A recipe is a QueuePolicy: how its node is named, how
+// many may hold at once, and which earlier nodes block it (see decide()).
 //
 // Invariants enforced here, and only here:
 //   - the fencing token is the czxid from our own create's reply (or, after a lost reply, from the
@@ -42,7 +42,8 @@ struct QueuePolicy {
 // What a contender at `index` of the sorted queue does next.
 struct QueueDecision {
   bool holds = false;
-  std::size_t blocker = 0;  // index of the node to watch when !holds
+  std::size_t blocker = 0;      // index of the node to watch when !holds and !watch_children
+  bool watch_children = false;  // watch the parent's children instead (first waiter, max_holders > 1)
 };
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
 
@@ -61,6 +62,13 @@ struct ContenderRequest {
   // session's callback thread.
   std::function<void(std::error_code, const std::shared_ptr<class Contender>&)> on_done;
   bool on_done_inline = false;
+  // Data for the parent node when the queue has to create it (the semaphore records its limit
+  // there). Ancestors above the parent are created empty.
+  std::string parent_data;
+  // If set, checked against the parent's data once our node exists (so the parent cannot be
+  // swapped between the check and our create); an error ends the attempt with that error and
+  // deletes our node. Runs with the session mutex held: must be quick and must not block.
+  std::function<std::error_code(const std::string& parent_data)> check_parent;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
@@ -102,7 +110,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     finished,
   };
   // What to resend once the connection is back on the same session.
-  enum class Retry { none, recover, check, remove };
+  enum class Retry { none, recover, check, remove, touch };
 
   Contender(std::shared_ptr<SessionCore> core, ContenderRequest request);
 
@@ -112,9 +120,13 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void on_children(std::uint64_t attempt, int rc, std::vector<std::string> children);
   void recover_locked();
   void check_locked();
-  void evaluate_locked(const std::vector<std::string>& children);
+  void verify_parent_locked(std::uint64_t attempt);
+  void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
   void watch_locked(const std::string& blocker);
+  void watch_children_locked();
   void grant_locked();
+  void touch_locked();
+  void watch_own_node_locked();
   void remove_node_locked();
   void lose_locked(LossReason reason);
   void complete_locked(std::error_code outcome);
@@ -138,6 +150,11 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   int parent_retries_ = 0;
   std::string guid_;
   std::string node_path_;
+  bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
+  std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
+  // The touched predecessor that last sent us to re-check (name, data version): a second look at
+  // the same touch waits on the watch instead of re-checking forever.
+  std::pair<std::string, std::int32_t> last_touch_seen_;
   FencingToken token_;
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;
@@ -147,6 +164,20 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
 };
+
+// Blocks the calling thread until the contender's outcome; a stop request cancels it
+// (errc::cancelled). The stop callback lives on this thread's stack: it must never be destroyed
+// under the session mutex, where a concurrent stop request (waiting for that mutex inside
+// cancel()) would deadlock its destructor.
+std::pair<std::error_code, std::shared_ptr<Contender>> await_contender(const std::shared_ptr<SessionCore>& core,
+                                                                      ContenderRequest request,
+                                                                      std::stop_token stop);
+
+// Starts a contender whose outcome runs `done` on the session's callback thread; a stop request
+// cancels it. The stop callback is dropped when the outcome arrives, on the callback thread.
+void start_contender_async(const std::shared_ptr<SessionCore>& core, ContenderRequest request,
+                           std::function<void(std::error_code, const std::shared_ptr<Contender>&)> done,
+                           std::stop_token stop);
 
 // Reads who holds and who waits under `path` (see zkr::list_contenders). Throws Error.
 std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,

@@ -91,40 +91,12 @@ ContenderRequest make_request(const std::string& path, const LockOptions& option
   return request;
 }
 
-using CancelOnStop = std::stop_callback<std::function<void()>>;
-
-std::function<void()> canceller(const std::shared_ptr<Contender>& contender) {
-  return [weak = std::weak_ptr<Contender>(contender)] {
-    if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
-  };
-}
-
-// Blocks the calling thread until the contender's outcome. The stop callback lives on this
-// thread's stack: it must never be destroyed under the session mutex, where a concurrent stop
-// request (waiting for that mutex inside cancel()) would deadlock its destructor.
-std::pair<std::error_code, std::shared_ptr<Contender>> wait_for_outcome(
-    const std::shared_ptr<detail::SessionCore>& core, ContenderRequest request, std::stop_token stop) {
-  auto outcome = std::make_shared<std::promise<std::error_code>>();
-  auto future = outcome->get_future();
-  request.on_done_inline = true;  // only sets the promise
-  request.on_done = [outcome](std::error_code result, const std::shared_ptr<Contender>&) {
-    outcome->set_value(result);
-  };
-  auto contender = Contender::start(core, std::move(request));
-  std::error_code result;
-  {
-    CancelOnStop cancel_on_stop(stop, canceller(contender));
-    result = future.get();
-  }
-  return {result, std::move(contender)};
-}
-
 }  // namespace
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                               std::error_code& ec) noexcept {
   try {
-    auto [result, contender] = wait_for_outcome(
+    auto [result, contender] = detail::await_contender(
         core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero())),
         std::move(stop));
     ec = result;
@@ -149,37 +121,18 @@ std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono
 
 HeldLock Lock::acquire(std::stop_token stop) {
   auto [result, contender] =
-      wait_for_outcome(core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1)), std::move(stop));
+      detail::await_contender(core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1)), std::move(stop));
   if (result) throw Error(result, "acquire lock", path_);
   return HeldLock(std::move(contender));
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  // The stop callback is dropped when the outcome arrives, on the callback thread (never under the
-  // session mutex); the outcome may arrive before it is even registered.
-  struct StopRegistration {
-    std::mutex mutex;
-    bool finished = false;
-    std::unique_ptr<CancelOnStop> callback;
-  };
-  auto registration = std::make_shared<StopRegistration>();
-  auto request = make_request(path_, options_, role_, timeout);
-  request.on_done = [handler = std::move(handler), registration](std::error_code ec,
-                                                                  const std::shared_ptr<Contender>& contender) {
-    std::unique_ptr<CancelOnStop> callback;
-    {
-      std::lock_guard lock(registration->mutex);
-      registration->finished = true;
-      callback = std::move(registration->callback);
-    }
-    callback.reset();
-    handler(ec, ec ? HeldLock{} : HeldLock(contender));
-  };
-  auto contender = Contender::start(core_, std::move(request));
-  if (!stop.stop_possible()) return;
-  auto callback = std::make_unique<CancelOnStop>(stop, canceller(contender));
-  std::lock_guard lock(registration->mutex);
-  if (!registration->finished) registration->callback = std::move(callback);
+  detail::start_contender_async(
+      core_, make_request(path_, options_, role_, timeout),
+      [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
+        handler(ec, ec ? HeldLock{} : HeldLock(contender));
+      },
+      std::move(stop));
 }
 
 std::vector<ContenderInfo> Lock::contenders() const {

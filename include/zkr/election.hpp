@@ -1,0 +1,202 @@
+// Leader election on a ZooKeeper path, with fencing.
+//
+// An election is the mutual-exclusion lock of lock.hpp seen from the other side: every participant
+// queues an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>" holding its participant data
+// (for example "host:port"), and the participant whose node is first leads. Each waiter watches
+// only its predecessor, so a change of leader wakes exactly one participant. The node names are
+// the ones Curator's InterProcessMutex writes, which is what Curator's LeaderSelector runs on: our
+// participants and Curator LeaderSelector participants on the same path agree on who leads.
+//
+// A term of leadership carries the fencing token (the czxid of the leader's node; a later leader
+// always has a larger one) and a loss signal (callback and std::stop_token), exactly like a held
+// lock: leadership is lost when the session monitor declares the session lost, before the server
+// can expire it and let another participant lead. Send the token with every write that only the
+// leader may make, and have the resource refuse lower tokens (fence.hpp).
+//
+// Two styles:
+//   - LeaderLatch: join, then ask is_leader() or wait for leadership; a listener hears every term
+//     begin and end. After a loss the latch queues again by itself; resign() hands leadership to
+//     the next participant at once and queues again at the back.
+//   - LeaderSelector: runs a leadership function on its own thread for each term and queues again
+//     (optionally) when the function returns or leadership is lost.
+// Anyone, participant or not, can read the participants in order and the current leader.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <zkr/lock.hpp>
+
+namespace zkr {
+
+struct ElectionOptions {
+  // Stored in the participant's node, read back by participants() and leader(). Empty means
+  // default_owner_data() ("host:pid").
+  std::string participant_data;
+  NodeAcl acl = NodeAcl::open;
+};
+
+// One participant of an election, as read from its node.
+struct Participant {
+  std::string node;  // child name
+  std::string data;  // participant data (Curator: the participant id, or its IP address)
+  FencingToken token;
+  std::int64_t session_id = 0;
+  bool leader = false;
+};
+
+// The participants of the election on `path`, leader first, then in queue order; empty if nobody
+// takes part. Any session may read them. Throws Error: errc::invalid_path, errc::session_closed,
+// errc::connect_timeout or errc::timed_out (no connection within the session's connect timeout),
+// zk_errc::no_auth, other ZooKeeper errors.
+std::vector<Participant> election_participants(Session& session, std::string_view path);
+// The current leader, or nullopt if nobody takes part. Throws as election_participants().
+std::optional<Participant> election_leader(Session& session, std::string_view path);
+
+// One term of leadership. A handle: copies share the term, and dropping them does not resign
+// (the latch or selector that won the term ends it). All members are thread-safe.
+class Leadership {
+ public:
+  Leadership() = default;  // no term
+  explicit operator bool() const noexcept { return term_ != nullptr; }
+
+  FencingToken token() const;
+  std::string node_path() const;
+  std::int64_t session_id() const;
+
+  // True once leadership is lost (session lost, node deleted, session closed). Never reset.
+  bool lost() const;
+  std::optional<LossReason> loss_reason() const;
+  // Requested when leadership is lost, as HeldLock::lost_token().
+  std::stop_token lost_token() const;
+  // Runs once on the session's callback thread when leadership is lost (at once if it already
+  // is). Must not block for long.
+  void on_lost(std::function<void(LossReason)> callback);
+
+  // True once the term is over for any reason: lost, resigned, or the latch/selector closed.
+  bool ended() const;
+  // Requested when the term ends for any reason: the token to hand to the leader's work.
+  std::stop_token ended_token() const;
+
+  struct Term;  // implementation; only the latch and the selector make terms
+  explicit Leadership(std::shared_ptr<Term> term) : term_(std::move(term)) {}
+
+ private:
+  std::shared_ptr<Term> term_;
+};
+
+enum class LeadershipEvent {
+  gained,    // this participant leads
+  lost,      // leadership was lost (see Leadership::loss_reason()); the latch queues again
+  resigned,  // resign() or close() ended the term
+};
+std::string_view to_string(LeadershipEvent event) noexcept;
+
+class LeaderLatch {
+ public:
+  // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path.
+  LeaderLatch(Session& session, std::string path, ElectionOptions options = {});
+  ~LeaderLatch();  // close()
+  LeaderLatch(const LeaderLatch&) = delete;
+  LeaderLatch& operator=(const LeaderLatch&) = delete;
+
+  const std::string& path() const;
+
+  // Joins the election (non-blocking; idempotent while joined). After a loss the latch joins
+  // again by itself, at the back of the queue, on the session's next connection. Throws
+  // Error(errc::cancelled) if the latch was closed.
+  void start();
+  // Leaves: cancels the wait or ends the term (listeners hear `resigned`), deletes the node.
+  // Idempotent, non-blocking.
+  void close();
+
+  bool is_leader() const;
+  // The current term, or an empty Leadership when not leading.
+  Leadership leadership() const;
+
+  // Waits until this participant leads. Empty when the timeout (negative: none) passes or stop is
+  // requested. Throws Error: errc::invalid_argument if start() was never called, errc::cancelled
+  // if the latch was closed, or the error that ended participation (for example
+  // errc::session_closed when the Session was closed, zk_errc::no_auth).
+  std::optional<Leadership> wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop = {});
+
+  // Why participation ended by itself (session closed, ACL refusal), or no error.
+  std::error_code error() const;
+
+  // The listener runs on the session's callback thread for every term that begins or ends, in
+  // order, and must not block for long. Unregisters when the Subscription goes.
+  [[nodiscard]] Subscription on_change(std::function<void(LeadershipEvent, const Leadership&)> listener);
+
+  // Ends the current term at once (the next participant leads as soon as the server deletes our
+  // node; listeners hear `resigned`) and queues again at the back. False if not leading.
+  bool resign();
+
+  // Everyone on the path, and the leader, as election_participants() / election_leader().
+  std::vector<Participant> participants() const;
+  std::optional<Participant> leader() const;
+
+  struct State;  // implementation
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct SelectorOptions : ElectionOptions {
+  // Queue again each time the leadership function returns or leadership is lost. Without it the
+  // selector runs one term and then waits for requeue().
+  bool auto_requeue = true;
+};
+
+class LeaderSelector {
+ public:
+  // Runs on the selector's own thread for each term. It must return soon after
+  // leadership.ended_token() is requested (leadership lost, or the selector closing): the next
+  // term begins only after it returned. It may return at any time to resign. An exception it
+  // throws ends the term like a return and is kept in last_exception().
+  using LeadershipFunction = std::function<void(const Leadership&)>;
+
+  // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
+  // Error(errc::invalid_argument) if the function is empty.
+  LeaderSelector(Session& session, std::string path, LeadershipFunction function, SelectorOptions options = {});
+  ~LeaderSelector();  // close()
+  LeaderSelector(const LeaderSelector&) = delete;
+  LeaderSelector& operator=(const LeaderSelector&) = delete;
+
+  const std::string& path() const;
+
+  // Starts the selector's thread, which joins the election. Idempotent. Throws
+  // Error(errc::cancelled) if the selector was closed.
+  void start();
+  // Queues once more after a term ended (only needed without auto_requeue). False if the
+  // selector is queued or leading already, or closed.
+  bool requeue();
+  // Stops: cancels the wait, or requests ended_token() of the running term and waits for the
+  // function to return; deletes the node. Idempotent. Must not be called from the leadership
+  // function.
+  void close();
+
+  bool is_leader() const;
+  // Terms this selector has led so far.
+  std::uint64_t terms() const;
+  // Why the selector stopped by itself (errc::session_closed, zk_errc::no_auth, ...), or none.
+  std::error_code error() const;
+  std::exception_ptr last_exception() const;
+
+  std::vector<Participant> participants() const;
+  std::optional<Participant> leader() const;
+
+  struct State;  // implementation
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace zkr

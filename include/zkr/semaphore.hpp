@@ -1,0 +1,89 @@
+// Semaphore: at most N leases held at once on a ZooKeeper path, each with a fencing token.
+//
+// Each acquisition queues an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>"; the first N
+// nodes in sequence order hold a lease. Queue order is kept (first come, first served). A lease
+// is a HeldLock: its token is the czxid of its node, and it is lost, with a callback and a
+// std::stop_token, when the session monitor declares the session lost. The N leases held at one
+// time have different tokens, and a lease granted later has a larger token than every lease
+// granted before it on the path.
+//
+// Wake-ups without a herd: only the first waiter watches the path's children (any release
+// promotes it); every later waiter watches its own predecessor, and a waiter promoted to a lease
+// rewrites its node once so that its successor moves up. A release wakes at most two waiters
+// whatever the queue length.
+//
+// The limit N is part of the path, not of each participant: the first participant that creates
+// the path records "max_leases=N" in the path node's data, and every acquisition compares its own
+// N with the recorded one once its node exists. A participant with a different N gets
+// errc::limit_mismatch (and its node is deleted) instead of a lease: participants that disagree
+// cannot both hold leases by their own count. A path node that exists without a recorded limit
+// (created by hand or by another recipe) is refused the same way; create it with the data
+// "max_leases=N", or let the semaphore create it. The path is a container node: the server
+// removes it some time after the last contender left, and the next participant records its N
+// afresh.
+//
+// Not compatible with Curator's InterProcessSemaphoreV2, which keeps leases and an internal lock
+// under separate child paths.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <zkr/lock.hpp>
+
+namespace zkr {
+
+// A held lease: token, loss signal, release() (or destruction) gives it back.
+using Lease = HeldLock;
+
+struct SemaphoreOptions {
+  // Stored in the lease node for operators. Empty means default_owner_data().
+  std::string owner_data;
+  NodeAcl acl = NodeAcl::open;
+};
+
+class Semaphore {
+ public:
+  // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if max_leases < 1.
+  Semaphore(Session& session, std::string path, int max_leases, SemaphoreOptions options = {});
+  ~Semaphore();
+
+  const std::string& path() const { return path_; }
+  int max_leases() const { return max_leases_; }
+
+  // Waits for a lease. Throws Error: errc::limit_mismatch (the path records another limit; the
+  // message says which), errc::cancelled when stop is requested, errc::session_closed,
+  // zk_errc::no_auth (ACL refusal), other ZooKeeper errors.
+  Lease acquire(std::stop_token stop = {});
+  // Does not wait: empty if N leases are held. Throws as acquire().
+  std::optional<Lease> try_acquire();
+  // Waits at most `timeout`: empty if it ran out or stop was requested. Throws as acquire().
+  std::optional<Lease> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop = {});
+  // Never throws: on failure ec is set (errc::timed_out, errc::cancelled, errc::would_block,
+  // errc::limit_mismatch, ...).
+  std::optional<Lease> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                       std::error_code& ec) noexcept;
+  // Callback form, as Lock::async_acquire: the handler runs once on the session's callback
+  // thread. A negative timeout waits forever; zero does not wait.
+  void async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop = {});
+
+  // Lease holders first, then waiters in queue order.
+  std::vector<ContenderInfo> contenders() const;
+
+  // The limit recorded on `path`: nullopt if the path does not exist or records none. Throws
+  // Error as list_contenders().
+  static std::optional<int> recorded_limit(Session& session, std::string_view path);
+
+ private:
+  std::shared_ptr<detail::SessionCore> core_;
+  std::string path_;
+  int max_leases_;
+  SemaphoreOptions options_;
+};
+
+}  // namespace zkr

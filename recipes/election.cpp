@@ -1,0 +1,427 @@
+// Leader election: the mutual-exclusion lock (one holder, predecessor watches, "-lock-" names)
+// plus the life cycle of a participant. Everything about nodes, watches, connection loss, GUIDs,
+// owner checks and cancellation is the contender queue's, reached through zkr::Lock.
+#include <zkr/election.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <zkr/error.hpp>
+
+#include "contender_queue.hpp"
+
+namespace zkr {
+
+// ---- one term ----
+
+struct Leadership::Term {
+  explicit Term(HeldLock lock) : held(std::move(lock)) {}
+
+  // Ends the term: the work is told to stop, then the node is deleted (the next participant
+  // leads once the server has done so). Idempotent.
+  void end() {
+    ended.request_stop();
+    held.release();
+  }
+
+  HeldLock held;
+  std::stop_source ended;
+};
+
+FencingToken Leadership::token() const { return term_ ? term_->held.token() : FencingToken{}; }
+std::string Leadership::node_path() const { return term_ ? term_->held.node_path() : std::string(); }
+std::int64_t Leadership::session_id() const { return term_ ? term_->held.session_id() : 0; }
+bool Leadership::lost() const { return term_ && term_->held.lost(); }
+std::optional<LossReason> Leadership::loss_reason() const {
+  return term_ ? term_->held.loss_reason() : std::nullopt;
+}
+std::stop_token Leadership::lost_token() const { return term_ ? term_->held.lost_token() : std::stop_token{}; }
+void Leadership::on_lost(std::function<void(LossReason)> callback) {
+  if (term_) term_->held.on_lost(std::move(callback));
+}
+bool Leadership::ended() const { return term_ && term_->ended.stop_requested(); }
+std::stop_token Leadership::ended_token() const { return term_ ? term_->ended.get_token() : std::stop_token{}; }
+
+std::string_view to_string(LeadershipEvent event) noexcept {
+  switch (event) {
+    case LeadershipEvent::gained: return "gained";
+    case LeadershipEvent::lost: return "lost";
+    case LeadershipEvent::resigned: return "resigned";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Term = Leadership::Term;
+
+std::string checked_path(std::string path) {
+  if (auto problem = path_problem(path); !problem.empty())
+    throw Error(make_error_code(errc::invalid_path), "election path", path, problem);
+  return path;
+}
+
+LockOptions lock_options(const ElectionOptions& options) {
+  LockOptions out;
+  out.owner_data = options.participant_data;
+  out.acl = options.acl;
+  return out;
+}
+
+std::vector<Participant> to_participants(std::vector<ContenderInfo> rows) {
+  std::vector<Participant> out;
+  out.reserve(rows.size());
+  for (auto& row : rows)
+    out.push_back(Participant{std::move(row.node), std::move(row.owner_data), row.token, row.session_id, row.holds});
+  return out;
+}
+
+std::optional<Participant> first_leader(std::vector<Participant> participants) {
+  if (participants.empty() || !participants.front().leader) return std::nullopt;
+  return std::move(participants.front());
+}
+
+// A term whose node loss also ends it, and tells `on_loss` (on the session's callback thread).
+std::shared_ptr<Term> begin_term(HeldLock held, std::function<void(const std::shared_ptr<Term>&)> on_loss) {
+  auto term = std::make_shared<Term>(std::move(held));
+  std::weak_ptr<Term> weak = term;
+  term->held.on_lost([weak, on_loss = std::move(on_loss)](LossReason) {
+    auto ended = weak.lock();
+    if (!ended) return;
+    ended->ended.request_stop();
+    if (on_loss) on_loss(ended);
+  });
+  return term;
+}
+
+}  // namespace
+
+std::vector<Participant> election_participants(Session& session, std::string_view path) {
+  return to_participants(list_contenders(session, path, 1));
+}
+
+std::optional<Participant> election_leader(Session& session, std::string_view path) {
+  return first_leader(election_participants(session, path));
+}
+
+// ---- LeaderLatch ----
+
+struct LeaderLatch::State : std::enable_shared_from_this<State> {
+  using Listener = std::function<void(LeadershipEvent, const Leadership&)>;
+  enum class Phase { idle, waiting, leading, stopped, closed };
+
+  State(Session& session, std::string checked, const ElectionOptions& options)
+      : core(session.core()), path(std::move(checked)), lock(session, path, lock_options(options)) {}
+
+  // Queues a new node; its outcome arrives on the callback thread. Caller holds `mutex`.
+  void join_locked() {
+    if (core->ended()) {  // no outcome would ever be delivered: the callback thread is gone
+      phase = Phase::stopped;
+      {
+        std::lock_guard session_lock(core->mutex());
+        error = core->end_reason_locked();
+      }
+      if (!error) error = make_error_code(errc::session_closed);
+      changed.notify_all();
+      return;
+    }
+    phase = Phase::waiting;
+    const std::uint64_t my_attempt = ++attempt;
+    wait_stop = std::stop_source();
+    std::weak_ptr<State> weak = shared_from_this();
+    lock.async_acquire(
+        std::chrono::nanoseconds(-1),
+        [weak, my_attempt](std::error_code ec, HeldLock held) {
+          if (auto self = weak.lock()) self->on_outcome(my_attempt, ec, std::move(held));
+        },
+        wait_stop.get_token());
+  }
+
+  void on_outcome(std::uint64_t my_attempt, std::error_code ec, HeldLock held) {
+    std::lock_guard guard(mutex);
+    if (my_attempt != attempt || phase != Phase::waiting) return;  // `held`, if any, releases itself
+    if (ec) {
+      if (ec == errc::cancelled) return;
+      error = ec;
+      phase = Phase::stopped;
+      changed.notify_all();
+      return;
+    }
+    std::weak_ptr<State> weak = shared_from_this();
+    term = begin_term(std::move(held), [weak](const std::shared_ptr<Term>& lost_term) {
+      if (auto self = weak.lock()) self->on_term_lost(lost_term);
+    });
+    phase = Phase::leading;
+    notify_locked(LeadershipEvent::gained, term);
+    changed.notify_all();
+  }
+
+  void on_term_lost(const std::shared_ptr<Term>& lost_term) {
+    std::lock_guard guard(mutex);
+    if (term != lost_term) return;  // resigned or closed first
+    term.reset();
+    lost_term->end();
+    notify_locked(LeadershipEvent::lost, lost_term);
+    if (phase == Phase::leading) join_locked();  // at the back, on the session's next connection
+    changed.notify_all();
+  }
+
+  // Listeners run on the session's callback thread, in the order the events happened.
+  void notify_locked(LeadershipEvent event, const std::shared_ptr<Term>& which) {
+    if (listeners.empty()) return;
+    std::vector<std::shared_ptr<Listener>> snapshot;
+    for (const auto& [id, listener] : listeners) snapshot.push_back(listener);
+    core->post_callback([snapshot = std::move(snapshot), event, which] {
+      const Leadership leadership(which);
+      for (const auto& listener : snapshot) (*listener)(event, leadership);
+    });
+  }
+
+  const std::shared_ptr<detail::SessionCore> core;
+  const std::string path;
+  Lock lock;
+
+  mutable std::mutex mutex;
+  std::condition_variable_any changed;
+  Phase phase = Phase::idle;
+  std::uint64_t attempt = 0;
+  std::stop_source wait_stop;
+  std::shared_ptr<Term> term;
+  std::error_code error;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<Listener>>> listeners;
+  std::uint64_t next_listener_id = 1;
+};
+
+LeaderLatch::LeaderLatch(Session& session, std::string path, ElectionOptions options)
+    : state_(std::make_shared<State>(session, checked_path(std::move(path)), options)) {}
+
+LeaderLatch::~LeaderLatch() { close(); }
+
+const std::string& LeaderLatch::path() const { return state_->path; }
+
+void LeaderLatch::start() {
+  std::lock_guard guard(state_->mutex);
+  switch (state_->phase) {
+    case State::Phase::idle:
+    case State::Phase::stopped: state_->join_locked(); break;
+    case State::Phase::closed:
+      throw Error(make_error_code(errc::cancelled), "start leader latch", state_->path, "the latch was closed");
+    default: break;
+  }
+}
+
+void LeaderLatch::close() {
+  std::lock_guard guard(state_->mutex);
+  if (state_->phase == State::Phase::closed) return;
+  state_->phase = State::Phase::closed;
+  state_->wait_stop.request_stop();  // a waiting contender deletes its node
+  if (auto ended = std::exchange(state_->term, nullptr)) {
+    ended->end();
+    state_->notify_locked(LeadershipEvent::resigned, ended);
+  }
+  state_->changed.notify_all();
+}
+
+bool LeaderLatch::is_leader() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->term && !state_->term->ended.stop_requested();
+}
+
+Leadership LeaderLatch::leadership() const {
+  std::lock_guard guard(state_->mutex);
+  return Leadership(state_->term);
+}
+
+std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop) {
+  std::unique_lock guard(state_->mutex);
+  if (state_->phase == State::Phase::idle)
+    throw Error(make_error_code(errc::invalid_argument), "wait for leadership", state_->path,
+                "start() the latch first");
+  auto settled = [&] { return state_->phase != State::Phase::waiting; };
+  if (timeout < std::chrono::nanoseconds::zero()) state_->changed.wait(guard, stop, settled);
+  else state_->changed.wait_for(guard, stop, timeout, settled);
+  switch (state_->phase) {
+    case State::Phase::leading: return Leadership(state_->term);
+    case State::Phase::stopped: throw Error(state_->error, "wait for leadership", state_->path);
+    case State::Phase::closed:
+      throw Error(make_error_code(errc::cancelled), "wait for leadership", state_->path, "the latch was closed");
+    default: return std::nullopt;
+  }
+}
+
+std::error_code LeaderLatch::error() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->error;
+}
+
+Subscription LeaderLatch::on_change(std::function<void(LeadershipEvent, const Leadership&)> listener) {
+  std::lock_guard guard(state_->mutex);
+  const std::uint64_t id = state_->next_listener_id++;
+  state_->listeners.emplace_back(id, std::make_shared<State::Listener>(std::move(listener)));
+  return Subscription([weak = std::weak_ptr<State>(state_), id] {
+    auto state = weak.lock();
+    if (!state) return;
+    std::lock_guard inner(state->mutex);
+    std::erase_if(state->listeners, [id](const auto& entry) { return entry.first == id; });
+  });
+}
+
+bool LeaderLatch::resign() {
+  std::lock_guard guard(state_->mutex);
+  if (state_->phase != State::Phase::leading || !state_->term) return false;
+  auto ended = std::exchange(state_->term, nullptr);
+  ended->end();  // the delete is sent before our new node's create: the next participant leads
+  state_->notify_locked(LeadershipEvent::resigned, ended);
+  state_->join_locked();
+  state_->changed.notify_all();
+  return true;
+}
+
+std::vector<Participant> LeaderLatch::participants() const {
+  return to_participants(detail::list_contenders(state_->core, state_->path, 1));
+}
+
+std::optional<Participant> LeaderLatch::leader() const { return first_leader(participants()); }
+
+// ---- LeaderSelector ----
+
+struct LeaderSelector::State {
+  State(Session& session, std::string checked, LeadershipFunction leadership_function, const SelectorOptions& options)
+      : core(session.core()),
+        path(std::move(checked)),
+        lock(session, path, lock_options(options)),
+        function(std::move(leadership_function)),
+        auto_requeue(options.auto_requeue) {}
+
+  // The selector's thread: queue, lead, end the term, queue again.
+  void run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      HeldLock held;
+      try {
+        held = lock.acquire(stop);
+      } catch (const Error& e) {
+        if (e.code() != errc::cancelled) {
+          std::lock_guard guard(mutex);
+          error = e.code();
+        }
+        break;
+      } catch (...) {
+        std::lock_guard guard(mutex);
+        exception = std::current_exception();
+        break;
+      }
+      auto term = begin_term(std::move(held), nullptr);
+      {
+        std::lock_guard guard(mutex);
+        current = term;
+        ++terms;
+      }
+      {
+        std::stop_callback end_on_close(stop, [term] { term->ended.request_stop(); });
+        try {
+          function(Leadership(term));
+        } catch (...) {
+          std::lock_guard guard(mutex);
+          exception = std::current_exception();
+        }
+      }
+      term->end();
+      std::unique_lock guard(mutex);
+      current.reset();
+      if (auto_requeue) continue;
+      idle = true;
+      changed.wait(guard, stop, [this] { return requeue_requested; });
+      idle = false;
+      requeue_requested = false;
+    }
+  }
+
+  const std::shared_ptr<detail::SessionCore> core;
+  const std::string path;
+  Lock lock;
+  const LeadershipFunction function;
+  const bool auto_requeue;
+
+  mutable std::mutex mutex;
+  std::condition_variable_any changed;
+  bool closed = false;
+  bool idle = false;  // a term ended and the selector waits for requeue()
+  bool requeue_requested = false;
+  std::shared_ptr<Term> current;
+  std::uint64_t terms = 0;
+  std::error_code error;
+  std::exception_ptr exception;
+  std::jthread thread;  // last: stopped and joined before the rest goes
+};
+
+LeaderSelector::LeaderSelector(Session& session, std::string path, LeadershipFunction function,
+                               SelectorOptions options) {
+  path = checked_path(std::move(path));
+  if (!function)
+    throw Error(make_error_code(errc::invalid_argument), "leader selector", path, "the leadership function is empty");
+  state_ = std::make_shared<State>(session, std::move(path), std::move(function), options);
+}
+
+LeaderSelector::~LeaderSelector() { close(); }
+
+const std::string& LeaderSelector::path() const { return state_->path; }
+
+void LeaderSelector::start() {
+  std::lock_guard guard(state_->mutex);
+  if (state_->closed)
+    throw Error(make_error_code(errc::cancelled), "start leader selector", state_->path, "the selector was closed");
+  if (state_->thread.joinable()) return;
+  state_->thread = std::jthread([state = state_.get()](std::stop_token stop) { state->run(stop); });
+}
+
+bool LeaderSelector::requeue() {
+  std::lock_guard guard(state_->mutex);
+  if (state_->closed || !state_->idle || state_->requeue_requested) return false;
+  state_->requeue_requested = true;
+  state_->changed.notify_all();
+  return true;
+}
+
+void LeaderSelector::close() {
+  std::jthread thread;
+  {
+    std::lock_guard guard(state_->mutex);
+    state_->closed = true;
+    if (state_->thread.get_id() == std::this_thread::get_id()) {
+      state_->thread.request_stop();  // called from the leadership function: cannot join itself
+      return;
+    }
+    thread = std::move(state_->thread);
+  }
+  thread.request_stop();
+  if (thread.joinable()) thread.join();
+}
+
+bool LeaderSelector::is_leader() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->current && !state_->current->ended.stop_requested();
+}
+
+std::uint64_t LeaderSelector::terms() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->terms;
+}
+
+std::error_code LeaderSelector::error() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->error;
+}
+
+std::exception_ptr LeaderSelector::last_exception() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->exception;
+}
+
+std::vector<Participant> LeaderSelector::participants() const {
+  return to_participants(detail::list_contenders(state_->core, state_->path, 1));
+}
+
+std::optional<Participant> LeaderSelector::leader() const { return first_leader(participants()); }
+
+}  // namespace zkr

@@ -1,0 +1,402 @@
+// Leader election on real servers: one leader, handover on kill, freeze, resign and expiry, the
+// leader as seen by a non-participant, and the selector's run-and-requeue cycle.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <csignal>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <zkr/election.hpp>
+#include <zkr/error.hpp>
+#include <zkr/fence.hpp>
+
+#include "recipe_test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class ElectionTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+  Sessions sessions;
+
+  std::vector<std::string> nodes() { return raw.children(path); }
+
+  void TearDown() override { sessions.close_all(); }
+};
+
+// Index of the one latch that leads, -1 if none does, -2 if several do.
+int sole_leader(const std::vector<std::unique_ptr<LeaderLatch>>& latches) {
+  int leader = -1;
+  for (std::size_t i = 0; i < latches.size(); ++i) {
+    if (!latches[i]->is_leader()) continue;
+    if (leader != -1) return -2;
+    leader = static_cast<int>(i);
+  }
+  return leader;
+}
+
+TEST_F(ElectionTest, OneLeaderAmongFiveAndEveryoneAgreesWhoItIs) {
+  std::vector<std::unique_ptr<LeaderLatch>> latches;
+  for (int i = 0; i < 5; ++i) {
+    latches.push_back(std::make_unique<LeaderLatch>(sessions.add(servers), path,
+                                                    ElectionOptions{.participant_data = fmt::format("node-{}:{}", i, 9000 + i)}));
+    latches.back()->start();
+  }
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 5 && sole_leader(latches) >= 0; }));
+  std::this_thread::sleep_for(200ms);  // nobody else may think it leads a moment later
+  const int leader = sole_leader(latches);
+  ASSERT_GE(leader, 0);
+  const Leadership term = latches[leader]->leadership();
+  ASSERT_TRUE(term);
+  EXPECT_EQ(term.token().value(), raw.stat(term.node_path()).czxid);
+  EXPECT_NE(term.node_path().find("-lock-"), std::string::npos);
+
+  // A process that does not take part reads the same leader and the queue behind it.
+  Session& observer = sessions.add(servers);
+  auto seen = election_leader(observer, path);
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->data, fmt::format("node-{}:{}", leader, 9000 + leader));
+  EXPECT_EQ(seen->token, term.token());
+  EXPECT_EQ(seen->session_id, sessions[leader].id());
+  auto everyone = election_participants(observer, path);
+  ASSERT_EQ(everyone.size(), 5u);
+  EXPECT_TRUE(everyone[0].leader);
+  for (std::size_t i = 1; i < everyone.size(); ++i) {
+    EXPECT_FALSE(everyone[i].leader);
+    EXPECT_GT(everyone[i].token, everyone[i - 1].token);  // queue order is creation order
+  }
+  EXPECT_EQ(latches[3]->leader()->data, seen->data);
+  EXPECT_EQ(latches[3]->participants().size(), 5u);
+  EXPECT_FALSE(election_leader(observer, path + "-nobody"));
+  EXPECT_TRUE(election_participants(observer, path + "-nobody").empty());
+}
+
+TEST_F(ElectionTest, ResignHandsOverAtOnceAndRequeuesAtTheBack) {
+  // Sessions far longer than the test's wait: the handover cannot come from an expiry.
+  std::vector<std::unique_ptr<LeaderLatch>> latches;
+  for (int i = 0; i < 3; ++i) {
+    latches.push_back(std::make_unique<LeaderLatch>(sessions.add(servers, 20000ms), path,
+                                                    ElectionOptions{.participant_data = fmt::format("p{}", i)}));
+    latches.back()->start();
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
+  }
+  auto first = latches[0]->wait_for_leadership(testenv::scaled(5s));
+  ASSERT_TRUE(first);
+  std::mutex mutex;
+  std::vector<LeadershipEvent> events;
+  auto close_sessions = sessions.closer();
+  auto subscription = latches[0]->on_change([&](LeadershipEvent event, const Leadership&) {
+    std::lock_guard guard(mutex);
+    events.push_back(event);
+  });
+  const auto before = std::chrono::steady_clock::now();
+  ASSERT_TRUE(latches[0]->resign());
+  EXPECT_TRUE(first->ended());
+  EXPECT_FALSE(first->lost());  // resigning is not losing
+  EXPECT_FALSE(latches[0]->is_leader());
+  auto second = latches[1]->wait_for_leadership(testenv::scaled(5s));
+  ASSERT_TRUE(second);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 20000ms);
+  EXPECT_GT(second->token(), first->token());
+  EXPECT_FALSE(latches[2]->is_leader());
+  ASSERT_TRUE(eventually([&] { return latches[0]->participants().size() == 3; }));
+  auto order = latches[0]->participants();
+  EXPECT_EQ(order[0].data, "p1");
+  EXPECT_EQ(order[1].data, "p2");
+  EXPECT_EQ(order[2].data, "p0");  // the resigner queued again at the back
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return !events.empty();
+  }));
+  std::lock_guard guard(mutex);
+  EXPECT_EQ(events.front(), LeadershipEvent::resigned);
+}
+
+TEST_F(ElectionTest, KilledLeaderIsSucceededByExactlyOneWithALargerToken) {
+  auto peer = start_peer("elect", servers, path, 2000, "peer");
+  auto leader_line = peer->wait_for_line("LEADER", testenv::scaled(15s));
+  ASSERT_TRUE(leader_line);
+  std::vector<std::unique_ptr<LeaderLatch>> latches;
+  for (int i = 0; i < 2; ++i) {
+    latches.push_back(std::make_unique<LeaderLatch>(sessions.add(servers), path));
+    latches.back()->start();
+  }
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  EXPECT_EQ(sole_leader(latches), -1);
+  peer->signal(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return sole_leader(latches) >= 0; }, testenv::scaled(15s)));
+  std::this_thread::sleep_for(300ms);
+  const int leader = sole_leader(latches);
+  ASSERT_GE(leader, 0) << "two leaders";
+  EXPECT_GT(latches[leader]->leadership().token().value(), number_of(*leader_line));
+  EXPECT_EQ(latches[leader]->leadership().session_id(), sessions[leader].id());
+}
+
+TEST_F(ElectionTest, FrozenLeaderIsReplacedAndOnThawLearnsItLostWhileItsWritesAreRefused) {
+  auto peer = start_peer("elect", servers, path, 2000, "frozen");
+  auto leader_line = peer->wait_for_line("LEADER", testenv::scaled(15s));
+  ASSERT_TRUE(leader_line);
+  FenceGate resource;
+  const FencingToken old_token(number_of(*leader_line));
+  ASSERT_TRUE(resource.admit("config", old_token));
+
+  peer->freeze();
+  LeaderLatch latch(sessions.add(servers), path);
+  latch.start();
+  auto term = latch.wait_for_leadership(testenv::scaled(20s));  // the server expires the frozen session
+  ASSERT_TRUE(term);
+  EXPECT_GT(term->token(), old_token);
+  ASSERT_TRUE(resource.admit("config", term->token()));
+
+  peer->thaw();
+  int refused = 0;
+  std::optional<std::string> lost;
+  for (int i = 0; i < 400 && !lost; ++i) {
+    auto line = peer->read_line(testenv::scaled(5s));
+    ASSERT_TRUE(line) << "the thawed leader went silent";
+    if (line->starts_with("WRITE")) {
+      EXPECT_FALSE(resource.admit("config", FencingToken(number_of(*line))));
+      ++refused;
+    } else if (line->starts_with("LOST")) {
+      lost = line;
+    }
+  }
+  ASSERT_TRUE(lost) << "the old leader was never told";
+  // Told by its session monitor on thaw (or, if the server's deletion of its node arrives first,
+  // by the node watch): either way before it could believe it leads for long.
+  EXPECT_TRUE(*lost == "LOST session lost" || *lost == "LOST lock node deleted") << *lost;
+  EXPECT_EQ(resource.highest("config"), term->token());
+  EXPECT_TRUE(latch.is_leader());  // the thawed peer queued again behind us
+  peer->close_stdin();
+  EXPECT_TRUE(peer->wait(testenv::scaled(10s)));
+}
+
+TEST_F(ElectionTest, AWaiterThatExpiresDoesNotDisturbTheOrder) {
+  testenv::Proxy proxy(servers);
+  LeaderLatch first(sessions.add(servers), path, {.participant_data = "first"});
+  first.start();
+  ASSERT_TRUE(first.wait_for_leadership(testenv::scaled(5s)));
+  Session& expiring_session = sessions.add(proxy.address(), 10000ms);
+  LeaderLatch expiring(expiring_session, path, {.participant_data = "expiring"});
+  expiring.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  LeaderLatch last(sessions.add(servers), path, {.participant_data = "last"});
+  last.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+
+  auto id = expiring_session.core()->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  // The last participant's predecessor vanished: it watches the leader now and must not lead.
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(first.is_leader());
+  EXPECT_FALSE(last.is_leader());
+  proxy.reset();
+  // The expired waiter queues again on its new session, behind the last one.
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }, testenv::scaled(15s)));
+  auto order = first.participants();
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0].data, "first");
+  EXPECT_EQ(order[1].data, "last");
+  EXPECT_EQ(order[2].data, "expiring");
+  ASSERT_TRUE(first.resign());
+  ASSERT_TRUE(last.wait_for_leadership(testenv::scaled(5s)));
+  EXPECT_FALSE(expiring.is_leader());
+}
+
+TEST_F(ElectionTest, LatchListenersHearGainedAndLostAndTheLatchQueuesAgain) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 3000ms);
+  LeaderLatch latch(session, path);
+  std::mutex mutex;
+  std::vector<std::pair<LeadershipEvent, FencingToken>> events;
+  auto close_sessions = sessions.closer();
+  auto subscription = latch.on_change([&](LeadershipEvent event, const Leadership& term) {
+    std::lock_guard guard(mutex);
+    events.emplace_back(event, term.token());
+  });
+  latch.start();
+  auto term = latch.wait_for_leadership(testenv::scaled(5s));
+  ASSERT_TRUE(term);
+  std::atomic<bool> work_stopped{false};
+  std::stop_callback on_end(term->ended_token(), [&] { work_stopped = true; });
+  proxy.blackhole();  // the monitor declares the session lost before the server can expire it
+  ASSERT_TRUE(eventually([&] { return term->lost(); }, testenv::scaled(15s)));
+  EXPECT_EQ(term->loss_reason(), LossReason::session_lost);
+  EXPECT_TRUE(work_stopped);
+  EXPECT_TRUE(term->lost_token().stop_requested());
+  EXPECT_FALSE(latch.is_leader());
+  proxy.pass();
+  auto again = latch.wait_for_leadership(testenv::scaled(20s));  // a new session, a new node
+  ASSERT_TRUE(again);
+  EXPECT_GT(again->token(), term->token());
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return events.size() >= 3;
+  }));
+  std::lock_guard guard(mutex);
+  EXPECT_EQ(events[0], std::make_pair(LeadershipEvent::gained, term->token()));
+  EXPECT_EQ(events[1], std::make_pair(LeadershipEvent::lost, term->token()));
+  EXPECT_EQ(events[2], std::make_pair(LeadershipEvent::gained, again->token()));
+}
+
+TEST_F(ElectionTest, ClosingAWaitingLatchLeavesNoNodeAndWaitsFail) {
+  LeaderLatch leader(sessions.add(servers), path);
+  leader.start();
+  ASSERT_TRUE(leader.wait_for_leadership(testenv::scaled(5s)));
+  LeaderLatch waiter(sessions.add(servers), path);
+  EXPECT_THROW(waiter.wait_for_leadership(1ms), Error);  // not started
+  waiter.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  EXPECT_FALSE(waiter.wait_for_leadership(100ms));
+  std::stop_source stop;
+  auto waiting = std::async(std::launch::async, [&] { return waiter.wait_for_leadership(-1ns, stop.get_token()); });
+  stop.request_stop();
+  EXPECT_FALSE(waiting.get());
+  waiter.close();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  try {
+    waiter.wait_for_leadership(1ms);
+    FAIL() << "a closed latch cannot lead";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::cancelled);
+  }
+  leader.close();
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  EXPECT_FALSE(leader.is_leader());
+}
+
+TEST_F(ElectionTest, ClosedSessionEndsParticipationWithThatError) {
+  Session& session = sessions.add(servers);
+  LeaderLatch latch(session, path);
+  latch.start();
+  ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(5s)));
+  session.close();
+  try {
+    ASSERT_TRUE(eventually([&] { return !latch.is_leader(); }));
+    latch.wait_for_leadership(testenv::scaled(5s));
+    FAIL() << "expected the session's end to end participation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::session_closed);
+  }
+  EXPECT_EQ(latch.error(), errc::session_closed);
+}
+
+TEST_F(ElectionTest, InvalidPathsAndEmptyFunctionsAreRefused) {
+  Session& session = sessions.add(servers);
+  EXPECT_THROW(LeaderLatch(session, "no-slash"), Error);
+  try {
+    LeaderSelector selector(session, path, nullptr);
+    FAIL() << "accepted an empty function";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+  }
+  EXPECT_THROW(election_leader(session, "/a//b"), Error);
+}
+
+TEST_F(ElectionTest, SelectorsTakeTurnsWithoutOverlapAndTokensGrow) {
+  constexpr int kSelectors = 3;
+  std::atomic<int> inside{0}, overlaps{0};
+  std::mutex mutex;
+  std::vector<std::int64_t> tokens;
+  std::vector<int> terms_by(kSelectors, 0);
+  std::vector<std::unique_ptr<LeaderSelector>> selectors;
+  for (int i = 0; i < kSelectors; ++i) {
+    selectors.push_back(std::make_unique<LeaderSelector>(sessions.add(servers), path, [&, i](const Leadership& term) {
+      if (inside.fetch_add(1) != 0) ++overlaps;
+      {
+        std::lock_guard guard(mutex);
+        tokens.push_back(term.token().value());
+        ++terms_by[i];
+      }
+      std::this_thread::sleep_for(20ms);
+      inside.fetch_sub(1);
+    }));
+  }
+  for (auto& selector : selectors) selector->start();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return tokens.size() >= 15 && std::all_of(terms_by.begin(), terms_by.end(), [](int n) { return n >= 2; });
+  }, testenv::scaled(30s)));
+  for (auto& selector : selectors) selector->close();
+  EXPECT_EQ(overlaps.load(), 0);
+  std::lock_guard guard(mutex);
+  EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+  EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+TEST_F(ElectionTest, SelectorFunctionIsToldWhenLeadershipIsLostAndTheSelectorRequeues) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 3000ms);
+  std::promise<std::pair<bool, std::optional<LossReason>>> first_term_end;
+  std::atomic<int> calls{0};
+  std::atomic<std::int64_t> second_token{0};
+  auto close_sessions = sessions.closer();
+  LeaderSelector selector(session, path, [&](const Leadership& term) {
+    if (++calls == 1) {
+      std::condition_variable_any cv;
+      std::mutex m;
+      std::unique_lock lock(m);
+      cv.wait(lock, term.ended_token(), [] { return false; });  // lead until told to stop
+      first_term_end.set_value({term.lost(), term.loss_reason()});
+      return;
+    }
+    second_token = term.token().value();
+  });
+  selector.start();
+  ASSERT_TRUE(eventually([&] { return selector.is_leader(); }));
+  const FencingToken first_token = election_leader(sessions.add(servers), path)->token;
+  proxy.blackhole();
+  auto ended = first_term_end.get_future();
+  ASSERT_EQ(ended.wait_for(testenv::scaled(15s)), std::future_status::ready);
+  auto [lost, reason] = ended.get();
+  EXPECT_TRUE(lost);
+  EXPECT_EQ(reason, LossReason::session_lost);
+  proxy.pass();
+  ASSERT_TRUE(eventually([&] { return second_token.load() != 0; }, testenv::scaled(20s)));
+  EXPECT_GT(second_token.load(), first_token.value());
+  EXPECT_GE(selector.terms(), 2u);
+}
+
+TEST_F(ElectionTest, SelectorWithoutAutoRequeueRunsOneTermUntilRequeued) {
+  std::atomic<int> calls{0};
+  LeaderSelector selector(sessions.add(servers), path, [&](const Leadership&) { ++calls; },
+                          SelectorOptions{{}, false});
+  selector.start();
+  ASSERT_TRUE(eventually([&] { return calls.load() == 1; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  ASSERT_TRUE(eventually([&] { return selector.requeue(); }));
+  ASSERT_TRUE(eventually([&] { return calls.load() == 2; }));
+  selector.close();
+  EXPECT_FALSE(selector.requeue());
+}
+
+TEST_F(ElectionTest, ClosingASelectorStopsTheRunningFunction) {
+  std::atomic<bool> running{false}, told{false};
+  LeaderSelector selector(sessions.add(servers), path, [&](const Leadership& term) {
+    running = true;
+    while (!term.ended_token().stop_requested()) std::this_thread::sleep_for(5ms);
+    told = true;
+  });
+  selector.start();
+  ASSERT_TRUE(eventually([&] { return running.load(); }));
+  selector.close();
+  EXPECT_TRUE(told);
+  EXPECT_FALSE(selector.is_leader());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+}  // namespace
+}  // namespace zkr::test

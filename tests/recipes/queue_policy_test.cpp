@@ -1,0 +1,64 @@
+// The queue's decision rule, without a server: who holds and what each waiter watches.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "contender_queue.hpp"
+
+namespace zkr::detail {
+namespace {
+
+std::vector<ContenderName> queue_of(const std::string& roles) {
+  std::vector<ContenderName> queue;
+  for (std::size_t i = 0; i < roles.size(); ++i) {
+    ContenderRole role = roles[i] == 'r' ? ContenderRole::read : roles[i] == 'w' ? ContenderRole::write : ContenderRole::exclusive;
+    queue.push_back({"n" + std::to_string(i), ContenderScheme::zkrecipes_or_curator, role, "g", static_cast<std::int64_t>(i)});
+  }
+  return queue;
+}
+
+TEST(QueuePolicyTest, LockHolderIsFirstAndWaitersWatchTheirPredecessor) {
+  auto queue = queue_of("xxxx");
+  const QueuePolicy lock{ContenderRole::exclusive, 1};
+  EXPECT_TRUE(decide(queue, 0, lock).holds);
+  for (std::size_t i = 1; i < queue.size(); ++i) {
+    auto decision = decide(queue, i, lock);
+    EXPECT_FALSE(decision.holds);
+    EXPECT_FALSE(decision.watch_children);
+    EXPECT_EQ(decision.blocker, i - 1);
+  }
+}
+
+TEST(QueuePolicyTest, SemaphoreFirstWaiterWatchesChildrenLaterOnesTheirPredecessor) {
+  auto queue = queue_of("xxxxxx");
+  const QueuePolicy semaphore{ContenderRole::exclusive, 2};
+  EXPECT_TRUE(decide(queue, 0, semaphore).holds);
+  EXPECT_TRUE(decide(queue, 1, semaphore).holds);
+  auto first_waiter = decide(queue, 2, semaphore);
+  EXPECT_FALSE(first_waiter.holds);
+  EXPECT_TRUE(first_waiter.watch_children);
+  for (std::size_t i = 3; i < queue.size(); ++i) {
+    auto decision = decide(queue, i, semaphore);
+    EXPECT_FALSE(decision.holds);
+    EXPECT_FALSE(decision.watch_children);
+    EXPECT_EQ(decision.blocker, i - 1);
+  }
+}
+
+TEST(QueuePolicyTest, ReadersWaitForTheNearestEarlierWriterOnly) {
+  auto queue = queue_of("rrwrrwr");
+  const QueuePolicy read{ContenderRole::read, 1};
+  const QueuePolicy write{ContenderRole::write, 1};
+  EXPECT_TRUE(decide(queue, 0, read).holds);
+  EXPECT_TRUE(decide(queue, 1, read).holds);
+  EXPECT_FALSE(decide(queue, 2, write).holds);
+  EXPECT_EQ(decide(queue, 2, write).blocker, 1u);
+  EXPECT_EQ(decide(queue, 3, read).blocker, 2u);
+  EXPECT_EQ(decide(queue, 4, read).blocker, 2u);
+  EXPECT_EQ(decide(queue, 5, write).blocker, 4u);
+  EXPECT_EQ(decide(queue, 6, read).blocker, 5u);
+}
+
+}  // namespace
+}  // namespace zkr::detail

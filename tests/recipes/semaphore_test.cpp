@@ -1,0 +1,308 @@
+// The semaphore on real servers: never more than N, queue order, bounded wake-ups, leases freed
+// when a holder dies, and participants that disagree on N.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <zkr/error.hpp>
+#include <zkr/semaphore.hpp>
+
+#include "recipe_test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class SemaphoreTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+  Sessions sessions;
+
+  std::vector<std::string> nodes() { return raw.children(path); }
+  std::string parent_data() {
+    char buffer[128];
+    int length = sizeof buffer;
+    if (zoo_get(raw.handle(), path.c_str(), 0, buffer, &length, nullptr) != ZOK || length < 0) return {};
+    return std::string(buffer, static_cast<std::size_t>(length));
+  }
+
+  void TearDown() override { sessions.close_all(); }
+};
+
+// Six contenders on N = 2, queued in a known order; the test releases a random holder each round.
+TEST_F(SemaphoreTest, NeverMoreThanNEveryoneAcquiresInOrderWithBoundedWakeups) {
+  constexpr int kLimit = 2;
+  constexpr int kContenders = 6;
+  std::vector<std::unique_ptr<Semaphore>> semaphores;
+  std::mutex mutex;
+  std::vector<int> grant_order;
+  std::vector<Lease> leases(kContenders);
+  int holding = 0, most_holding = 0;
+  auto close_sessions = sessions.closer();
+  for (int i = 0; i < kContenders; ++i) {
+    semaphores.push_back(std::make_unique<Semaphore>(sessions.add(servers), path, kLimit));
+    semaphores.back()->async_acquire(-1ns, [&, i](std::error_code ec, Lease lease) {
+      ASSERT_FALSE(ec) << ec.message();
+      std::lock_guard guard(mutex);
+      grant_order.push_back(i);
+      leases[i] = std::move(lease);
+      most_holding = std::max(most_holding, ++holding);
+    });
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
+  }
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return grant_order.size() == kLimit;
+  }));
+  // Every waiter has listed the queue and set its watch.
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  const auto wakeups_before = sessions.wakeups();
+
+  std::mt19937 random(std::random_device{}());
+  int releases = 0;
+  while (true) {
+    std::vector<int> holders;
+    {
+      std::lock_guard guard(mutex);
+      for (int i : grant_order)
+        if (leases[i] && !leases[i].lost()) holders.push_back(i);
+      if (holders.empty()) break;
+    }
+    const int victim = holders[std::uniform_int_distribution<std::size_t>(0, holders.size() - 1)(random)];
+    std::size_t granted_before;
+    {
+      std::lock_guard guard(mutex);
+      granted_before = grant_order.size();
+      leases[victim].release();
+      leases[victim] = Lease{};
+      --holding;
+    }
+    ++releases;
+    if (granted_before < kContenders) {
+      ASSERT_TRUE(eventually([&] {
+        std::lock_guard guard(mutex);
+        return grant_order.size() == granted_before + 1;
+      })) << "a release promoted nobody";
+    }
+    // A second grant for one release would exceed N.
+    std::this_thread::sleep_for(50ms);
+    std::lock_guard guard(mutex);
+    EXPECT_LE(holding, kLimit);
+  }
+  EXPECT_EQ(releases, kContenders);
+  EXPECT_EQ(most_holding, kLimit);
+  std::lock_guard guard(mutex);
+  EXPECT_EQ(grant_order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  // The first waiter's children watch plus the promoted waiter's touch: at most two per release
+  // (a herd would wake every waiter: 4 + 3 + 2 + 1 for the first four releases).
+  const auto wakeups = sessions.wakeups() - wakeups_before;
+  RecordProperty("wakeups", static_cast<int>(wakeups));
+  EXPECT_LE(wakeups, 2u * (kContenders - kLimit)) << "wake-ups: " << wakeups;
+  EXPECT_GE(wakeups, static_cast<std::uint64_t>(kContenders - kLimit));  // every promotion was a wake-up
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+// Many rounds of random holds by six threads: the count of holders never exceeds N, and all get in.
+TEST_F(SemaphoreTest, SixThreadsHammeringNeverExceedTheLimit) {
+  constexpr int kLimit = 2;
+  constexpr int kContenders = 6;
+  constexpr int kRounds = 5;
+  std::atomic<int> inside{0}, most{0}, violations{0};
+  std::vector<int> acquired(kContenders, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kContenders; ++i) sessions.add(servers);
+  for (int i = 0; i < kContenders; ++i) {
+    threads.emplace_back([&, i] {
+      Semaphore semaphore(sessions[i], path, kLimit);
+      std::mt19937 random(static_cast<unsigned>(i) * 7919u + 1);
+      for (int round = 0; round < kRounds; ++round) {
+        auto lease = semaphore.try_acquire_for(testenv::scaled(20s));
+        if (!lease) continue;
+        const int now = inside.fetch_add(1) + 1;
+        if (now > kLimit) ++violations;
+        int seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        ++acquired[i];
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 40)(random)));
+        inside.fetch_sub(1);
+        lease->release();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_LE(most.load(), kLimit);
+  EXPECT_EQ(most.load(), kLimit);  // the two leases were actually used together
+  for (int i = 0; i < kContenders; ++i) EXPECT_EQ(acquired[i], kRounds) << "contender " << i;
+}
+
+TEST_F(SemaphoreTest, LeasesHaveDistinctGrowingTokensAndTheLimitIsRecorded) {
+  Semaphore a(sessions.add(servers), path, 3), b(sessions.add(servers), path, 3);
+  Lease first = a.acquire();
+  Lease second = b.acquire();
+  auto third = a.try_acquire();
+  ASSERT_TRUE(third);
+  EXPECT_FALSE(b.try_acquire());  // three leases out
+  EXPECT_LT(first.token(), second.token());
+  EXPECT_LT(second.token(), third->token());
+  EXPECT_EQ(first.token().value(), raw.stat(first.node_path()).czxid);
+  EXPECT_EQ(parent_data(), "max_leases=3");
+  EXPECT_EQ(Semaphore::recorded_limit(sessions[0], path), 3);
+  EXPECT_EQ(Semaphore::recorded_limit(sessions[0], path + "-none"), std::nullopt);
+  auto rows = a.contenders();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].holds && rows[1].holds && rows[2].holds);
+  second.release();
+  auto fourth = b.try_acquire_for(testenv::scaled(5s));
+  ASSERT_TRUE(fourth);
+  EXPECT_GT(fourth->token(), third->token());
+}
+
+TEST_F(SemaphoreTest, AParticipantWithAnotherLimitIsRefusedAndLeavesNoNode) {
+  Semaphore two(sessions.add(servers), path, 2);
+  Lease lease = two.acquire();
+  Semaphore three(sessions.add(servers), path, 3);
+  try {
+    three.acquire();
+    FAIL() << "a participant with another limit got a lease";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::limit_mismatch);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(std::string(e.what()).find("max_leases=2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("asks for 3"), std::string::npos) << e.what();
+  }
+  std::error_code ec;
+  EXPECT_FALSE(three.try_acquire_for(1s, {}, ec));
+  EXPECT_EQ(ec, errc::limit_mismatch);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  std::promise<std::error_code> async_outcome;
+  auto close_sessions = sessions.closer();
+  three.async_acquire(1s, [&](std::error_code result, Lease) { async_outcome.set_value(result); });
+  EXPECT_EQ(async_outcome.get_future().get(), errc::limit_mismatch);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+}
+
+TEST_F(SemaphoreTest, APathWithoutARecordedLimitIsRefused) {
+  raw.create("/zkr-test");
+  ASSERT_EQ(raw.create(path, "something else"), ZOK);
+  Semaphore semaphore(sessions.add(servers), path, 2);
+  try {
+    semaphore.acquire();
+    FAIL() << "a path without a recorded limit was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::limit_mismatch);
+    EXPECT_NE(std::string(e.what()).find("no lease limit"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  raw.remove(path);
+}
+
+TEST_F(SemaphoreTest, BadArgumentsAreRefused) {
+  Session& session = sessions.add(servers);
+  try {
+    Semaphore semaphore(session, path, 0);
+    FAIL() << "accepted a limit of 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+  }
+  EXPECT_THROW(Semaphore(session, "relative", 2), Error);
+}
+
+TEST_F(SemaphoreTest, LeasesOfAKilledHolderAreFreed) {
+  auto holder_a = start_peer("lease", servers, path, 2000, "2");
+  auto lease_a = holder_a->wait_for_line("LEASE", testenv::scaled(15s));
+  ASSERT_TRUE(lease_a);
+  auto holder_b = start_peer("lease", servers, path, 2000, "2");
+  auto lease_b = holder_b->wait_for_line("LEASE", testenv::scaled(15s));
+  ASSERT_TRUE(lease_b);
+  Semaphore semaphore(sessions.add(servers), path, 2);
+  EXPECT_FALSE(semaphore.try_acquire());
+  holder_b->signal(SIGKILL);
+  auto lease = semaphore.try_acquire_for(testenv::scaled(15s));
+  ASSERT_TRUE(lease);
+  EXPECT_GT(lease->token().value(), number_of(*lease_b));
+  EXPECT_EQ(nodes().size(), 2u);
+  holder_a->close_stdin();
+  EXPECT_TRUE(holder_a->wait(testenv::scaled(10s)));
+}
+
+// The chain of predecessor watches survives waiters leaving the queue.
+TEST_F(SemaphoreTest, WaitersMoveUpWhenAWaiterAheadGivesUp) {
+  Semaphore semaphore_a(sessions.add(servers), path, 2), semaphore_b(sessions.add(servers), path, 2);
+  Lease first = semaphore_a.acquire();
+  Lease second = semaphore_b.acquire();
+  std::stop_source give_up;
+  std::promise<std::error_code> quitter;
+  auto close_sessions = sessions.closer();
+  semaphore_a.async_acquire(-1ns, [&](std::error_code ec, Lease) { quitter.set_value(ec); }, give_up.get_token());
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  std::promise<Lease> patient;
+  semaphore_b.async_acquire(-1ns, [&](std::error_code ec, Lease lease) {
+    EXPECT_FALSE(ec);
+    patient.set_value(std::move(lease));
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 4; }));
+  std::this_thread::sleep_for(200ms);
+  give_up.request_stop();
+  EXPECT_EQ(quitter.get_future().get(), errc::cancelled);
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  auto patient_future = patient.get_future();
+  EXPECT_EQ(patient_future.wait_for(300ms), std::future_status::timeout);  // still two leases out
+  first.release();  // not its predecessor: only the children watch it moved up to can see this
+  ASSERT_EQ(patient_future.wait_for(testenv::scaled(5s)), std::future_status::ready);
+  EXPECT_GT(patient_future.get().token(), second.token());
+}
+
+// Two leases returned at once promote two waiters: the second learns of its promotion through the
+// first one's touch.
+TEST_F(SemaphoreTest, TwoReleasesAtOncePromoteTwoWaiters) {
+  Semaphore semaphore_a(sessions.add(servers), path, 2), semaphore_b(sessions.add(servers), path, 2);
+  Lease first = semaphore_a.acquire();
+  Lease second = semaphore_a.acquire();
+  std::atomic<int> granted{0};
+  std::vector<Lease> waiting(3);
+  auto close_sessions = sessions.closer();
+  for (int i = 0; i < 3; ++i) {
+    semaphore_b.async_acquire(-1ns, [&, i](std::error_code ec, Lease lease) {
+      if (ec) return;  // session_closed for the one still waiting when the test ends
+      waiting[i] = std::move(lease);
+      ++granted;
+    });
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(3 + i); }));
+  }
+  std::this_thread::sleep_for(200ms);
+  first.release();
+  second.release();
+  ASSERT_TRUE(eventually([&] { return granted.load() == 2; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(granted.load(), 2);
+  sessions.close_all();
+}
+
+TEST_F(SemaphoreTest, TimeoutAndCancelLeaveNoNode) {
+  Semaphore semaphore(sessions.add(servers), path, 1);
+  Lease lease = semaphore.acquire();
+  std::error_code ec;
+  EXPECT_FALSE(semaphore.try_acquire_for(200ms, {}, ec));
+  EXPECT_EQ(ec, errc::timed_out);
+  EXPECT_FALSE(semaphore.try_acquire_for(0ms, {}, ec));
+  EXPECT_EQ(ec, errc::would_block);
+  std::stop_source stop;
+  auto waiting = std::async(std::launch::async, [&] { return semaphore.try_acquire_for(60s, stop.get_token()); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  stop.request_stop();
+  EXPECT_FALSE(waiting.get());
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+}
+
+}  // namespace
+}  // namespace zkr::test
