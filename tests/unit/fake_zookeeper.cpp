@@ -1,0 +1,766 @@
+#include "fake_zookeeper.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <zkr/error.hpp>
+
+namespace zkr::fake {
+
+using detail::ConnectionEvent;
+using detail::CreateMode;
+using detail::NodeEvent;
+using detail::NodeStat;
+
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
+constexpr int kBadArguments = static_cast<int>(zk_errc::bad_arguments);
+constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
+constexpr int kApiError = static_cast<int>(zk_errc::api_error);
+constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
+constexpr int kBadVersion = static_cast<int>(zk_errc::bad_version);
+constexpr int kNoChildrenForEphemerals = static_cast<int>(zk_errc::no_children_for_ephemerals);
+constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
+constexpr int kNotEmpty = static_cast<int>(zk_errc::not_empty);
+constexpr int kSessionExpired = static_cast<int>(zk_errc::session_expired);
+constexpr int kClosing = static_cast<int>(zk_errc::closing);
+constexpr int kAuthFailed = static_cast<int>(zk_errc::auth_failed);
+constexpr int kSessionMoved = static_cast<int>(zk_errc::session_moved);
+
+// A reply that proves the server received the request (the session monitor's notion).
+bool proves_answer(int rc) {
+  if (rc == kOk) return true;
+  if (rc == kSessionExpired || rc == kAuthFailed || rc == kClosing || rc == kSessionMoved) return false;
+  return rc <= kApiError;
+}
+
+bool valid_path(const std::string& path) {
+  if (path.empty() || path.front() != '/') return false;
+  if (path == "/") return true;
+  if (path.back() == '/') return false;
+  return path.find("//") == std::string::npos && path.find('\0') == std::string::npos;
+}
+
+std::string parent_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+std::string name_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+bool is_ephemeral(CreateMode mode) {
+  return mode == CreateMode::ephemeral || mode == CreateMode::ephemeral_sequential;
+}
+
+std::int64_t wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string_view to_string(Op op) {
+  switch (op) {
+    case Op::create: return "create";
+    case Op::get_children: return "get_children";
+    case Op::get_data: return "get_data";
+    case Op::exists: return "exists";
+    case Op::set_data: return "set_data";
+    case Op::remove: return "remove";
+  }
+  return "unknown";
+}
+
+// ---- one connection ----
+
+struct FakeServer::Request {
+  Op op = Op::create;
+  std::string path;
+  std::function<Applied(std::int64_t owner_override)> apply;  // under the mutex
+  std::function<void(int)> fail;                              // the callback with an error, no results
+  FakeClock::time_point sent;
+};
+
+struct FakeServer::Link {
+  enum class State { connected, disconnected, expired, closed };
+  enum class Kind { reply, node_event, session_event };
+  struct Entry {
+    Kind kind = Kind::reply;
+    int rc = 0;
+    std::function<void(int)> run;
+    FakeClock::time_point sent{};
+  };
+
+  std::int64_t session = 0;
+  std::string password;
+  std::chrono::milliseconds timeout{};
+  detail::ConnectionEventHandler on_event;
+  State state = State::connected;
+  std::deque<Entry> queue;             // on the wire to the client, in order
+  std::vector<Entry> after_reconnect;  // watch events fired while disconnected
+  std::vector<Request> held;           // sent while disconnected: go out on reconnection
+  bool paused = false;
+  std::size_t credit = 0;  // deliveries allowed while paused
+  bool stopping = false;
+  std::uint64_t delivered = 0;
+  std::thread thread;
+};
+
+class FakeConnection final : public detail::ZooKeeperConnection {
+ public:
+  FakeConnection(std::shared_ptr<FakeServer> server, std::shared_ptr<FakeServer::Link> link)
+      : server_(std::move(server)), link_(std::move(link)) {}
+  ~FakeConnection() override { close(); }
+
+  int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl,
+             detail::CreateCallback done) override {
+    const bool sequential = mode == CreateMode::ephemeral_sequential;
+    if (!valid_path(sequential ? path + "0" : path)) return kBadArguments;
+    auto callback = std::make_shared<detail::CreateCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::create;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc, {}, {}); };
+    request.apply = [server = server_.get(), path, data, mode, session = link_->session,
+                     callback](std::int64_t owner_override) {
+      std::string created;
+      NodeStat stat;
+      int rc = server->create_locked(path, data, mode, session, created, stat);
+      if (rc == kOk && owner_override != 0 && is_ephemeral(mode)) {
+        server->nodes_[created].stat.ephemeral_owner = owner_override;
+        stat.ephemeral_owner = owner_override;
+      }
+      return FakeServer::Applied{rc,
+                                 [callback, created, stat](int reported) {
+                                   if (reported == kOk) (*callback)(kOk, created, stat);
+                                   else (*callback)(reported, {}, {});
+                                 },
+                                 rc == kOk ? created : std::string()};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  int get_children(const std::string& path, detail::ChildrenCallback done, detail::NodeWatch watch) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::ChildrenCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::get_children;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
+      auto it = server->nodes_.find(path);
+      if (it == server->nodes_.end())
+        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}); }, {}};
+      if (watch) server->children_watches_.emplace(path, FakeServer::Watch{session, watch});
+      std::vector<std::string> names(it->second.children.begin(), it->second.children.end());
+      return FakeServer::Applied{kOk,
+                                 [callback, names](int reported) {
+                                   (*callback)(reported, reported == kOk ? names : std::vector<std::string>());
+                                 },
+                                 {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  int get_data(const std::string& path, detail::DataCallback done, detail::NodeWatch watch) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::DataCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::get_data;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc, {}, {}); };
+    request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
+      auto it = server->nodes_.find(path);
+      if (it == server->nodes_.end())
+        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}, {}); }, {}};
+      if (watch) server->data_watches_.emplace(path, FakeServer::Watch{session, watch});
+      std::string data = it->second.data;
+      NodeStat stat = server->stat_locked(it->second);
+      return FakeServer::Applied{kOk,
+                                 [callback, data, stat](int reported) {
+                                   if (reported == kOk) (*callback)(kOk, data, stat);
+                                   else (*callback)(reported, {}, {});
+                                 },
+                                 {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  int exists(const std::string& path, detail::StatCallback done) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::StatCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::exists;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.apply = [server = server_.get(), path, callback](std::int64_t) {
+      auto it = server->nodes_.find(path);
+      if (it == server->nodes_.end())
+        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}); }, {}};
+      NodeStat stat = server->stat_locked(it->second);
+      return FakeServer::Applied{
+          kOk, [callback, stat](int reported) { (*callback)(reported, reported == kOk ? stat : NodeStat{}); }, {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  int set_data(const std::string& path, const std::string& data, int version, detail::StatCallback done) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::StatCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::set_data;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.apply = [server = server_.get(), path, data, version, callback](std::int64_t) {
+      NodeStat stat;
+      int rc = server->set_data_locked(path, data, version, stat);
+      return FakeServer::Applied{
+          rc, [callback, stat](int reported) { (*callback)(reported, reported == kOk ? stat : NodeStat{}); }, {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  int remove(const std::string& path, int version, detail::ResultCallback done) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::ResultCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::remove;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc); };
+    request.apply = [server = server_.get(), path, version, callback](std::int64_t) {
+      int rc = server->remove_locked(path, version);
+      return FakeServer::Applied{rc, [callback](int reported) { (*callback)(reported); }, {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  // Credentials are accepted as given (ACLs are not modelled).
+  int add_digest_auth(const std::string&, detail::ResultCallback done) override {
+    std::lock_guard lock(server_->mutex_);
+    if (link_->state == FakeServer::Link::State::expired || link_->state == FakeServer::Link::State::closed)
+      return kInvalidState;
+    server_->enqueue_reply_locked(*link_, kOk, [done = std::move(done)](int rc) { done(rc); }, FakeClock::now());
+    return kOk;
+  }
+
+  std::int64_t session_id() const override { return link_->session; }
+  detail::ClientId client_id() const override { return {link_->session, link_->password}; }
+  std::chrono::milliseconds negotiated_timeout() const override { return link_->timeout; }
+  void close() override { server_->close_link(*link_); }
+
+ private:
+  std::shared_ptr<FakeServer> server_;
+  std::shared_ptr<FakeServer::Link> link_;
+};
+
+// ---- the server ----
+
+FakeServer::FakeServer() {
+  FakeNode root;
+  root.stat.czxid = 0;
+  nodes_.emplace("/", std::move(root));
+}
+
+FakeServer::~FakeServer() = default;
+
+void FakeServer::changed_locked() {
+  ++change_count_;
+  changed_.notify_all();
+}
+
+NodeStat FakeServer::stat_locked(const FakeNode& node) const {
+  NodeStat stat = node.stat;
+  stat.num_children = static_cast<std::int32_t>(node.children.size());
+  return stat;
+}
+
+FakeServer::Link* FakeServer::link_locked(std::int64_t session) const {
+  auto it = links_.find(session);
+  if (it == links_.end()) return nullptr;
+  auto link = it->second.lock();
+  return link.get();  // kept alive by its connection, which cannot finish closing while we hold the mutex
+}
+
+int FakeServer::create_locked(const std::string& path, const std::string& data, CreateMode mode,
+                              std::int64_t owner, std::string& created, NodeStat& stat) {
+  const bool sequential = mode == CreateMode::ephemeral_sequential;
+  if (!valid_path(sequential ? path + "0" : path) || path == "/") return kBadArguments;
+  auto parent = nodes_.find(parent_of(path));
+  if (parent == nodes_.end()) return kNoNode;
+  if (parent->second.stat.ephemeral_owner != 0) return kNoChildrenForEphemerals;
+  std::string actual = sequential ? fmt::format("{}{:010d}", path, parent->second.cversion) : path;
+  if (nodes_.count(actual)) return kNodeExists;
+  FakeNode node;
+  node.data = data;
+  node.mode = mode;
+  node.stat.czxid = ++zxid_;
+  node.stat.ctime_ms = wall_clock_ms();
+  node.stat.version = 0;
+  node.stat.ephemeral_owner = is_ephemeral(mode) ? owner : 0;
+  parent->second.children.insert(name_of(actual));
+  ++parent->second.cversion;
+  stat = stat_locked(node);
+  nodes_.emplace(actual, std::move(node));
+  created = actual;
+  fire_locked(children_watches_, parent->first, NodeEvent::children_changed);
+  changed_locked();
+  return kOk;
+}
+
+int FakeServer::remove_locked(const std::string& path, int version) {
+  if (!valid_path(path) || path == "/") return kBadArguments;
+  auto it = nodes_.find(path);
+  if (it == nodes_.end()) return kNoNode;
+  if (version != -1 && it->second.stat.version != version) return kBadVersion;
+  if (!it->second.children.empty()) return kNotEmpty;
+  nodes_.erase(it);
+  ++zxid_;
+  const std::string parent_path = parent_of(path);
+  auto parent = nodes_.find(parent_path);
+  parent->second.children.erase(name_of(path));
+  ++parent->second.cversion;
+  fire_locked(data_watches_, path, NodeEvent::deleted);
+  fire_locked(children_watches_, path, NodeEvent::deleted);
+  fire_locked(children_watches_, parent_path, NodeEvent::children_changed);
+  changed_locked();
+  return kOk;
+}
+
+int FakeServer::set_data_locked(const std::string& path, const std::string& data, int version, NodeStat& stat) {
+  auto it = nodes_.find(path);
+  if (it == nodes_.end()) return kNoNode;
+  if (version != -1 && it->second.stat.version != version) return kBadVersion;
+  it->second.data = data;
+  ++it->second.stat.version;
+  ++zxid_;
+  stat = stat_locked(it->second);
+  fire_locked(data_watches_, path, NodeEvent::changed);
+  changed_locked();
+  return kOk;
+}
+
+// A fired watch travels to its session's client like a reply: in order, on the completion thread.
+void FakeServer::fire_locked(std::multimap<std::string, Watch>& watches, const std::string& path, NodeEvent event) {
+  auto [first, last] = watches.equal_range(path);
+  std::vector<Watch> fired;
+  for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second));
+  watches.erase(first, last);
+  for (auto& watch : fired) {
+    Link* link = link_locked(watch.session);
+    if (!link) continue;
+    Link::Entry entry{Link::Kind::node_event, kOk, [fire = std::move(watch.fire), event](int) { fire(event); }, {}};
+    if (link->state == Link::State::connected) link->queue.push_back(std::move(entry));
+    else if (link->state == Link::State::disconnected) link->after_reconnect.push_back(std::move(entry));
+  }
+}
+
+void FakeServer::enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent) {
+  link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent});
+  changed_locked();
+}
+
+void FakeServer::enqueue_session_event_locked(Link& link, ConnectionEvent event) {
+  link.queue.push_back({Link::Kind::session_event, kOk, [handler = link.on_event, event](int) { handler(event); }, {}});
+  changed_locked();
+}
+
+const Fault* FakeServer::take_fault_locked(Op op, const std::string& path, std::int64_t session, Fault& storage) {
+  for (auto it = faults_.begin(); it != faults_.end(); ++it) {
+    if (it->op != op || (it->session != 0 && it->session != session) || path.rfind(it->path_prefix, 0) != 0)
+      continue;
+    if (it->skip > 0) {
+      --it->skip;
+      return nullptr;
+    }
+    storage = std::move(*it);
+    faults_.erase(it);
+    return &storage;
+  }
+  return nullptr;
+}
+
+int FakeServer::submit(Link& link, Request request) {
+  std::lock_guard lock(mutex_);
+  request.sent = FakeClock::now();
+  switch (link.state) {
+    case Link::State::expired:
+    case Link::State::closed:
+      return kInvalidState;
+    case Link::State::disconnected:
+      link.held.push_back(std::move(request));  // sent once the connection is back
+      changed_locked();
+      return kOk;
+    case Link::State::connected:
+      run_request_locked(link, std::move(request));
+      return kOk;
+  }
+  return kOk;
+}
+
+void FakeServer::run_request_locked(Link& link, Request request) {
+  Fault storage;
+  const Fault* fault = take_fault_locked(request.op, request.path, link.session, storage);
+  if (fault && fault->before) fault->before();
+  if (link.state == Link::State::disconnected) {  // the hook cut the connection
+    link.held.push_back(std::move(request));
+    return;
+  }
+  if (link.state != Link::State::connected) {
+    enqueue_reply_locked(link, link.state == Link::State::expired ? kSessionExpired : kClosing, request.fail,
+                         request.sent);
+    return;
+  }
+  RequestRecord record{link.session, request.op, request.path, {}, kOk, false, request.sent};
+  if (fault && fault->rc != kOk && !fault->after_apply) {
+    record.reported_rc = fault->rc;
+    enqueue_reply_locked(link, fault->rc, request.fail, request.sent);
+  } else {
+    Applied applied = request.apply(fault ? fault->owner_override : 0);
+    record.applied = applied.rc == kOk;
+    record.created = applied.created;
+    record.reported_rc = fault && fault->rc != kOk ? fault->rc : applied.rc;
+    enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent);
+  }
+  records_.push_back(std::move(record));
+  if (fault && fault->drop_connection) drop_locked(link);
+  changed_locked();
+}
+
+// Replies still on the wire are lost (the requests took effect or not, the client cannot know);
+// watch events fired meanwhile are resent after the reconnection.
+void FakeServer::drop_locked(Link& link) {
+  if (link.state != Link::State::connected) return;
+  link.state = Link::State::disconnected;
+  std::deque<Link::Entry> kept;
+  for (auto& entry : link.queue) {
+    if (entry.kind == Link::Kind::node_event) {
+      link.after_reconnect.push_back(std::move(entry));
+      continue;
+    }
+    if (entry.kind == Link::Kind::reply) entry.rc = kConnectionLoss;
+    kept.push_back(std::move(entry));
+  }
+  link.queue = std::move(kept);
+  enqueue_session_event_locked(link, ConnectionEvent::connecting);
+}
+
+void FakeServer::reconnect_locked(Link& link) {
+  if (link.state != Link::State::disconnected) return;
+  if (!live_sessions_.count(link.session)) {
+    link.state = Link::State::expired;
+    for (auto& request : link.held) enqueue_reply_locked(link, kSessionExpired, request.fail, request.sent);
+    link.held.clear();
+    link.after_reconnect.clear();
+    enqueue_session_event_locked(link, ConnectionEvent::expired);
+    return;
+  }
+  link.state = Link::State::connected;
+  enqueue_session_event_locked(link, ConnectionEvent::connected);
+  for (auto& entry : link.after_reconnect) link.queue.push_back(std::move(entry));
+  link.after_reconnect.clear();
+  auto held = std::move(link.held);
+  link.held.clear();
+  for (auto& request : held) {
+    if (link.state == Link::State::connected) run_request_locked(link, std::move(request));
+    else link.held.push_back(std::move(request));  // a fault cut the connection again
+  }
+  changed_locked();
+}
+
+// The server ends a session (expiry or close): its watches go, then its ephemeral nodes, which
+// fires the watches of everybody else.
+void FakeServer::end_session_locked(std::int64_t session) {
+  if (!live_sessions_.erase(session)) return;
+  for (auto* watches : {&data_watches_, &children_watches_})
+    std::erase_if(*watches, [session](const auto& entry) { return entry.second.session == session; });
+  std::vector<std::string> ephemerals;
+  for (const auto& [path, node] : nodes_)
+    if (node.stat.ephemeral_owner == session) ephemerals.push_back(path);
+  for (const auto& path : ephemerals) remove_locked(path, -1);
+  changed_locked();
+}
+
+std::shared_ptr<FakeServer::Link> FakeServer::open_link(std::chrono::milliseconds timeout,
+                                                        detail::ConnectionEventHandler on_event) {
+  std::lock_guard lock(mutex_);
+  auto link = std::make_shared<Link>();
+  link->session = next_session_++;
+  link->password = fmt::format("{:016x}", static_cast<std::uint64_t>(link->session) * 2654435761u).substr(0, 16);
+  link->timeout = timeout;
+  link->on_event = std::move(on_event);
+  live_sessions_.insert(link->session);
+  links_[link->session] = link;
+  enqueue_session_event_locked(*link, ConnectionEvent::connected);
+  link->thread = std::thread([this, raw = link.get()] { deliver_loop(*raw); });
+  return link;
+}
+
+void FakeServer::deliver_loop(Link& link) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] {
+      if (link.queue.empty()) return link.stopping;
+      return link.stopping || !link.paused || link.credit > 0;
+    });
+    if (link.queue.empty()) return;  // stopping, and nothing left to deliver
+    Link::Entry entry = std::move(link.queue.front());
+    link.queue.pop_front();
+    if (link.paused && !link.stopping && link.credit > 0) --link.credit;
+    lock.unlock();
+    entry.run(entry.rc);
+    lock.lock();
+    // Replies drained by close() reach a client that no longer listens: they acknowledge nothing.
+    if (entry.kind == Link::Kind::reply && proves_answer(entry.rc) && !link.stopping) {
+      auto& last = last_answered_send_[link.session];
+      last = std::max(last, entry.sent);
+    }
+    ++link.delivered;
+    changed_locked();
+  }
+}
+
+// A connected session is closed on the server (its ephemerals go at once); a disconnected one
+// lingers there until expired. Unfired watches are dropped; requests held while disconnected fail
+// with ZCLOSING; replies already on their way are delivered.
+void FakeServer::close_link(Link& link) {
+  {
+    std::lock_guard lock(mutex_);
+    if (link.state != Link::State::closed) {
+      if (link.state == Link::State::connected) {
+        end_session_locked(link.session);
+      } else {
+        const auto session = link.session;
+        for (auto* watches : {&data_watches_, &children_watches_})
+          std::erase_if(*watches, [session](const auto& entry) { return entry.second.session == session; });
+      }
+      std::deque<Link::Entry> replies;
+      for (auto& entry : link.queue)
+        if (entry.kind == Link::Kind::reply) replies.push_back(std::move(entry));
+      link.queue = std::move(replies);
+      for (auto& request : link.held) enqueue_reply_locked(link, kClosing, request.fail, request.sent);
+      link.held.clear();
+      link.after_reconnect.clear();
+      link.state = Link::State::closed;
+    }
+    link.stopping = true;
+    changed_locked();
+  }
+  if (!link.thread.joinable()) return;
+  if (link.thread.get_id() == std::this_thread::get_id()) link.thread.detach();  // against the contract; do not hang
+  else link.thread.join();
+}
+
+// ---- the public API ----
+
+int FakeServer::create(const std::string& path, const std::string& data, CreateMode mode,
+                       std::int64_t ephemeral_owner, std::string* created) {
+  std::lock_guard lock(mutex_);
+  std::string actual;
+  NodeStat stat;
+  int rc = create_locked(path, data, mode, ephemeral_owner, actual, stat);
+  if (created) *created = actual;
+  return rc;
+}
+
+void FakeServer::ensure_path(const std::string& path, CreateMode mode) {
+  std::lock_guard lock(mutex_);
+  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    std::string created;
+    NodeStat stat;
+    create_locked(path.substr(0, slash), {}, CreateMode::container, 0, created, stat);
+  }
+  std::string created;
+  NodeStat stat;
+  create_locked(path, {}, mode, 0, created, stat);
+}
+
+int FakeServer::remove(const std::string& path, int version) {
+  std::lock_guard lock(mutex_);
+  return remove_locked(path, version);
+}
+
+int FakeServer::set_data(const std::string& path, const std::string& data, int version) {
+  std::lock_guard lock(mutex_);
+  NodeStat stat;
+  return set_data_locked(path, data, version, stat);
+}
+
+std::optional<FakeNode> FakeServer::node(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  auto it = nodes_.find(path);
+  if (it == nodes_.end()) return std::nullopt;
+  FakeNode copy = it->second;
+  copy.stat = stat_locked(it->second);
+  return copy;
+}
+
+std::vector<std::string> FakeServer::children(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  auto it = nodes_.find(path);
+  if (it == nodes_.end()) return {};
+  return {it->second.children.begin(), it->second.children.end()};
+}
+
+std::size_t FakeServer::data_watches(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  return data_watches_.count(path);
+}
+
+std::size_t FakeServer::children_watches(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  return children_watches_.count(path);
+}
+
+std::int64_t FakeServer::last_zxid() const {
+  std::lock_guard lock(mutex_);
+  return zxid_;
+}
+
+int FakeServer::reap_empty_containers() {
+  std::lock_guard lock(mutex_);
+  int reaped = 0;
+  bool again = true;
+  while (again) {
+    again = false;
+    for (const auto& [path, node] : nodes_) {
+      if (node.mode == CreateMode::container && node.children.empty() && path != "/") {
+        remove_locked(std::string(path), -1);
+        ++reaped;
+        again = true;
+        break;
+      }
+    }
+  }
+  return reaped;
+}
+
+void FakeServer::inject(Fault fault) {
+  std::lock_guard lock(mutex_);
+  faults_.push_back(std::move(fault));
+}
+
+std::size_t FakeServer::pending_faults() const {
+  std::lock_guard lock(mutex_);
+  return faults_.size();
+}
+
+bool FakeServer::session_alive(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  return live_sessions_.count(session) != 0;
+}
+
+std::vector<std::int64_t> FakeServer::live_sessions() const {
+  std::lock_guard lock(mutex_);
+  return {live_sessions_.begin(), live_sessions_.end()};
+}
+
+bool FakeServer::connected(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  Link* link = link_locked(session);
+  return link && link->state == Link::State::connected;
+}
+
+void FakeServer::drop_connection(std::int64_t session) {
+  std::lock_guard lock(mutex_);
+  if (Link* link = link_locked(session)) drop_locked(*link);
+}
+
+void FakeServer::reconnect(std::int64_t session) {
+  std::lock_guard lock(mutex_);
+  if (Link* link = link_locked(session)) reconnect_locked(*link);
+}
+
+void FakeServer::expire_session(std::int64_t session, bool tell_client_now) {
+  std::lock_guard lock(mutex_);
+  end_session_locked(session);
+  Link* link = link_locked(session);
+  if (!link) return;
+  drop_locked(*link);  // the server closes the session's socket
+  if (tell_client_now) reconnect_locked(*link);
+}
+
+void FakeServer::pause(std::int64_t session) {
+  std::lock_guard lock(mutex_);
+  if (Link* link = link_locked(session)) {
+    link->paused = true;
+    link->credit = 0;
+  }
+}
+
+void FakeServer::resume(std::int64_t session) {
+  std::lock_guard lock(mutex_);
+  if (Link* link = link_locked(session)) {
+    link->paused = false;
+    link->credit = 0;
+    changed_locked();
+  }
+}
+
+std::size_t FakeServer::step(std::int64_t session, std::size_t n) {
+  std::unique_lock lock(mutex_);
+  auto it = links_.find(session);
+  std::shared_ptr<Link> link = it == links_.end() ? nullptr : it->second.lock();
+  if (!link) return 0;
+  const std::size_t count = std::min(n, link->queue.size());
+  const std::uint64_t target = link->delivered + count;
+  link->credit += count;
+  changed_locked();
+  changed_.wait_for(lock, std::chrono::seconds(30), [&] { return link->delivered >= target; });
+  return count;
+}
+
+std::size_t FakeServer::queued(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  Link* link = link_locked(session);
+  return link ? link->queue.size() : 0;
+}
+
+FakeClock::time_point FakeServer::last_answered_send(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  auto it = last_answered_send_.find(session);
+  return it == last_answered_send_.end() ? FakeClock::time_point{} : it->second;
+}
+
+std::vector<RequestRecord> FakeServer::requests() const {
+  std::lock_guard lock(mutex_);
+  return records_;
+}
+
+std::size_t FakeServer::count_requests(const std::function<bool(const RequestRecord&)>& predicate) const {
+  std::lock_guard lock(mutex_);
+  return static_cast<std::size_t>(std::count_if(records_.begin(), records_.end(), predicate));
+}
+
+bool FakeServer::wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) const {
+  const auto deadline = FakeClock::now() + timeout;
+  for (;;) {
+    if (predicate()) return true;
+    const auto now = FakeClock::now();
+    if (now >= deadline) return false;
+    std::unique_lock lock(mutex_);
+    const auto seen = change_count_;
+    changed_.wait_for(lock, std::min<FakeClock::duration>(std::chrono::milliseconds(5), deadline - now),
+                      [&] { return change_count_ != seen; });
+  }
+}
+
+detail::ConnectionFactory fake_factory(std::shared_ptr<FakeServer> server) {
+  return [server](const std::string& servers, std::chrono::milliseconds session_timeout,
+                  detail::ConnectionEventHandler on_event,
+                  std::error_code& ec) -> std::unique_ptr<detail::ZooKeeperConnection> {
+    if (servers.empty() || session_timeout <= std::chrono::milliseconds::zero()) {
+      ec = std::make_error_code(std::errc::invalid_argument);
+      return nullptr;
+    }
+    ec.clear();
+    auto link = server->open_link(session_timeout, std::move(on_event));
+    return std::make_unique<FakeConnection>(server, std::move(link));
+  };
+}
+
+}  // namespace zkr::fake

@@ -1,0 +1,202 @@
+// An in-memory ZooKeeper behind the adapter interface (src/zk_client.hpp), with fault injection
+// driven by the test, for unit tests of interleavings that real servers produce only rarely.
+//
+// FakeServer holds a tree of znodes (data, czxid from one global zxid counter, ephemeral owner,
+// per-parent sequence counter, container/persistent/ephemeral modes, one-shot data and children
+// watches; ACLs are ignored) and the sessions of the connections made by fake_factory().
+//
+// A FakeConnection keeps the adapter's contract: a request returns 0 once queued and its callback
+// runs exactly once, later, on the connection's single completion thread, in order with the watch
+// events and session events of that connection. A request is applied to the tree at once, when it
+// is sent; its reply then travels through the connection's queue. Holding that queue (pause) is
+// therefore "the reply is on the wire": the server has acted, the client does not know yet.
+//
+//   - drop_connection(): every reply still queued is lost (it becomes ZCONNECTIONLOSS, although
+//     the request took effect), then ConnectionEvent::connecting. Requests sent while disconnected
+//     are held and sent on reconnect(), as the C client does; watch events fired meanwhile are
+//     delivered after the reconnection. The session lives on in the server until expired.
+//   - expire_session(): the server deletes the session's ephemeral nodes (firing the watches of
+//     everybody else) and forgets its watches; the client learns it on reconnection (at once, or
+//     when the test calls reconnect()): held requests fail with ZSESSIONEXPIRED, then
+//     ConnectionEvent::expired, and every later request returns ZINVALIDSTATE.
+//   - inject(Fault): the next matching request fails with a code before it takes effect, or after
+//     (the lost reply), optionally dropping the connection and rewriting the created node's owner;
+//     or a hook runs just before the request is applied (to change the tree at that exact point).
+//   - pause()/resume()/step(): hold the connection's deliveries, or let exactly n through.
+//
+// Locking: one (recursive) mutex guards the whole fake. Library callbacks never run under it.
+// Fault hooks run under it, on the thread that sends the request (which holds the session mutex):
+// they may change the tree through the FakeServer API but must never call into the library.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zk_client.hpp"
+
+namespace zkr::fake {
+
+using FakeClock = std::chrono::steady_clock;
+
+enum class Op { create, get_children, get_data, exists, set_data, remove };
+std::string_view to_string(Op op);
+
+// One injected fault: it applies once, to the first request that matches it (after `skip`).
+struct Fault {
+  Op op = Op::create;
+  std::string path_prefix;    // requests whose path starts with this ("" matches any)
+  std::int64_t session = 0;   // requests of this session (0 matches any)
+  int skip = 0;               // let this many matching requests pass untouched first
+  // Runs just before the request is applied (under the fake's mutex): may change the tree.
+  std::function<void()> before;
+  int rc = 0;                       // non-zero: report this code instead of the real result
+  bool after_apply = false;         // with rc: the request takes effect first (its reply is lost)
+  bool drop_connection = false;     // then drop the connection (see FakeServer::drop_connection)
+  std::int64_t owner_override = 0;  // a create applied under this fault gets this ephemeral owner
+};
+
+struct FakeNode {
+  std::string data;
+  detail::NodeStat stat;  // num_children filled in when read
+  detail::CreateMode mode = detail::CreateMode::persistent;
+  std::int32_t cversion = 0;  // the sequence number the next sequential child gets
+  std::set<std::string> children;
+};
+
+struct RequestRecord {
+  std::int64_t session = 0;
+  Op op = Op::create;
+  std::string path;     // as sent (a sequential create's prefix)
+  std::string created;  // the created node, for a create that took effect
+  int reported_rc = 0;  // what the client is told (before any later connection loss)
+  bool applied = false; // took effect on the tree
+  FakeClock::time_point sent;
+};
+
+class FakeServer : public std::enable_shared_from_this<FakeServer> {
+ public:
+  FakeServer();
+  ~FakeServer();
+  FakeServer(const FakeServer&) = delete;
+  FakeServer& operator=(const FakeServer&) = delete;
+
+  // ---- the tree, as an outside client (an operator) sees and changes it ----
+  // Returns the ZooKeeper code; `created` receives the created path.
+  int create(const std::string& path, const std::string& data = {},
+             detail::CreateMode mode = detail::CreateMode::persistent, std::int64_t ephemeral_owner = 0,
+             std::string* created = nullptr);
+  // Creates every missing node of `path` (ancestors as containers, the last with `mode`).
+  void ensure_path(const std::string& path, detail::CreateMode mode = detail::CreateMode::container);
+  int remove(const std::string& path, int version = -1);
+  int set_data(const std::string& path, const std::string& data, int version = -1);
+  std::optional<FakeNode> node(const std::string& path) const;
+  std::vector<std::string> children(const std::string& path) const;  // sorted; empty if no node
+  std::size_t data_watches(const std::string& path) const;
+  std::size_t children_watches(const std::string& path) const;
+  std::int64_t last_zxid() const;
+  // Deletes every container without children, as the server's container reaper does.
+  int reap_empty_containers();
+
+  // ---- faults ----
+  void inject(Fault fault);
+  std::size_t pending_faults() const;
+
+  // ---- sessions and their connections (by session id) ----
+  bool session_alive(std::int64_t session) const;
+  std::vector<std::int64_t> live_sessions() const;
+  bool connected(std::int64_t session) const;  // its connection is up
+  void drop_connection(std::int64_t session);
+  // Reconnects a dropped connection: ConnectionEvent::connected on the same session, or expired if
+  // the server expired it meanwhile.
+  void reconnect(std::int64_t session);
+  // Expires the session on the server; with tell_client_now the client learns it at once (as after
+  // a prompt reconnection), otherwise on the next reconnect().
+  void expire_session(std::int64_t session, bool tell_client_now = true);
+  void pause(std::int64_t session);
+  void resume(std::int64_t session);
+  // While paused: delivers the next min(n, queued) entries and waits until their callbacks have
+  // run. Returns how many were delivered.
+  std::size_t step(std::int64_t session, std::size_t n = 1);
+  std::size_t queued(std::int64_t session) const;  // replies and events not delivered yet
+  // The latest send time of a request whose reply (one that proves the server heard it) was
+  // delivered: the session monitor's "last acknowledged send", as the fake measures it.
+  FakeClock::time_point last_answered_send(std::int64_t session) const;
+
+  // ---- what happened ----
+  std::vector<RequestRecord> requests() const;
+  std::size_t count_requests(const std::function<bool(const RequestRecord&)>& predicate) const;
+
+  // Waits (bounded) until predicate() holds, re-checking on every change of the fake and at least
+  // every few milliseconds. The predicate runs without the fake's mutex, so it may ask the
+  // library too.
+  bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) const;
+
+  struct Link;  // one connection's state (fake_zookeeper.cpp)
+
+ private:
+  friend class FakeConnection;
+  friend detail::ConnectionFactory fake_factory(std::shared_ptr<FakeServer> server);
+
+  struct Watch {
+    std::int64_t session;
+    detail::NodeWatch fire;
+  };
+  struct Request;
+  struct Applied {
+    int rc;
+    std::function<void(int)> deliver;  // runs the callback with a code (results only when 0)
+    std::string created;
+  };
+
+  std::shared_ptr<Link> open_link(std::chrono::milliseconds timeout, detail::ConnectionEventHandler on_event);
+  void close_link(Link& link);
+  void deliver_loop(Link& link);
+  int submit(Link& link, Request request);
+  void run_request_locked(Link& link, Request request);
+  const Fault* take_fault_locked(Op op, const std::string& path, std::int64_t session, Fault& storage);
+  void enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent);
+  void enqueue_session_event_locked(Link& link, detail::ConnectionEvent event);
+  void drop_locked(Link& link);
+  void reconnect_locked(Link& link);
+  void end_session_locked(std::int64_t session);
+  void fire_locked(std::multimap<std::string, Watch>& watches, const std::string& path, detail::NodeEvent event);
+  Link* link_locked(std::int64_t session) const;
+  void changed_locked();
+
+  int create_locked(const std::string& path, const std::string& data, detail::CreateMode mode,
+                    std::int64_t owner, std::string& created, detail::NodeStat& stat);
+  int remove_locked(const std::string& path, int version);
+  int set_data_locked(const std::string& path, const std::string& data, int version, detail::NodeStat& stat);
+  detail::NodeStat stat_locked(const FakeNode& node) const;
+
+  mutable std::recursive_mutex mutex_;
+  mutable std::condition_variable_any changed_;
+  std::uint64_t change_count_ = 0;
+
+  std::map<std::string, FakeNode> nodes_;
+  std::int64_t zxid_ = std::int64_t{1} << 32;  // epoch 1
+  std::int64_t next_session_ = 0x1000000000000001;
+  std::set<std::int64_t> live_sessions_;
+  std::map<std::int64_t, std::weak_ptr<Link>> links_;
+  std::multimap<std::string, Watch> data_watches_;
+  std::multimap<std::string, Watch> children_watches_;
+  std::vector<Fault> faults_;
+  std::vector<RequestRecord> records_;
+  std::map<std::int64_t, FakeClock::time_point> last_answered_send_;  // by session, outlives connections
+};
+
+// A connection factory bound to `server`: every connection it opens gets a new session there and
+// reports ConnectionEvent::connected (negotiated timeout = requested timeout).
+detail::ConnectionFactory fake_factory(std::shared_ptr<FakeServer> server);
+
+}  // namespace zkr::fake

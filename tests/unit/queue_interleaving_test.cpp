@@ -1,0 +1,627 @@
+// Rare interleavings of the contender queue and the session, built deterministically on the fake
+// ZooKeeper (fake_zookeeper.hpp): lost replies, expiry at awkward moments, a predecessor vanishing
+// between two requests, cancel and timeout racing the create or the grant, a silent server, and a
+// container parent reaped under our feet. Each test holds the fake's deliveries or injects a fault
+// at the exact step, instead of hoping that timing produces the case.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <thread>
+
+#include <fmt/format.h>
+#include <testenv.hpp>
+#include <zkr/error.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/session.hpp>
+
+#include "fake_zookeeper.hpp"
+#include "session_core.hpp"
+
+namespace zkr::fake {
+namespace {
+
+using namespace std::chrono_literals;
+using testenv::scaled;
+
+constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
+constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
+constexpr auto kForever = std::chrono::hours(1);
+
+// An acquisition on its own thread. Destroying it first cancels it (the jthread's stop token) and
+// joins, so a failing test never hangs on an acquisition that cannot finish.
+class BackgroundAcquire {
+ public:
+  BackgroundAcquire(Lock& lock, std::chrono::nanoseconds timeout)
+      : thread_([this, &lock, timeout](std::stop_token stop) {
+          std::error_code ec;
+          auto held = lock.try_acquire_for(timeout, stop, ec);
+          std::lock_guard guard(mutex_);
+          error_ = ec;
+          held_ = std::move(held);
+          done_ = true;
+          finished_.notify_all();
+        }) {}
+
+  // True once the acquisition has an outcome (waits at most `timeout`).
+  bool finished(std::chrono::milliseconds timeout = 0ms) {
+    std::unique_lock lock(mutex_);
+    return finished_.wait_for(lock, timeout, [this] { return done_; });
+  }
+  std::error_code error() {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+  HeldLock take() {
+    std::lock_guard lock(mutex_);
+    if (!held_) return {};
+    HeldLock out = std::move(*held_);
+    held_.reset();
+    return out;
+  }
+  void cancel() { thread_.request_stop(); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  bool done_ = false;
+  std::error_code error_;
+  std::optional<HeldLock> held_;
+  std::jthread thread_;  // last: starts once the members above exist, and is joined first
+};
+
+// The create takes effect, then its reply is lost with the connection.
+Fault lost_create_reply(const std::string& path_prefix) {
+  Fault fault;
+  fault.op = Op::create;
+  fault.path_prefix = path_prefix;
+  fault.rc = kConnectionLoss;
+  fault.after_apply = true;
+  fault.drop_connection = true;
+  return fault;
+}
+
+class QueueInterleaving : public ::testing::Test {
+ protected:
+  std::shared_ptr<FakeServer> server = std::make_shared<FakeServer>();
+
+  std::unique_ptr<Session> open_session(std::chrono::milliseconds session_timeout = 30s) {
+    SessionOptions options;
+    options.servers = "fake:2181";
+    options.session_timeout = session_timeout;
+    options.connect_timeout = scaled(10s);
+    auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+    core->connect_or_throw();
+    return std::make_unique<Session>(core);
+  }
+
+  bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout = 10s) {
+    return server->wait_until(predicate, scaled(timeout));
+  }
+
+  std::vector<RequestRecord> requests_of(std::int64_t session, Op op, const std::string& path_prefix) const {
+    std::vector<RequestRecord> out;
+    for (const auto& record : server->requests())
+      if (record.session == session && record.op == op && record.path.rfind(path_prefix, 0) == 0) out.push_back(record);
+    return out;
+  }
+
+  static std::string child_of(const std::string& parent, const std::string& name) { return parent + "/" + name; }
+};
+
+// The create took effect but its reply was lost with the connection; the same session comes back.
+// The contender must find its node by its GUID, adopt it (its owner is this session), and hold
+// with the token of that node: no second node, no orphan.
+TEST_F(QueueInterleaving, LostCreateReplyOnTheSameSessionIsFoundByGuidAndAdopted) {
+  const std::string parent = "/locks/lost-reply";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  server->inject(lost_create_reply(parent + "/"));
+
+  Lock lock(*session, parent);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  auto lost_creates = requests_of(session_id, Op::create, parent + "/");
+  ASSERT_EQ(lost_creates.size(), 1u);
+  ASSERT_TRUE(lost_creates[0].applied);
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  EXPECT_FALSE(acquire.finished());
+
+  server->reconnect(session_id);
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  ASSERT_FALSE(acquire.error()) << acquire.error().message();
+  HeldLock held = acquire.take();
+
+  const auto children = server->children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(held.node_path(), lost_creates[0].created);
+  EXPECT_EQ(held.node_path(), child_of(parent, children[0]));
+  const auto node = server->node(held.node_path());
+  ASSERT_TRUE(node);
+  EXPECT_EQ(held.token(), FencingToken(node->stat.czxid));
+  EXPECT_EQ(node->stat.ephemeral_owner, session_id);
+  EXPECT_EQ(held.session_id(), session_id);
+  EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 1u);  // never created twice
+
+  held.release();
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+}
+
+// The reply of the create is lost, and the session expires before the client reconnects. The node
+// of the old session goes with it; the contender must start afresh on the new session and never
+// adopt anything of the old one.
+TEST_F(QueueInterleaving, LostCreateReplyThenExpiryQueuesAfreshOnTheNewSession) {
+  const std::string parent = "/locks/lost-then-expired";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto old_session = session->id();
+  server->inject(lost_create_reply(parent + "/"));
+
+  Lock lock(*session, parent);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  const auto lost_create = requests_of(old_session, Op::create, parent + "/").at(0);
+  ASSERT_TRUE(lost_create.applied);
+  const FencingToken old_token(lost_create.applied ? server->node(lost_create.created)->stat.czxid : 0);
+
+  server->expire_session(old_session, /*tell_client_now=*/false);
+  EXPECT_FALSE(server->node(lost_create.created));  // the ephemeral went with its session
+  server->reconnect(old_session);                   // and the client learns it now
+
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  ASSERT_FALSE(acquire.error()) << acquire.error().message();
+  HeldLock held = acquire.take();
+  const auto new_session = session->id();
+  EXPECT_NE(new_session, old_session);
+  EXPECT_EQ(held.session_id(), new_session);
+  EXPECT_NE(held.node_path(), lost_create.created);
+  const auto children = server->children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  const auto node = server->node(child_of(parent, children[0]));
+  ASSERT_TRUE(node);
+  EXPECT_EQ(node->stat.ephemeral_owner, new_session);
+  EXPECT_EQ(held.token(), FencingToken(node->stat.czxid));
+  EXPECT_GT(held.token(), old_token);
+  // The new node carries a new GUID: nothing of the old attempt's name was reused.
+  const std::string old_name = lost_create.created.substr(parent.size() + 1);
+  EXPECT_NE(children[0].substr(0, 40), old_name.substr(0, 40));
+  const auto metrics = session->metrics();
+  EXPECT_EQ(metrics.losses_by_expiry, 1u);
+  EXPECT_EQ(metrics.sessions_established, 2u);
+}
+
+// After a lost reply, the node that carries our GUID belongs to ANOTHER session (the fake rewrites
+// the owner when it applies the create). It is never ours: not adopted, not deleted by us; we
+// create a fresh node, which waits behind the foreign one like any other contender.
+TEST_F(QueueInterleaving, NodeWithOurGuidOwnedByAnotherSessionIsNeverAdoptedNorDeleted) {
+  const std::string parent = "/locks/foreign-owner";
+  server->ensure_path(parent);
+  auto other = open_session();
+  auto session = open_session();
+  const auto session_id = session->id();
+  const auto other_id = other->id();
+  Fault fault = lost_create_reply(parent + "/");
+  fault.session = session_id;
+  fault.owner_override = other_id;
+  server->inject(fault);
+
+  Lock lock(*session, parent);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  const auto lost_create = requests_of(session_id, Op::create, parent + "/").at(0);
+  const std::string foreign = lost_create.created;
+  const auto foreign_before = server->node(foreign);
+  ASSERT_TRUE(foreign_before);
+  ASSERT_EQ(foreign_before->stat.ephemeral_owner, other_id);
+
+  server->reconnect(session_id);
+  // A fresh node of ours, queued behind the foreign one and watching it.
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 2 && server->data_watches(foreign) == 1; }));
+  EXPECT_FALSE(acquire.finished());
+  const auto foreign_after = server->node(foreign);
+  ASSERT_TRUE(foreign_after);
+  EXPECT_EQ(foreign_after->stat.czxid, foreign_before->stat.czxid);
+  EXPECT_EQ(foreign_after->stat.ephemeral_owner, other_id);
+  EXPECT_EQ(foreign_after->stat.version, foreign_before->stat.version);
+  EXPECT_TRUE(requests_of(session_id, Op::remove, foreign).empty());
+  EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 2u);
+
+  // When the other session ends, its node goes and ours is granted.
+  other->close();
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  ASSERT_FALSE(acquire.error()) << acquire.error().message();
+  HeldLock held = acquire.take();
+  EXPECT_NE(held.node_path(), foreign);
+  EXPECT_GT(held.token(), FencingToken(foreign_before->stat.czxid));
+  const auto children = server->children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(held.node_path(), child_of(parent, children[0]));
+  EXPECT_EQ(server->node(held.node_path())->stat.ephemeral_owner, session_id);
+}
+
+// Our listing shows the predecessor, which is deleted before our watch on it is set: the get_data
+// answers NONODE. The contender must look again (not hang on a watch that will never fire) and
+// be granted.
+TEST_F(QueueInterleaving, PredecessorDeletedBetweenListingAndWatchIsRecheckedAndGranted) {
+  const std::string parent = "/locks/vanishing-predecessor";
+  server->ensure_path(parent);
+  auto holder_session = open_session();
+  auto waiter_session = open_session();
+  const auto waiter_id = waiter_session->id();
+  Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
+  HeldLock holder = holder_lock.acquire();
+  const std::string predecessor = holder.node_path();
+
+  server->pause(waiter_id);
+  BackgroundAcquire waiter(waiter_lock, kForever);
+  // The create and the listing have been applied; their replies wait on the wire.
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) >= 2 && server->children(parent).size() == 2; }));
+  holder.release();
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
+  server->resume(waiter_id);
+
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock held = waiter.take();
+  EXPECT_TRUE(held);
+  // The interleaving really happened: the watch on the stale predecessor found no node.
+  const auto watches = requests_of(waiter_id, Op::get_data, predecessor);
+  ASSERT_FALSE(watches.empty());
+  EXPECT_EQ(watches.front().reported_rc, kNoNode);
+  EXPECT_EQ(server->data_watches(predecessor), 0u);
+  EXPECT_EQ(server->children(parent).size(), 1u);
+}
+
+// Cancelled (stop token) while the create is still in flight: the acquisition reports cancelled at
+// once, and the node that the create made is deleted as soon as its name is known.
+TEST_F(QueueInterleaving, CancelWhileTheCreateIsInFlightDeletesTheNodeOnceItsNameArrives) {
+  const std::string parent = "/locks/cancel-in-flight";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  Lock lock(*session, parent);
+
+  server->pause(session_id);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1 && server->queued(session_id) >= 2; }));
+  acquire.cancel();
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  EXPECT_EQ(acquire.error(), make_error_code(errc::cancelled));
+  EXPECT_FALSE(acquire.take());
+  // The reply with the node's name has not arrived: nothing can have been deleted yet.
+  const std::string created = requests_of(session_id, Op::create, parent + "/").at(0).created;
+  EXPECT_TRUE(server->node(created));
+
+  server->resume(session_id);
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+  const auto removes = requests_of(session_id, Op::remove, created);
+  ASSERT_EQ(removes.size(), 1u);
+  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_EQ(session->metrics().acquire_cancellations, 1u);
+  EXPECT_EQ(session->metrics().acquisitions, 0u);
+}
+
+class TimeoutRacingGrant : public QueueInterleaving {
+ protected:
+  const std::string parent = "/locks/timeout-race";
+  std::unique_ptr<Session> holder_session = (server->ensure_path(parent), open_session());
+  std::unique_ptr<Session> waiter_session = open_session();
+  std::int64_t waiter_id = waiter_session->id();
+  Lock holder_lock{*holder_session, parent};
+  Lock waiter_lock{*waiter_session, parent};
+
+  // The waiter queued behind `holder`, its watch on the holder's node set.
+  void wait_until_watching(const HeldLock& holder) {
+    ASSERT_TRUE(wait_until([&] {
+      // the holder's own-node watch and the waiter's watch on it
+      return server->children(parent).size() == 2 && server->data_watches(holder.node_path()) == 2 &&
+             server->queued(waiter_id) == 0;
+    }));
+  }
+};
+
+// The holder releases, but the wake-up is still on the wire when the waiter's timeout fires: the
+// waiter reports timed_out and its node is deleted; the late wake-up then changes nothing.
+TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheWakeUpIsOnTheWire) {
+  HeldLock holder = holder_lock.acquire();
+  BackgroundAcquire waiter(waiter_lock, scaled(300ms));
+  wait_until_watching(holder);
+  server->pause(waiter_id);
+  holder.release();
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));  // the watch event
+
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  EXPECT_EQ(waiter.error(), make_error_code(errc::timed_out));
+  EXPECT_FALSE(waiter.take());
+  EXPECT_TRUE(server->children(parent).empty());  // the delete went out with the timeout
+
+  server->resume(waiter_id);
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 0; }));
+  EXPECT_TRUE(server->children(parent).empty());
+  EXPECT_EQ(waiter_session->metrics().acquire_timeouts, 1u);
+  EXPECT_EQ(waiter_session->metrics().acquisitions, 0u);
+}
+
+// The timeout fires while the listing that would grant is on the wire: timed_out, node deleted,
+// and the late listing grants nothing.
+TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheGrantingListingIsOnTheWire) {
+  HeldLock holder = holder_lock.acquire();
+  BackgroundAcquire waiter(waiter_lock, scaled(300ms));
+  wait_until_watching(holder);
+  server->pause(waiter_id);
+  holder.release();
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));
+  ASSERT_EQ(server->step(waiter_id), 1u);  // the wake-up: the waiter lists the children again
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));
+
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  EXPECT_EQ(waiter.error(), make_error_code(errc::timed_out));
+  EXPECT_TRUE(server->children(parent).empty());
+  server->resume(waiter_id);
+  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 0; }));
+  EXPECT_TRUE(server->children(parent).empty());
+  EXPECT_EQ(waiter_session->metrics().acquisitions, 0u);
+}
+
+// The grant arrives first, just before the timeout: the lock is granted, the timer is disarmed (it
+// neither deletes the node nor reports anything later), and the lock is usable and released.
+TEST_F(TimeoutRacingGrant, GrantWinsAndTheTimeoutNeverTouchesTheGrantedLock) {
+  HeldLock holder = holder_lock.acquire();
+  const auto timeout = scaled(500ms);
+  const auto started = std::chrono::steady_clock::now();
+  BackgroundAcquire waiter(waiter_lock, timeout);
+  wait_until_watching(holder);
+  server->pause(waiter_id);
+  holder.release();
+  while (!waiter.finished() && server->queued(waiter_id) > 0) server->step(waiter_id);
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock held = waiter.take();
+  server->resume(waiter_id);
+  EXPECT_GT(held.token(), holder.token());
+
+  // Past the moment the timeout would have fired: still held, node still there.
+  std::this_thread::sleep_until(started + timeout + scaled(200ms));
+  EXPECT_FALSE(held.lost());
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  EXPECT_EQ(held.node_path(), child_of(parent, server->children(parent)[0]));
+  EXPECT_EQ(waiter_session->metrics().acquire_timeouts, 0u);
+  held.release();
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+}
+
+// The real race, without holding anything: release and timeout land close together, many times.
+// Whichever wins, the outcome is consistent: a grant holds the only node and releases it, or a
+// timeout leaves no node behind.
+TEST_F(TimeoutRacingGrant, WhicheverWinsTheOutcomeIsConsistent) {
+  int granted = 0, timed_out = 0;
+  for (int round = 0; round < 30; ++round) {
+    HeldLock holder = holder_lock.acquire();
+    const auto timeout = 20ms;
+    BackgroundAcquire waiter(waiter_lock, timeout);
+    wait_until_watching(holder);
+    std::this_thread::sleep_for(std::chrono::milliseconds(round % 10) * 3);
+    holder.release();
+    ASSERT_TRUE(waiter.finished(scaled(10s)));
+    if (!waiter.error()) {
+      ++granted;
+      HeldLock held = waiter.take();
+      EXPECT_GT(held.token(), holder.token());
+      ASSERT_EQ(server->children(parent).size(), 1u);
+      EXPECT_EQ(held.node_path(), child_of(parent, server->children(parent)[0]));
+      held.release();
+    } else {
+      ++timed_out;
+      EXPECT_EQ(waiter.error(), make_error_code(errc::timed_out));
+    }
+    ASSERT_TRUE(wait_until([&] { return server->children(parent).empty(); })) << "round " << round;
+  }
+  fmt::print("{} rounds granted, {} timed out\n", granted, timed_out);
+}
+
+// A release while the connection is down is not forgotten: the delete goes out once the same
+// session is back.
+TEST_F(QueueInterleaving, ReleaseWhileDisconnectedDeletesAfterReconnecting) {
+  const std::string parent = "/locks/release-disconnected";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  const std::string node = held.node_path();
+
+  server->drop_connection(session_id);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  held.release();
+  EXPECT_TRUE(server->node(node));  // nothing can reach the server now
+  EXPECT_FALSE(held.lost());
+
+  server->reconnect(session_id);
+  ASSERT_TRUE(wait_until([&] { return !server->node(node); }));
+  const auto removes = requests_of(session_id, Op::remove, node);
+  ASSERT_EQ(removes.size(), 1u);
+  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_FALSE(held.lost());
+}
+
+// Someone else (an operator) deletes the holder's node: the holder is told, with the reason.
+TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
+  const std::string parent = "/locks/deleted-under-holder";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) == 1; }));  // the own-node watch
+  std::promise<LossReason> lost;
+  held.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
+  auto told = lost.get_future();
+
+  ASSERT_EQ(server->remove(held.node_path()), 0);
+  ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
+  EXPECT_EQ(told.get(), LossReason::node_deleted);
+  EXPECT_TRUE(held.lost());
+  EXPECT_EQ(held.loss_reason(), LossReason::node_deleted);
+  EXPECT_TRUE(held.lost_token().stop_requested());
+  EXPECT_EQ(session->metrics().locks_lost, 1u);
+  held.release();  // nothing of ours is left to delete
+  EXPECT_TRUE(requests_of(session_id, Op::remove, parent + "/").empty());
+}
+
+// The session expires with a holder and three waiters on it. The holder is told lost; the waiters
+// queue again on the new session, in their order, and each grant carries a larger token than
+// anything granted on the old session.
+TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOrder) {
+  const std::string parent = "/locks/expiry-queue";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto old_session = session->id();
+  Lock lock(*session, parent);
+  HeldLock holder = lock.acquire();
+  std::promise<LossReason> lost;
+  holder.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
+  auto told = lost.get_future();
+
+  std::vector<std::unique_ptr<BackgroundAcquire>> waiters;
+  for (std::size_t i = 1; i <= 3; ++i) {
+    waiters.push_back(std::make_unique<BackgroundAcquire>(lock, kForever));
+    ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == i + 1; }));
+  }
+  ASSERT_TRUE(wait_until([&] {
+    std::size_t watches = 0;
+    for (const auto& name : server->children(parent)) watches += server->data_watches(child_of(parent, name));
+    return watches == 4;  // the holder's own-node watch and each waiter's watch on its predecessor
+  }));
+  const FencingToken highest_old(server->last_zxid());
+
+  server->expire_session(old_session);
+  ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
+  EXPECT_EQ(told.get(), LossReason::session_lost);
+  EXPECT_TRUE(holder.lost());
+
+  FencingToken previous = highest_old;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    ASSERT_TRUE(waiters[i]->finished(scaled(10s))) << "waiter " << i;
+    ASSERT_FALSE(waiters[i]->error()) << waiters[i]->error().message();
+    for (std::size_t later = i + 1; later < waiters.size(); ++later) EXPECT_FALSE(waiters[later]->finished());
+    HeldLock held = waiters[i]->take();
+    EXPECT_NE(held.session_id(), old_session);
+    EXPECT_EQ(held.session_id(), session->id());
+    EXPECT_GT(held.token(), previous) << "waiter " << i;
+    previous = held.token();
+    held.release();
+  }
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+  const auto metrics = session->metrics();
+  EXPECT_EQ(metrics.losses_by_expiry, 1u);
+  EXPECT_EQ(metrics.sessions_established, 2u);
+  EXPECT_EQ(metrics.locks_lost, 1u);
+}
+
+// The server stops answering (every reply held). The monitor declares the session lost by its own
+// deadline, last acknowledged send + timeout - margin, without waiting for the client library to
+// notice anything, and tells the holder then.
+TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
+  const auto timeout = scaled(2000ms);
+  const std::string parent = "/locks/silent-server";
+  server->ensure_path(parent);
+  auto session = open_session(timeout);
+  const auto old_session = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  // Let the heartbeats run for a while, answered.
+  ASSERT_TRUE(wait_until([&] { return session->metrics().heartbeats_sent >= 2; }));
+
+  std::promise<std::chrono::steady_clock::time_point> session_lost, lock_lost;
+  auto subscription = session->on_state_change([&session_lost, first = true](SessionState state) mutable {
+    if (state == SessionState::lost && std::exchange(first, false))
+      session_lost.set_value(std::chrono::steady_clock::now());
+  });
+  held.on_lost([&lock_lost](LossReason) { lock_lost.set_value(std::chrono::steady_clock::now()); });
+  auto session_lost_at = session_lost.get_future();
+  auto lock_lost_at = lock_lost.get_future();
+
+  server->pause(old_session);
+  const auto paused_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(session_lost_at.wait_for(timeout * 3), std::future_status::ready);
+  const auto declared = session_lost_at.get();
+  ASSERT_EQ(lock_lost_at.wait_for(scaled(5s)), std::future_status::ready);
+  const auto holder_told = lock_lost_at.get();
+
+  const auto last_acknowledged_send = server->last_answered_send(old_session);
+  const auto margin = timeout / 4;  // the default safety margin
+  const auto deadline = last_acknowledged_send + timeout - margin;
+  const auto earliest_server_expiry = last_acknowledged_send + timeout;
+  const auto ms_since_pause = [&](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - paused_at).count();
+  };
+  const auto measured = fmt::format(
+      "ms after the pause: last acknowledged send {:.1f}, deadline {:.1f}, declared {:.1f}, holder told {:.1f}",
+      ms_since_pause(last_acknowledged_send), ms_since_pause(deadline), ms_since_pause(declared),
+      ms_since_pause(holder_told));
+  fmt::print("{}\n", measured);
+  SCOPED_TRACE(measured);
+  EXPECT_LE(last_acknowledged_send, paused_at);
+  // Not before the deadline (the server heard from us until last_acknowledged_send)...
+  EXPECT_GE(declared, deadline - 5ms);
+  // ...and by the deadline, with a bounded scheduling delay that stays far from the server's expiry.
+  EXPECT_LE(declared, deadline + margin / 5);
+  EXPECT_LT(holder_told, earliest_server_expiry);
+  EXPECT_EQ(held.loss_reason(), LossReason::session_lost);
+
+  const auto metrics = session->metrics();
+  EXPECT_EQ(metrics.losses_by_deadline, 1u);
+  EXPECT_EQ(metrics.losses_by_expiry, 0u);
+  // A new session replaces it; the old one is never resumed.
+  ASSERT_TRUE(session->wait_connected(scaled(10s)));
+  EXPECT_NE(session->id(), old_session);
+  server->resume(old_session);
+}
+
+// The container parent is reaped by the server after we created it and before our node's create
+// arrives: the create answers NONODE, and the contender creates the parent again and is granted.
+TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateIsRetried) {
+  const std::string parent = "/locks/reaped-parent";
+  auto session = open_session();
+  const auto session_id = session->id();
+  // The first node create finds no parent (and the contender creates it); the second one finds the
+  // parent reaped just before it is applied.
+  Fault reap;
+  reap.op = Op::create;
+  reap.path_prefix = parent + "/";
+  reap.skip = 1;
+  reap.before = [this, parent] { EXPECT_EQ(server->remove(parent), 0); };
+  server->inject(reap);
+  Lock lock(*session, parent);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  ASSERT_FALSE(acquire.error()) << acquire.error().message();
+  HeldLock held = acquire.take();
+
+  EXPECT_EQ(server->pending_faults(), 0u);
+  const auto node_creates = requests_of(session_id, Op::create, parent + "/");
+  ASSERT_EQ(node_creates.size(), 3u);
+  EXPECT_EQ(node_creates[0].reported_rc, kNoNode);
+  EXPECT_EQ(node_creates[1].reported_rc, kNoNode);
+  EXPECT_EQ(node_creates[2].reported_rc, 0);
+  std::size_t parent_creates = 0;
+  for (const auto& record : requests_of(session_id, Op::create, parent))
+    if (record.path == parent && record.applied) ++parent_creates;
+  EXPECT_EQ(parent_creates, 2u);
+  const auto parent_node = server->node(parent);
+  ASSERT_TRUE(parent_node);
+  EXPECT_EQ(parent_node->mode, detail::CreateMode::container);
+  const auto children = server->children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(held.node_path(), child_of(parent, children[0]));
+  EXPECT_EQ(held.token(), FencingToken(server->node(held.node_path())->stat.czxid));
+}
+
+}  // namespace
+}  // namespace zkr::fake
