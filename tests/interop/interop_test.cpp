@@ -1,0 +1,370 @@
+// Our recipes beside real peers on the same path: Curator (Java) and kazoo (Python) participants
+// run as processes against the shared server. Every participant, ours and theirs, appends
+// "ENTER <who> <monotonic ns>" and "EXIT <who> <monotonic ns>" around each critical section to one
+// log file (one O_APPEND write per line); the test then checks that no two sections that must
+// exclude each other overlap, and that every participant got in.
+//
+// The recorded section lies inside the real one (ENTER after the grant, EXIT before the release),
+// so an overlap in the log proves two participants held at once.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <zkr/election.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
+
+#include "../core/test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+constexpr int kIterations = 5;
+constexpr int kHoldMs = 20;
+
+// The shared log, as our participants write it.
+class SectionLog {
+ public:
+  SectionLog() {
+    std::random_device random;
+    file_ = (std::filesystem::temp_directory_path() / fmt::format("zkr-interop-{:08x}.log", random())).string();
+    fd_ = ::open(file_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot create " + file_);
+  }
+  ~SectionLog() {
+    ::close(fd_);
+    std::filesystem::remove(file_);
+  }
+  const std::string& file() const { return file_; }
+
+  void record(std::string_view event, std::string_view who) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();  // CLOCK_MONOTONIC
+    const std::string line = fmt::format("{} {} {}\n", event, who, std::chrono::nanoseconds(now).count());
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+      throw std::runtime_error("short write to " + file_);
+  }
+
+ private:
+  std::string file_;
+  int fd_ = -1;
+};
+
+struct Section {
+  std::string who;
+  std::int64_t enter = 0;
+  std::int64_t exit = 0;
+};
+
+// Pairs each participant's ENTER with its next EXIT. A malformed or unpaired line fails the test.
+std::vector<Section> read_sections(const std::string& file) {
+  std::ifstream in(file);
+  std::map<std::string, std::int64_t> open;
+  std::vector<Section> sections;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string event, who;
+    std::int64_t at = 0;
+    if (!(fields >> event >> who >> at)) {
+      ADD_FAILURE() << "malformed log line: " << line;
+      continue;
+    }
+    if (event == "ENTER") {
+      if (open.count(who)) ADD_FAILURE() << who << " entered twice";
+      open[who] = at;
+    } else if (event == "EXIT") {
+      auto it = open.find(who);
+      if (it == open.end()) {
+        ADD_FAILURE() << who << " left without entering";
+        continue;
+      }
+      sections.push_back({who, it->second, at});
+      open.erase(it);
+    } else {
+      ADD_FAILURE() << "unknown event: " << line;
+    }
+  }
+  for (const auto& [who, at] : open) ADD_FAILURE() << who << " never left";
+  return sections;
+}
+
+using Excludes = std::function<bool(const Section&, const Section&)>;
+
+// Every pair of sections that overlap although they must exclude each other, as text.
+std::vector<std::string> overlaps(const std::vector<Section>& sections, const Excludes& excludes) {
+  std::vector<std::string> found;
+  for (std::size_t i = 0; i < sections.size(); ++i)
+    for (std::size_t j = i + 1; j < sections.size(); ++j) {
+      const Section& a = sections[i];
+      const Section& b = sections[j];
+      if (a.enter < b.exit && b.enter < a.exit && excludes(a, b))
+        found.push_back(fmt::format("{} [{}, {}] overlaps {} [{}, {}]", a.who, a.enter, a.exit, b.who, b.enter, b.exit));
+    }
+  return found;
+}
+
+std::map<std::string, int> entries_by_participant(const std::vector<Section>& sections) {
+  std::map<std::string, int> counts;
+  for (const auto& section : sections) ++counts[section.who];
+  return counts;
+}
+
+bool everyone_excludes(const Section&, const Section&) { return true; }
+
+class InteropTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+  SectionLog log;
+
+  void SetUp() override {
+    if (!ZKR_CURATOR_AVAILABLE && curator_needed_) GTEST_SKIP() << "javac, java or the Curator jars are missing";
+  }
+
+  std::unique_ptr<testenv::Process> start_curator(const std::string& mode, const std::string& who, int clients) {
+    testenv::Process::Options options;
+    options.pipe_stdin = true;
+    options.merge_stderr = true;
+    // Short JIT and a small heap: two cores are shared with builds, and JVM start is slow.
+    return std::make_unique<testenv::Process>(
+        std::vector<std::string>{ZKR_JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-cp",
+                                 ZKR_CURATOR_CLASSPATH, "CuratorPeer", servers, path, mode, who, log.file(),
+                                 std::to_string(kIterations), std::to_string(kHoldMs), std::to_string(clients)},
+        options);
+  }
+
+  std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients) {
+    testenv::Process::Options options;
+    options.pipe_stdin = true;
+    options.merge_stderr = true;
+    return std::make_unique<testenv::Process>(
+        std::vector<std::string>{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who, log.file(),
+                                 std::to_string(kIterations), std::to_string(kHoldMs), std::to_string(clients)},
+        options);
+  }
+
+  // Waits for the peer's READY; fails the test with whatever it printed instead.
+  static void await_ready(testenv::Process& peer) {
+    auto line = peer.read_line(testenv::scaled(30s));
+    while (line && *line != "READY" && !line->starts_with("ERROR")) line = peer.read_line(testenv::scaled(30s));
+    ASSERT_TRUE(line) << "the peer did not start";
+    ASSERT_EQ(*line, "READY") << *line;
+  }
+
+  static void await_done(testenv::Process& peer) {
+    std::string output;
+    auto line = peer.read_line(testenv::scaled(60s));
+    while (line && *line != "DONE" && !line->starts_with("ERROR")) {
+      output += *line + "\n";
+      line = peer.read_line(testenv::scaled(60s));
+    }
+    ASSERT_TRUE(line) << "the peer did not finish; it said:\n" << output;
+    ASSERT_EQ(*line, "DONE") << output;
+    EXPECT_EQ(peer.wait(testenv::scaled(20s)), 0);
+  }
+
+  // Waits until a participant whose name starts with `prefix` has entered once, so that ours
+  // start while the peer is still busy and the two really contend.
+  void await_first_entry(const std::string& prefix) {
+    ASSERT_TRUE(eventually([&] {
+      std::ifstream in(log.file());
+      std::string line;
+      while (std::getline(in, line))
+        if (line.starts_with("ENTER " + prefix)) return true;
+      return false;
+    }, testenv::scaled(30s))) << "the peer never entered";
+  }
+
+  // The number of times the log passes from one library's section to the other's: contention
+  // shows as several switches.
+  static int switches_between_libraries(std::vector<Section> sections) {
+    std::sort(sections.begin(), sections.end(), [](const Section& a, const Section& b) { return a.enter < b.enter; });
+    int switches = 0;
+    for (std::size_t i = 1; i < sections.size(); ++i)
+      if (sections[i].who.starts_with("ours") != sections[i - 1].who.starts_with("ours")) ++switches;
+    return switches;
+  }
+
+  // Our side: `count` participants, each with its own session, kIterations sections each.
+  void run_ours(int count, const std::function<std::optional<HeldLock>(Session&, int)>& acquire,
+                const std::function<std::string(int)>& name) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<Session>(session_options(servers, 10000ms)));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < count; ++i) {
+      threads.emplace_back([&, i] {
+        for (int n = 0; n < kIterations; ++n) {
+          auto held = acquire(*sessions[i], i);
+          if (!held) {
+            ADD_FAILURE() << name(i) << " timed out";
+            return;
+          }
+          log.record("ENTER", name(i));
+          std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+          log.record("EXIT", name(i));
+          held->release();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+
+  void expect_everyone_in(const std::vector<Section>& sections, const std::vector<std::string>& everyone) {
+    auto counts = entries_by_participant(sections);
+    for (const auto& who : everyone) EXPECT_EQ(counts[who], kIterations) << who << " did not get in every time";
+    EXPECT_EQ(counts.size(), everyone.size());
+  }
+
+  bool curator_needed_ = true;
+};
+
+TEST_F(InteropTest, LockAndCuratorInterProcessMutexExcludeEachOther) {
+  auto curator = start_curator("mutex", "curator", 2);
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  await_first_entry("curator");
+  run_ours(
+      2,
+      [&](Session& session, int) {
+        Lock lock(session, path);
+        return lock.try_acquire_for(testenv::scaled(30s));
+      },
+      [](int i) { return fmt::format("ours-{}", i); });
+  await_done(*curator);
+  auto sections = read_sections(log.file());
+  auto bad = overlaps(sections, everyone_excludes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+class KazooInteropTest : public InteropTest {
+ protected:
+  KazooInteropTest() { curator_needed_ = false; }
+};
+
+TEST_F(KazooInteropTest, LockAndKazooLockWithExtraPatternExcludeEachOther) {
+  auto kazoo = start_kazoo("kazoo", 2);
+  await_ready(*kazoo);
+  kazoo->write_stdin("GO\n");
+  await_first_entry("kazoo");
+  run_ours(
+      2,
+      [&](Session& session, int) {
+        Lock lock(session, path);
+        return lock.try_acquire_for(testenv::scaled(30s));
+      },
+      [](int i) { return fmt::format("ours-{}", i); });
+  await_done(*kazoo);
+  auto sections = read_sections(log.file());
+  auto bad = overlaps(sections, everyone_excludes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"kazoo-0", "kazoo-1", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+TEST_F(InteropTest, ElectionAndCuratorLeaderSelectorAgreeOnOneLeader) {
+  auto curator = start_curator("leader", "curator", 2);
+  await_ready(*curator);
+  Session observer(session_options(servers));
+  constexpr int kOurs = 2;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<LeaderSelector>> selectors;
+  std::array<std::atomic<int>, kOurs> terms{};
+  for (int i = 0; i < kOurs; ++i) {
+    sessions.push_back(std::make_unique<Session>(session_options(servers, 10000ms)));
+    SelectorOptions options;
+    options.participant_data = fmt::format("ours-{}", i);
+    selectors.push_back(std::make_unique<LeaderSelector>(
+        *sessions.back(), path,
+        [&, i](const Leadership&) {
+          if (terms[i] >= kIterations) return;  // done: hand on until closed
+          const std::string who = fmt::format("ours-{}", i);
+          log.record("ENTER", who);
+          std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+          log.record("EXIT", who);
+          ++terms[i];
+        },
+        options));
+  }
+  curator->write_stdin("GO\n");
+  await_first_entry("curator");
+  for (auto& selector : selectors) selector->start();
+
+  // Meanwhile a non-participant watches the one queue the two libraries share.
+  bool saw_both_in_queue = false;
+  std::map<std::string, int> leaders_seen;
+  const auto end = std::chrono::steady_clock::now() + testenv::scaled(60s);
+  while (std::chrono::steady_clock::now() < end) {
+    bool all_ours_done = true;
+    for (int i = 0; i < kOurs; ++i) {
+      if (terms[i] >= kIterations) selectors[i]->close();
+      else all_ours_done = false;
+    }
+    auto participants = election_participants(observer, path);
+    bool curator_there = false, ours_there = false;
+    for (const auto& p : participants) {
+      curator_there |= p.data.starts_with("curator-");
+      ours_there |= p.data.starts_with("ours-");
+    }
+    saw_both_in_queue |= curator_there && ours_there;
+    if (!participants.empty() && participants.front().leader) ++leaders_seen[participants.front().data.substr(0, 5)];
+    if (all_ours_done && participants.empty()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  await_done(*curator);
+  for (auto& selector : selectors) selector->close();
+  auto sections = read_sections(log.file());
+  auto bad = overlaps(sections, everyone_excludes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  EXPECT_TRUE(saw_both_in_queue) << "the two libraries never queued together";
+  for (const auto& [who, count] : leaders_seen) RecordProperty("leader_samples_" + who, count);
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
+  // Curator: curator-w0 and curator-w2 write, curator-r1 reads; ours: ours-w0 writes, ours-r1
+  // and ours-r2 read.
+  auto curator = start_curator("rw", "curator", 3);
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  auto name = [](int i) { return fmt::format("ours-{}{}", i == 0 ? "w" : "r", i); };
+  run_ours(
+      3,
+      [&](Session& session, int i) {
+        ReadWriteLock lock(session, path);
+        return (i == 0 ? lock.write_lock() : lock.read_lock()).try_acquire_for(testenv::scaled(30s));
+      },
+      name);
+  await_done(*curator);
+  auto sections = read_sections(log.file());
+  auto is_writer = [](const Section& s) { return s.who.find("-w") != std::string::npos; };
+  auto bad = overlaps(sections, [&](const Section& a, const Section& b) { return is_writer(a) || is_writer(b); });
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"curator-w0", "curator-r1", "curator-w2", "ours-w0", "ours-r1", "ours-r2"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+}  // namespace
+}  // namespace zkr::test
