@@ -263,6 +263,7 @@ void run_scale(const DriverArgs& args) {
   std::condition_variable all_done;
   int completed = 0, failures = 0;
   std::string first_error;
+  auto requests_before_acquiring = session.metrics().requests_sent;
   auto start = Clock::now();
   for (int i = 0; i < args.iterations; ++i) {
     locks[i]->async_acquire(std::chrono::nanoseconds(-1), [&, i](std::error_code ec, zkr::HeldLock lock) {
@@ -285,12 +286,14 @@ void run_scale(const DriverArgs& args) {
   auto rss_per_lock = static_cast<double>(resident_bytes() - rss_before) / args.iterations;
   // Traffic while holding: only the session's heartbeat should go out, nothing per lock.
   auto before = session.metrics();
+  auto requests_to_acquire = before.requests_sent - requests_before_acquiring;
   std::this_thread::sleep_for(std::chrono::duration<double>(args.duration_s));
   auto after = session.metrics();
   JsonLine line(args);
   line.add("locks", args.iterations)
       .add("time_ms", elapsed_ms)
       .add("rss_per_lock_bytes", rss_per_lock)
+      .add("requests_per_lock", static_cast<double>(requests_to_acquire) / args.iterations)
       .add("hold_seconds", args.duration_s)
       .add("requests_while_holding", after.requests_sent - before.requests_sent)
       .add("heartbeats_while_holding", after.heartbeats_sent - before.heartbeats_sent)
