@@ -133,6 +133,16 @@ def process_start_time(pid):
         return None
 
 
+def child_exited(server):
+    """True once a server this process launched has exited. Asks the kernel (waitpid) rather than
+    /proc, which was seen to report a just-started, healthy JVM as not ours on a loaded machine."""
+    try:
+        pid, _ = os.waitpid(server["pid"], os.WNOHANG)
+        return pid != 0
+    except ChildProcessError:  # not our child after all: fall back to /proc
+        return not process_is_ours(server["pid"], server["cfg"])
+
+
 def watchdog_is_ours(pid, state_dir):
     if not pid or pid == os.getpid():
         return False
@@ -552,7 +562,7 @@ def command_on_server(args):
         # Only this server must answer; a lone ensemble member can serve only once it has a quorum.
         deadline = time.monotonic() + args.timeout
         while server_mode(server["client_port"]) is None:
-            if not process_is_ours(server["pid"], server["cfg"]):
+            if child_exited(server):
                 raise EnvError(f"server {args.index} exited on start; log {server['log']}:\n"
                                f"{log_tail(server['log'])}")
             if time.monotonic() >= deadline:
