@@ -1,0 +1,127 @@
+// Boost.Asio completion tokens for acquiring locks. Optional and header-only: include it only if
+// you use Boost.Asio (1.74 or later); the rest of the library does not need it.
+//
+// Two initiating functions mirror Lock::acquire() and Lock::try_acquire_for(), and complete the
+// Asio way, with an exception_ptr first (as asio::co_spawn does), so that every completion token
+// works:
+//
+//   // coroutine: returns the HeldLock, or throws zkr::Error like acquire()
+//   zkr::HeldLock held = co_await zkr::asio::async_acquire(lock, boost::asio::use_awaitable);
+//
+//   // future: get() returns an optional that is empty if the wait ran out or was cancelled
+//   auto f = zkr::asio::async_try_acquire_for(lock, 5s, boost::asio::use_future);
+//
+//   // callback, run through its associated executor (here a strand)
+//   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
+//       [](std::exception_ptr error, zkr::HeldLock held) { ... }));
+//
+// Completion runs on the handler's associated executor (the coroutine's, a strand's, ...), never on
+// the session's callback thread unless the handler has no executor of its own (plain lambdas,
+// use_future), in which case it runs there directly and must not block. The pending operation
+// counts as outstanding work of that executor, so io_context::run() does not return before it.
+//
+// Cancellation is by std::stop_token, as in the rest of the library (Boost 1.74 has no per-operation
+// cancellation slots). The Lock object may be destroyed while an operation is pending; the Session
+// may not.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/prefer.hpp>
+
+#include <zkr/error.hpp>
+#include <zkr/lock.hpp>
+
+namespace zkr::asio {
+
+namespace detail {
+
+// Delivers a result to an Asio handler through its associated executor, keeping that executor's
+// work count up until then. Lock::async_acquire wants a copyable callable; Asio handlers are
+// move-only, hence the shared state.
+template <typename Handler, typename Result>
+class Delivery {
+ public:
+  explicit Delivery(Handler handler)
+      : work_(boost::asio::prefer(boost::asio::get_associated_executor(handler),
+                                  boost::asio::execution::outstanding_work.tracked)),
+        handler_(std::move(handler)) {}
+
+  void deliver(std::exception_ptr error, Result result) {
+    auto work = std::move(work_);
+    boost::asio::dispatch(work, [handler = std::move(handler_), error, result = std::move(result)]() mutable {
+      std::move(handler)(error, std::move(result));
+    });
+  }
+
+ private:
+  using Executor = boost::asio::associated_executor_t<Handler>;
+  // Decayed: for an executor without the property, prefer() hands back a reference to its argument.
+  using TrackedExecutor = std::decay_t<typename boost::asio::prefer_result<
+      Executor, boost::asio::execution::outstanding_work_t::tracked_t>::type>;
+  TrackedExecutor work_;
+  Handler handler_;
+};
+
+inline std::exception_ptr to_exception(std::error_code ec, const std::string& path) {
+  return std::make_exception_ptr(Error(ec, "acquire", path));
+}
+
+}  // namespace detail
+
+// Waits until the lock is granted. Completion signature: void(std::exception_ptr, HeldLock).
+// The exception is a zkr::Error, as acquire() throws: errc::cancelled when stop is requested,
+// errc::session_lost, errc::session_closed, zk_errc::no_auth, other ZooKeeper errors.
+template <typename CompletionToken>
+auto async_acquire(Lock& lock, CompletionToken&& token, std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldLock)>(
+      [](auto handler, Lock& target, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler, HeldLock>>(std::move(handler));
+        target.async_acquire(
+            std::chrono::nanoseconds(-1),
+            [delivery, path = target.path()](std::error_code ec, HeldLock held) {
+              if (ec) delivery->deliver(detail::to_exception(ec, path), HeldLock{});
+              else delivery->deliver(nullptr, std::move(held));
+            },
+            std::move(stop_token));
+      },
+      token, std::ref(lock), std::move(stop));
+}
+
+// Waits at most `timeout` (zero: does not wait). Completion signature:
+// void(std::exception_ptr, std::optional<HeldLock>). Empty if the wait ran out, stop was requested,
+// or (zero timeout) the lock was held; other failures as async_acquire().
+template <typename CompletionToken>
+auto async_try_acquire_for(Lock& lock, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                           std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<HeldLock>)>(
+      [](auto handler, Lock& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler, std::optional<HeldLock>>>(std::move(handler));
+        target.async_acquire(
+            std::max(wait, std::chrono::nanoseconds::zero()),
+            [delivery, path = target.path()](std::error_code ec, HeldLock held) {
+              if (!ec) delivery->deliver(nullptr, std::optional<HeldLock>(std::move(held)));
+              else if (ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block)
+                delivery->deliver(nullptr, std::nullopt);
+              else delivery->deliver(detail::to_exception(ec, path), std::nullopt);
+            },
+            std::move(stop_token));
+      },
+      token, std::ref(lock), timeout, std::move(stop));
+}
+
+}  // namespace zkr::asio
