@@ -497,6 +497,24 @@ TEST_F(ZklockTest, UnreachableEnsembleExits69) {
   EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
 }
 
+// A stopped job would act on the kill signal only after the grace, as SIGKILL: zklock continues it.
+TEST_F(ZklockTest, StoppedJobIsContinuedToTakeTheKillSignal) {
+  Process holder({zklock_binary, "-q", "--zk", servers_, "--kill-after", scaled_seconds(5s), path_, "-c",
+                  "trap 'echo got-term; exit 0' TERM; echo \"pgid $$\"; echo \"node $ZKLOCK_NODE\"; "
+                  "while :; do sleep 0.05; done"},
+                 merged_output());
+  auto pgid_line = holder.wait_for_line("pgid ", scaled(30s));
+  ASSERT_TRUE(pgid_line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*pgid_line, "pgid ")), true};
+  auto line = holder.wait_for_line("node ", scaled(30s));
+  ASSERT_TRUE(line);
+  ::kill(-job.pid, SIGSTOP);
+  const Outcome deleted = run_to_end({python, scripts_dir + "/kazoo_lock.py", servers_, line->substr(5), "delete"});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_TRUE(holder.wait_for_line("got-term", scaled(4s)));
+  EXPECT_EQ(holder.wait(scaled(30s)), 75);
+}
+
 TEST_F(ZklockTest, SignalWhileConnectingExits128PlusN) {
   zkr::testenv::Proxy proxy(servers_);
   proxy.blackhole();

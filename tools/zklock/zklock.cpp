@@ -447,6 +447,8 @@ bool Zklock::stop_group(Job& job, int signal, std::chrono::milliseconds grace) {
   job.reap();
   if (!job.group_alive()) return true;
   job.signal_group(signal);
+  // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
+  if (signal != SIGKILL) job.signal_group(SIGCONT);
   if (signal != SIGKILL && wait_until_group_gone(job, grace)) return true;
   if (options_.verbose()) say("sending SIGKILL to the job");
   job.signal_group(SIGKILL);
