@@ -394,7 +394,8 @@ void SoakRun::heal() {
     try {
       if (server_frozen_[index]) cluster_->thaw(i);
       server_frozen_[index] = false;
-      if (server_down_[index]) cluster_->start(i);
+      // A start that failed may still have left the server running: then there is nothing to do.
+      if (server_down_[index] && cluster_->pid(i) == 0) cluster_->start(i);
       server_down_[index] = false;
     } catch (const std::exception& e) {
       note(fmt::format("heal server-{}: {}", i, e.what()));
