@@ -448,12 +448,19 @@ void Contender::watch_own_node_locked() {
   core_->get_data(
       generation_, node_path_,
       [self, generation](int rc, std::string, NodeStat) {
-        if (rc != kNoNode) return;
+        if (rc == kOk) return;  // watch set
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
-        if (contender->phase_ == Phase::held && contender->generation_ == generation)
+        if (contender->phase_ != Phase::held || contender->generation_ != generation) return;
+        if (rc == kNoNode) {
           contender->lose_locked(LossReason::node_deleted);
+        } else if (contender->retry_ != Retry::touch) {  // a pending touch resends this watch too
+          // The client registers a watch only with its reply, and the server forgets the watches of
+          // a dropped connection: a watch whose reply was lost is not set. Set it again once the
+          // same session is back.
+          contender->handle_session_trouble_locked(rc, Retry::watch_own);
+        }
       },
       [self, generation](NodeEvent event) {
         if (event != NodeEvent::deleted) return;
@@ -613,6 +620,9 @@ void Contender::on_reconnected(std::uint64_t generation) {
         touch_locked();
         watch_own_node_locked();
       }
+      break;
+    case Retry::watch_own:
+      if (phase_ == Phase::held) watch_own_node_locked();
       break;
   }
   if (phase_ == Phase::waiting_for_session) begin_locked();

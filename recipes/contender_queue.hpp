@@ -110,7 +110,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     finished,
   };
   // What to resend once the connection is back on the same session.
-  enum class Retry { none, recover, check, remove, touch };
+  enum class Retry { none, recover, check, remove, touch, watch_own };
 
   Contender(std::shared_ptr<SessionCore> core, ContenderRequest request);
 
