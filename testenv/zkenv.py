@@ -135,7 +135,8 @@ def process_start_time(pid):
 
 def child_exited(server):
     """True once a server this process launched has exited. Asks the kernel (waitpid) rather than
-    /proc, which was seen to report a just-started, healthy JVM as not ours on a loaded machine."""
+    /proc: right after a vfork+exec returns, /proc/PID/cmdline can still be empty (the new argv is
+    set up after the parent is released), so a healthy server looked "exited" on a loaded machine."""
     try:
         pid, _ = os.waitpid(server["pid"], os.WNOHANG)
         return pid != 0
@@ -298,7 +299,7 @@ def wait_ready(state, servers, timeout_s):
     while True:
         pending = []
         for server in servers:
-            if not process_is_ours(server["pid"], server["cfg"]):
+            if child_exited(server):
                 if log_mentions_bind_failure(server):
                     raise PortClash(f"server {server['index']} could not bind its ports")
                 raise EnvError(
