@@ -263,13 +263,18 @@ void SessionCore::issue(std::uint64_t generation, Callback done, Issue issue_req
     return;
   }
   ++requests_sent_;
+  ++in_flight_;
   const auto sent = Clock::now();
   Callback wrapped = [self = weak_from_this(), generation, sent, shared_done](int rc, auto... results) {
-    if (server_answered(rc))
-      if (auto core = self.lock()) core->note_answered(generation, sent);
+    auto core = self.lock();
+    if (core && server_answered(rc)) core->note_answered(generation, sent);
     (*shared_done)(rc, std::move(results)...);
+    if (core) core->request_finished();
   };
-  if (int rc = issue_request(*connection_, std::move(wrapped)); rc != 0) fail_later(rc);
+  if (int rc = issue_request(*connection_, std::move(wrapped)); rc != 0) {
+    request_finished();
+    fail_later(rc);
+  }
 }
 
 void SessionCore::create(std::uint64_t generation, const std::string& path, const std::string& data,
@@ -315,6 +320,13 @@ void SessionCore::remove(std::uint64_t generation, const std::string& path, int 
       [&](ZooKeeperConnection& c, ResultCallback cb) { return c.remove(path, version, std::move(cb)); });
 }
 
+void SessionCore::request_finished() {
+  if (--in_flight_ == 0) {
+    std::lock_guard lock(in_flight_mutex_);
+    in_flight_drained_.notify_all();
+  }
+}
+
 void SessionCore::attach(std::shared_ptr<SessionListener> listener) { listeners_.push_back(std::move(listener)); }
 
 void SessionCore::detach(SessionListener* listener) {
@@ -344,6 +356,12 @@ Subscription SessionCore::on_state_change(std::function<void(SessionState)> list
 void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post(worker_, std::move(task)); }
 
 void SessionCore::post_callback(std::function<void()> task) {
+  if (callbacks_stopped_) {
+    // After close() nothing runs the callback thread; the caller may hold the session mutex, so
+    // a late callback (an acquisition attempted on a closed session) gets a thread of its own.
+    std::thread(std::move(task)).detach();
+    return;
+  }
   boost::asio::post(callbacks_, [task = std::move(task)] {
     try {
       task();
@@ -395,8 +413,10 @@ void SessionCore::close() {
   std::call_once(close_once_, [this] {
     std::shared_ptr<ZooKeeperConnection> connection;
     std::vector<std::shared_ptr<SessionListener>> ending_listeners;
+    bool was_connected = false;
     {
       std::lock_guard lock(mutex_);
+      was_connected = state_ == SessionState::connected;
       if (!end_reason_) end_reason_ = make_error_code(errc::session_closed);
       connection = std::move(connection_);
       ++generation_;
@@ -406,6 +426,12 @@ void SessionCore::close() {
       listeners_.clear();
     }
     ending_listeners.clear();  // outside the mutex: this may run destructors
+    // Let requests already sent (a release's delete, typically) complete first: the C client
+    // drops, and leaks, completions still pending when it closes. Bounded: the ensemble may be gone.
+    if (was_connected) {
+      std::unique_lock lock(in_flight_mutex_);
+      in_flight_drained_.wait_for(lock, std::chrono::seconds(2), [this] { return in_flight_.load() == 0; });
+    }
     // Closing tells the server to end the session now, which deletes our ephemeral nodes at once.
     if (connection) connection->close();
     {
@@ -431,6 +457,7 @@ void SessionCore::close() {
     } else {
       callback_thread_.join();
     }
+    callbacks_stopped_ = true;
   });
 }
 

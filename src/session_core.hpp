@@ -123,6 +123,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   template <typename Callback, typename Issue, typename... FailArgs>
   void issue(std::uint64_t generation, Callback done, Issue issue_request, FailArgs... fail_args);
   void note_answered(std::uint64_t generation, Clock::time_point sent);
+  void request_finished();
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
 
   const SessionOptions options_;
@@ -162,6 +163,11 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::mutex closers_mutex_;
   std::list<std::thread> closers_;
   std::once_flag close_once_;
+  std::atomic<bool> callbacks_stopped_{false};
+  // Requests sent and not yet completed, so that close() can let them finish first.
+  std::atomic<int> in_flight_{0};
+  std::mutex in_flight_mutex_;
+  std::condition_variable in_flight_drained_;
 };
 
 }  // namespace zkr::detail
