@@ -356,9 +356,10 @@ Subscription SessionCore::on_state_change(std::function<void(SessionState)> list
 void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post(worker_, std::move(task)); }
 
 void SessionCore::post_callback(std::function<void()> task) {
+  std::lock_guard lock(callbacks_mutex_);
   if (callbacks_stopped_) {
-    // After close() nothing runs the callback thread; the caller may hold the session mutex, so
-    // a late callback (an acquisition attempted on a closed session) gets a thread of its own.
+    // close() has drained the callback thread; the caller may hold the session mutex, so a late
+    // callback (an acquisition attempted on a closed session, say) gets a thread of its own.
     std::thread(std::move(task)).detach();
     return;
   }
@@ -450,6 +451,11 @@ void SessionCore::close() {
     worker_thread_.join();
     // Run the loss callbacks already queued, then stop. close() may be called by user code on the
     // callback thread: it must not join itself.
+    {
+      // Whatever was posted before this runs before the thread ends; anything later runs apart.
+      std::lock_guard lock(callbacks_mutex_);
+      callbacks_stopped_ = true;
+    }
     callbacks_guard_.reset();
     if (callback_thread_.get_id() == std::this_thread::get_id()) {
       callbacks_.stop();
@@ -457,7 +463,6 @@ void SessionCore::close() {
     } else {
       callback_thread_.join();
     }
-    callbacks_stopped_ = true;
   });
 }
 

@@ -163,7 +163,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::mutex closers_mutex_;
   std::list<std::thread> closers_;
   std::once_flag close_once_;
-  std::atomic<bool> callbacks_stopped_{false};
+  std::mutex callbacks_mutex_;
+  bool callbacks_stopped_ = false;  // guarded by callbacks_mutex_
   // Requests sent and not yet completed, so that close() can let them finish first.
   std::atomic<int> in_flight_{0};
   std::mutex in_flight_mutex_;

@@ -276,6 +276,12 @@ TEST_F(LockTest, ClosingTheSessionLosesTheLock) {
   EXPECT_TRUE(held.lost_token().stop_requested());
   EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
   EXPECT_THROW(lock.acquire(), Error);
+  // The callback form still answers once the session is closed.
+  std::promise<std::error_code> outcome;
+  lock.async_acquire(-1ns, [&](std::error_code ec, HeldLock) { outcome.set_value(ec); });
+  auto late = outcome.get_future();
+  ASSERT_EQ(late.wait_for(testenv::scaled(5s)), std::future_status::ready);
+  EXPECT_EQ(late.get(), errc::session_closed);
 }
 
 TEST_F(LockTest, AnOperatorDeletingTheNodeIsReportedAsLoss) {
