@@ -94,6 +94,7 @@ struct FakeServer::Link {
     int rc = 0;
     std::function<void(int)> run;
     FakeClock::time_point sent{};
+    std::uint64_t watch_id = 0;  // a reply that registered this watch, or an event it fired
   };
 
   std::int64_t session = 0;
@@ -102,7 +103,7 @@ struct FakeServer::Link {
   detail::ConnectionEventHandler on_event;
   State state = State::connected;
   std::deque<Entry> queue;             // on the wire to the client, in order
-  std::vector<Entry> after_reconnect;  // watch events fired while disconnected
+  std::vector<Entry> after_reconnect;  // events of known watches fired while disconnected
   std::vector<Request> held;           // sent while disconnected: go out on reconnection
   bool paused = false;
   std::size_t credit = 0;  // deliveries allowed while paused
@@ -156,13 +157,17 @@ class FakeConnection final : public detail::ZooKeeperConnection {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
         return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}); }, {}};
-      if (watch) server->children_watches_.emplace(path, FakeServer::Watch{session, watch});
+      std::uint64_t watch_id = 0;
+      if (watch) {
+        watch_id = server->next_watch_id_++;
+        server->children_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
+      }
       std::vector<std::string> names(it->second.children.begin(), it->second.children.end());
       return FakeServer::Applied{kOk,
                                  [callback, names](int reported) {
                                    (*callback)(reported, reported == kOk ? names : std::vector<std::string>());
                                  },
-                                 {}};
+                                 {}, watch_id};
     };
     return server_->submit(*link_, std::move(request));
   }
@@ -178,7 +183,11 @@ class FakeConnection final : public detail::ZooKeeperConnection {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
         return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}, {}); }, {}};
-      if (watch) server->data_watches_.emplace(path, FakeServer::Watch{session, watch});
+      std::uint64_t watch_id = 0;
+      if (watch) {
+        watch_id = server->next_watch_id_++;
+        server->data_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
+      }
       std::string data = it->second.data;
       NodeStat stat = server->stat_locked(it->second);
       return FakeServer::Applied{kOk,
@@ -186,7 +195,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
                                    if (reported == kOk) (*callback)(kOk, data, stat);
                                    else (*callback)(reported, {}, {});
                                  },
-                                 {}};
+                                 {}, watch_id};
     };
     return server_->submit(*link_, std::move(request));
   }
@@ -353,14 +362,16 @@ void FakeServer::fire_locked(std::multimap<std::string, Watch>& watches, const s
   for (auto& watch : fired) {
     Link* link = link_locked(watch.session);
     if (!link) continue;
-    Link::Entry entry{Link::Kind::node_event, kOk, [fire = std::move(watch.fire), event](int) { fire(event); }, {}};
+    Link::Entry entry{Link::Kind::node_event, kOk, [fire = std::move(watch.fire), event](int) { fire(event); }, {},
+                      watch.id};
     if (link->state == Link::State::connected) link->queue.push_back(std::move(entry));
     else if (link->state == Link::State::disconnected) link->after_reconnect.push_back(std::move(entry));
   }
 }
 
-void FakeServer::enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent) {
-  link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent});
+void FakeServer::enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
+                                      std::uint64_t watch_id) {
+  link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent, watch_id});
   changed_locked();
 }
 
@@ -424,22 +435,28 @@ void FakeServer::run_request_locked(Link& link, Request request) {
     record.applied = applied.rc == kOk;
     record.created = applied.created;
     record.reported_rc = fault && fault->rc != kOk ? fault->rc : applied.rc;
-    enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent);
+    enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent, applied.watch_id);
   }
   records_.push_back(std::move(record));
   if (fault && fault->drop_connection) drop_locked(link);
   changed_locked();
 }
 
-// Replies still on the wire are lost (the requests took effect or not, the client cannot know);
-// watch events fired meanwhile are resent after the reconnection.
+// Replies still on the wire are lost (the requests took effect or not, the client cannot know).
+// The server forgets the connection's watches; the client re-registers on reconnection those it
+// knows of, so only they survive (and their events pending on the wire come after reconnection).
 void FakeServer::drop_locked(Link& link) {
   if (link.state != Link::State::connected) return;
   link.state = Link::State::disconnected;
+  const auto session = link.session;
+  for (auto* watches : {&data_watches_, &children_watches_})
+    std::erase_if(*watches, [&](const auto& entry) {
+      return entry.second.session == session && !known_watches_.count(entry.second.id);
+    });
   std::deque<Link::Entry> kept;
   for (auto& entry : link.queue) {
     if (entry.kind == Link::Kind::node_event) {
-      link.after_reconnect.push_back(std::move(entry));
+      if (known_watches_.count(entry.watch_id)) link.after_reconnect.push_back(std::move(entry));
       continue;
     }
     if (entry.kind == Link::Kind::reply) entry.rc = kConnectionLoss;
@@ -511,6 +528,9 @@ void FakeServer::deliver_loop(Link& link) {
     Link::Entry entry = std::move(link.queue.front());
     link.queue.pop_front();
     if (link.paused && !link.stopping && link.credit > 0) --link.credit;
+    // The client registers a watch when the reply that set it arrives.
+    if (entry.kind == Link::Kind::reply && entry.rc == kOk && entry.watch_id != 0)
+      known_watches_.insert(entry.watch_id);
     lock.unlock();
     entry.run(entry.rc);
     lock.lock();

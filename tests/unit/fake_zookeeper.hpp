@@ -13,8 +13,12 @@
 //
 //   - drop_connection(): every reply still queued is lost (it becomes ZCONNECTIONLOSS, although
 //     the request took effect), then ConnectionEvent::connecting. Requests sent while disconnected
-//     are held and sent on reconnect(), as the C client does; watch events fired meanwhile are
-//     delivered after the reconnection. The session lives on in the server until expired.
+//     are held and sent on reconnect(), as the C client does. The session lives on in the server
+//     until expired. Watches follow the real client and server: the server keeps watches per
+//     connection and the client re-registers, on reconnection, only the watches whose setting
+//     reply it received. So a watch whose reply was lost is gone after a drop (and an event it
+//     fired before the drop is lost too), while a watch the client knows survives, and an event
+//     it fires meanwhile is delivered after the reconnection.
 //   - expire_session(): the server deletes the session's ephemeral nodes (firing the watches of
 //     everybody else) and forgets its watches; the client learns it on reconnection (at once, or
 //     when the test calls reconnect()): held requests fail with ZSESSIONEXPIRED, then
@@ -150,12 +154,14 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   struct Watch {
     std::int64_t session;
     detail::NodeWatch fire;
+    std::uint64_t id;
   };
   struct Request;
   struct Applied {
     int rc;
     std::function<void(int)> deliver;  // runs the callback with a code (results only when 0)
     std::string created;
+    std::uint64_t watch_id = 0;  // the watch this request registered, if any
   };
 
   std::shared_ptr<Link> open_link(std::chrono::milliseconds timeout, detail::ConnectionEventHandler on_event);
@@ -164,7 +170,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   int submit(Link& link, Request request);
   void run_request_locked(Link& link, Request request);
   const Fault* take_fault_locked(Op op, const std::string& path, std::int64_t session, Fault& storage);
-  void enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent);
+  void enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
+                            std::uint64_t watch_id = 0);
   void enqueue_session_event_locked(Link& link, detail::ConnectionEvent event);
   void drop_locked(Link& link);
   void reconnect_locked(Link& link);
@@ -190,6 +197,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::map<std::int64_t, std::weak_ptr<Link>> links_;
   std::multimap<std::string, Watch> data_watches_;
   std::multimap<std::string, Watch> children_watches_;
+  std::uint64_t next_watch_id_ = 1;
+  std::set<std::uint64_t> known_watches_;  // watches whose setting reply reached the client
   std::vector<Fault> faults_;
   std::vector<RequestRecord> records_;
   std::map<std::int64_t, FakeClock::time_point> last_answered_send_;  // by session, outlives connections

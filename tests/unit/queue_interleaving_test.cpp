@@ -90,7 +90,8 @@ class QueueInterleaving : public ::testing::Test {
  protected:
   std::shared_ptr<FakeServer> server = std::make_shared<FakeServer>();
 
-  std::unique_ptr<Session> open_session(std::chrono::milliseconds session_timeout = 30s) {
+  // Long enough that no heartbeat (one every timeout/6) falls inside a test unless it wants one.
+  std::unique_ptr<Session> open_session(std::chrono::milliseconds session_timeout = 120s) {
     SessionOptions options;
     options.servers = "fake:2181";
     options.session_timeout = session_timeout;
@@ -261,7 +262,8 @@ TEST_F(QueueInterleaving, PredecessorDeletedBetweenListingAndWatchIsRecheckedAnd
   server->pause(waiter_id);
   BackgroundAcquire waiter(waiter_lock, kForever);
   // The create and the listing have been applied; their replies wait on the wire.
-  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) >= 2 && server->children(parent).size() == 2; }));
+  ASSERT_TRUE(wait_until([&] { return requests_of(waiter_id, Op::get_children, parent).size() == 1; }));
+  ASSERT_EQ(server->children(parent).size(), 2u);
   holder.release();
   ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
   server->resume(waiter_id);
@@ -289,7 +291,8 @@ TEST_F(QueueInterleaving, CancelWhileTheCreateIsInFlightDeletesTheNodeOnceItsNam
 
   server->pause(session_id);
   BackgroundAcquire acquire(lock, kForever);
-  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1 && server->queued(session_id) >= 2; }));
+  ASSERT_TRUE(wait_until([&] { return requests_of(session_id, Op::get_children, parent).size() == 1; }));
+  ASSERT_EQ(server->children(parent).size(), 1u);
   acquire.cancel();
   ASSERT_TRUE(acquire.finished(scaled(10s)));
   EXPECT_EQ(acquire.error(), make_error_code(errc::cancelled));
@@ -405,7 +408,8 @@ TEST_F(TimeoutRacingGrant, WhicheverWinsTheOutcomeIsConsistent) {
     HeldLock holder = holder_lock.acquire();
     const auto timeout = 20ms;
     BackgroundAcquire waiter(waiter_lock, timeout);
-    wait_until_watching(holder);
+    // Release around the moment the timeout fires: before, at, or after it, whatever the waiter
+    // is doing then (creating, listing, watching, or already giving up).
     std::this_thread::sleep_for(std::chrono::milliseconds(round % 10) * 3);
     holder.release();
     ASSERT_TRUE(waiter.finished(scaled(10s)));
@@ -448,6 +452,195 @@ TEST_F(QueueInterleaving, ReleaseWhileDisconnectedDeletesAfterReconnecting) {
   ASSERT_EQ(removes.size(), 1u);
   EXPECT_EQ(removes[0].reported_rc, 0);
   EXPECT_FALSE(held.lost());
+}
+
+// The delete of a release takes effect but its reply is lost with the connection. The release is
+// retried after reconnecting; its NONODE answer means done, not failure; nothing is left behind.
+TEST_F(QueueInterleaving, LostReleaseReplyIsRetriedAndNoNodeMeansDone) {
+  const std::string parent = "/locks/lost-release-reply";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  const std::string node = held.node_path();
+  Fault fault = lost_create_reply(node);
+  fault.op = Op::remove;
+  server->inject(fault);
+
+  held.release();
+  EXPECT_FALSE(server->node(node));  // the delete took effect...
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));  // ...unbeknownst
+  server->reconnect(session_id);
+  ASSERT_TRUE(wait_until([&] {
+    auto removes = requests_of(session_id, Op::remove, node);
+    return removes.size() == 2 && server->queued(session_id) == 0;
+  }));
+  const auto removes = requests_of(session_id, Op::remove, node);
+  EXPECT_TRUE(removes[0].applied);
+  EXPECT_EQ(removes[1].reported_rc, kNoNode);
+  EXPECT_TRUE(server->children(parent).empty());
+  EXPECT_FALSE(held.lost());
+  // Another contender is granted at once: nothing of ours blocks the queue.
+  auto next = lock.try_acquire();
+  ASSERT_TRUE(next);
+  EXPECT_GT(next->token(), held.token());
+}
+
+// The session expires while the reply of our create is still on the wire: the create took effect
+// on the old session, whose node then went with it. The contender queues on the new session.
+TEST_F(QueueInterleaving, ExpiryWhileTheCreateReplyIsOnTheWireQueuesOnTheNewSession) {
+  const std::string parent = "/locks/expiry-create-in-flight";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto old_session = session->id();
+  Lock lock(*session, parent);
+
+  server->pause(old_session);
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return requests_of(old_session, Op::get_children, parent).size() == 1; }));
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  const auto old_node = requests_of(old_session, Op::create, parent + "/").at(0).created;
+  const FencingToken old_token(server->node(old_node)->stat.czxid);
+  server->expire_session(old_session);
+  EXPECT_FALSE(server->node(old_node));
+  server->resume(old_session);
+
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  ASSERT_FALSE(acquire.error()) << acquire.error().message();
+  HeldLock held = acquire.take();
+  EXPECT_NE(held.session_id(), old_session);
+  EXPECT_NE(held.node_path(), old_node);
+  EXPECT_GT(held.token(), old_token);
+  const auto children = server->children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(server->node(child_of(parent, children[0]))->stat.ephemeral_owner, session->id());
+  EXPECT_EQ(session->metrics().losses_by_expiry, 1u);
+}
+
+// The waiter is woken, and the reply of the listing that would grant it is lost with the
+// connection. It lists again after reconnecting and is granted.
+TEST_F(TimeoutRacingGrant, LostReplyOfTheGrantingListingIsRetriedAfterReconnecting) {
+  HeldLock holder = holder_lock.acquire();
+  BackgroundAcquire waiter(waiter_lock, kForever);
+  wait_until_watching(holder);
+  Fault fault = lost_create_reply(parent);
+  fault.op = Op::get_children;
+  fault.session = waiter_id;
+  server->inject(fault);
+
+  holder.release();
+  ASSERT_TRUE(wait_until([&] { return waiter_session->state() == SessionState::suspended; }));
+  EXPECT_FALSE(waiter.finished());
+  server->reconnect(waiter_id);
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock held = waiter.take();
+  EXPECT_GT(held.token(), holder.token());
+  EXPECT_EQ(server->pending_faults(), 0u);
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  EXPECT_EQ(held.node_path(), child_of(parent, server->children(parent)[0]));
+}
+
+// The reply of the get_data that sets the holder's watch on its own node is lost with the
+// connection. The real client then never registers that watch (the server drops a connection's
+// watches; the client re-registers only those whose reply it saw). The holder must still learn
+// that an operator deleted its node.
+TEST_F(QueueInterleaving, HolderStillLearnsOfItsNodeDeletedAfterItsWatchReplyWasLost) {
+  const std::string parent = "/locks/own-watch-reply-lost";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  Fault fault = lost_create_reply(parent + "/");
+  fault.op = Op::get_data;
+  fault.session = session_id;
+  server->inject(fault);
+
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  ASSERT_EQ(server->pending_faults(), 0u);  // the own-node watch was the request that lost its reply
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  server->reconnect(session_id);
+  ASSERT_TRUE(session->wait_connected(scaled(10s)));
+
+  std::promise<LossReason> lost;
+  held.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
+  auto told = lost.get_future();
+  ASSERT_EQ(server->remove(held.node_path()), 0);
+  ASSERT_EQ(told.wait_for(scaled(5s)), std::future_status::ready) << "the holder was never told its node is gone";
+  EXPECT_EQ(told.get(), LossReason::node_deleted);
+  EXPECT_TRUE(held.lost());
+}
+
+// A release waiting for the connection to come back, and the session expires instead: the node
+// went with the session, so nothing is deleted on the new session (only ever our own node, on the
+// session that created it), and the contender is done.
+TEST_F(QueueInterleaving, ReleasePendingWhenTheSessionExpiresIsNeverSentOnTheNewSession) {
+  const std::string parent = "/locks/release-then-expiry";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto old_session = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  const std::string node = held.node_path();
+
+  server->drop_connection(old_session);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  held.release();
+  server->expire_session(old_session, /*tell_client_now=*/false);
+  server->reconnect(old_session);
+  ASSERT_TRUE(session->wait_connected(scaled(10s)));
+  ASSERT_NE(session->id(), old_session);
+
+  EXPECT_FALSE(server->node(node));
+  EXPECT_FALSE(held.lost());  // released before the loss: a release is not a loss
+  auto next = lock.try_acquire();  // the queue is free on the new session
+  ASSERT_TRUE(next);
+  EXPECT_GT(next->token(), held.token());
+  for (const auto& record : server->requests())
+    if (record.op == Op::remove) ADD_FAILURE() << "unexpected delete of " << record.path << " by session " << record.session;
+}
+
+// With LossPolicy::on_disconnect a dropped connection loses the session at once: the holder is
+// told connection_lost, a waiter queues again on the new session and is granted there.
+TEST_F(QueueInterleaving, LoseOnDisconnectTellsTheHolderAndRequeuesTheWaiter) {
+  const std::string parent = "/locks/lose-on-disconnect";
+  server->ensure_path(parent);
+  SessionOptions options;
+  options.servers = "fake:2181";
+  options.session_timeout = 120s;
+  options.connect_timeout = scaled(10s);
+  options.loss_policy = LossPolicy::on_disconnect;
+  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+  core->connect_or_throw();
+  Session session(core);
+  const auto old_session = session.id();
+  Lock lock(session, parent);
+  HeldLock holder = lock.acquire();
+  std::promise<LossReason> lost;
+  holder.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
+  auto told = lost.get_future();
+  BackgroundAcquire waiter(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 2 && server->queued(old_session) == 0; }));
+
+  server->drop_connection(old_session);
+  ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
+  EXPECT_EQ(told.get(), LossReason::connection_lost);
+  EXPECT_EQ(session.metrics().losses_by_disconnect, 1u);
+  // The waiter queues again on the new session, behind the old session's nodes: the server keeps
+  // them until it expires that session, and until then nobody may be granted.
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 3; }));
+  EXPECT_FALSE(waiter.finished());
+  server->expire_session(old_session);
+
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock held = waiter.take();
+  EXPECT_NE(held.session_id(), old_session);
+  EXPECT_EQ(held.session_id(), session.id());
+  EXPECT_GT(held.token(), holder.token());
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  EXPECT_EQ(held.node_path(), child_of(parent, server->children(parent)[0]));
 }
 
 // Someone else (an operator) deletes the holder's node: the holder is told, with the reason.
