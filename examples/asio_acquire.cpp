@@ -6,8 +6,10 @@
 // Usage: zkr_asio_acquire SERVERS      (exits 0 when every check passed, 1 otherwise)
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <stop_token>
@@ -29,6 +31,14 @@ using namespace std::chrono_literals;
 namespace {
 
 int problems = 0;
+
+// Bounded waits for the futures, stretched by ZKR_TEST_TIMEOUT_SCALE on slow machines.
+template <typename T>
+bool ready_within(std::future<T>& result, std::chrono::milliseconds timeout) {
+  const char* scale_text = std::getenv("ZKR_TEST_TIMEOUT_SCALE");
+  const double scale = scale_text ? std::max(1.0, std::atof(scale_text)) : 1.0;
+  return result.wait_for(timeout * scale) == std::future_status::ready;
+}
 
 void check(bool ok, std::string_view what) {
   fmt::print("asio: {} {}\n", ok ? "ok  " : "FAIL", what);
@@ -119,10 +129,27 @@ int main(int argc, char** argv) {
       auto failed = zkr::asio::async_try_acquire_for(doomed, 30s, asio::use_future);
       closing.close();
       try {
+        if (!ready_within(failed, 10s)) throw std::runtime_error("the wait did not end when its session closed");
         failed.get();
         check(false, "a wait whose session closes fails");
       } catch (const zkr::Error& e) {
         check(e.code() == zkr::errc::session_closed, fmt::format("a closed session is an exception: {}", e.what()));
+      }
+    }
+
+    // 5. A wait started on a session that is already closed fails the same way, at once.
+    {
+      zkr::Session closed(options);
+      zkr::Lock doomed(closed, path);
+      closed.close();
+      auto failed = zkr::asio::async_acquire(doomed, asio::use_future);
+      try {
+        if (!ready_within(failed, 10s)) throw std::runtime_error("a wait on a closed session never completed");
+        failed.get();
+        check(false, "acquiring on a closed session fails");
+      } catch (const zkr::Error& e) {
+        check(e.code() == zkr::errc::session_closed,
+              fmt::format("a wait on a closed session is an exception: {}", e.what()));
       }
     }
   } catch (const std::exception& e) {
