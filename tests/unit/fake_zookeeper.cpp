@@ -86,6 +86,34 @@ struct FakeServer::Request {
   FakeClock::time_point sent;
 };
 
+namespace {
+std::string describe(const FakeServer::Request& request) {
+  return fmt::format("{} {}", to_string(request.op), request.path);
+}
+
+std::string_view to_string(NodeEvent event) {
+  switch (event) {
+    case NodeEvent::created: return "created";
+    case NodeEvent::deleted: return "deleted";
+    case NodeEvent::changed: return "changed";
+    case NodeEvent::children_changed: return "children_changed";
+    case NodeEvent::other: return "other";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ConnectionEvent event) {
+  switch (event) {
+    case ConnectionEvent::connecting: return "connecting";
+    case ConnectionEvent::connected: return "connected";
+    case ConnectionEvent::expired: return "expired";
+    case ConnectionEvent::auth_failed: return "auth_failed";
+    case ConnectionEvent::closed: return "closed";
+  }
+  return "unknown";
+}
+}  // namespace
+
 struct FakeServer::Link {
   enum class State { connected, disconnected, expired, closed };
   enum class Kind { reply, node_event, session_event };
@@ -95,6 +123,7 @@ struct FakeServer::Link {
     std::function<void(int)> run;
     FakeClock::time_point sent{};
     std::uint64_t watch_id = 0;  // a reply that registered this watch, or an event it fired
+    std::string what;            // for tests: "<op> <path>", "<event> <path>", "session <event>"
   };
 
   std::int64_t session = 0;
@@ -253,7 +282,8 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     std::lock_guard lock(server_->mutex_);
     if (link_->state == FakeServer::Link::State::expired || link_->state == FakeServer::Link::State::closed)
       return kInvalidState;
-    server_->enqueue_reply_locked(*link_, kOk, [done = std::move(done)](int rc) { done(rc); }, FakeClock::now());
+    server_->enqueue_reply_locked(*link_, kOk, [done = std::move(done)](int rc) { done(rc); }, FakeClock::now(),
+                                  "add_digest_auth");
     return kOk;
   }
 
@@ -363,20 +393,21 @@ void FakeServer::fire_locked(std::multimap<std::string, Watch>& watches, const s
     Link* link = link_locked(watch.session);
     if (!link) continue;
     Link::Entry entry{Link::Kind::node_event, kOk, [fire = std::move(watch.fire), event](int) { fire(event); }, {},
-                      watch.id};
+                      watch.id, fmt::format("{} {}", to_string(event), path)};
     if (link->state == Link::State::connected) link->queue.push_back(std::move(entry));
     else if (link->state == Link::State::disconnected) link->after_reconnect.push_back(std::move(entry));
   }
 }
 
 void FakeServer::enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
-                                      std::uint64_t watch_id) {
-  link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent, watch_id});
+                                      std::string what, std::uint64_t watch_id) {
+  link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent, watch_id, std::move(what)});
   changed_locked();
 }
 
 void FakeServer::enqueue_session_event_locked(Link& link, ConnectionEvent event) {
-  link.queue.push_back({Link::Kind::session_event, kOk, [handler = link.on_event, event](int) { handler(event); }, {}});
+  link.queue.push_back({Link::Kind::session_event, kOk, [handler = link.on_event, event](int) { handler(event); }, {},
+                        0, fmt::format("session {}", to_string(event))});
   changed_locked();
 }
 
@@ -423,19 +454,20 @@ void FakeServer::run_request_locked(Link& link, Request request) {
   }
   if (link.state != Link::State::connected) {
     enqueue_reply_locked(link, link.state == Link::State::expired ? kSessionExpired : kClosing, request.fail,
-                         request.sent);
+                         request.sent, describe(request));
     return;
   }
   RequestRecord record{link.session, request.op, request.path, {}, kOk, false, request.sent};
   if (fault && fault->rc != kOk && !fault->after_apply) {
     record.reported_rc = fault->rc;
-    enqueue_reply_locked(link, fault->rc, request.fail, request.sent);
+    enqueue_reply_locked(link, fault->rc, request.fail, request.sent, describe(request));
   } else {
     Applied applied = request.apply(fault ? fault->owner_override : 0);
     record.applied = applied.rc == kOk;
     record.created = applied.created;
     record.reported_rc = fault && fault->rc != kOk ? fault->rc : applied.rc;
-    enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent, applied.watch_id);
+    enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent, describe(request),
+                         applied.watch_id);
   }
   records_.push_back(std::move(record));
   if (fault && fault->drop_connection) drop_locked(link);
@@ -470,7 +502,8 @@ void FakeServer::reconnect_locked(Link& link) {
   if (link.state != Link::State::disconnected) return;
   if (!live_sessions_.count(link.session)) {
     link.state = Link::State::expired;
-    for (auto& request : link.held) enqueue_reply_locked(link, kSessionExpired, request.fail, request.sent);
+    for (auto& request : link.held)
+      enqueue_reply_locked(link, kSessionExpired, request.fail, request.sent, describe(request));
     link.held.clear();
     link.after_reconnect.clear();
     enqueue_session_event_locked(link, ConnectionEvent::expired);
@@ -562,7 +595,8 @@ void FakeServer::close_link(Link& link) {
       for (auto& entry : link.queue)
         if (entry.kind == Link::Kind::reply) replies.push_back(std::move(entry));
       link.queue = std::move(replies);
-      for (auto& request : link.held) enqueue_reply_locked(link, kClosing, request.fail, request.sent);
+      for (auto& request : link.held)
+        enqueue_reply_locked(link, kClosing, request.fail, request.sent, describe(request));
       link.held.clear();
       link.after_reconnect.clear();
       link.state = Link::State::closed;
@@ -732,6 +766,28 @@ std::size_t FakeServer::step(std::int64_t session, std::size_t n) {
   changed_locked();
   changed_.wait_for(lock, std::chrono::seconds(30), [&] { return link->delivered >= target; });
   return count;
+}
+
+bool FakeServer::step_through(std::int64_t session, const std::string& what) {
+  std::size_t position = 0;
+  {
+    std::lock_guard lock(mutex_);
+    Link* link = link_locked(session);
+    if (!link) return false;
+    auto it = std::find_if(link->queue.begin(), link->queue.end(), [&](const Link::Entry& e) { return e.what == what; });
+    if (it == link->queue.end()) return false;
+    position = static_cast<std::size_t>(it - link->queue.begin()) + 1;
+  }
+  return step(session, position) == position;
+}
+
+std::vector<std::string> FakeServer::queued_entries(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  Link* link = link_locked(session);
+  std::vector<std::string> out;
+  if (link)
+    for (const auto& entry : link->queue) out.push_back(entry.what);
+  return out;
 }
 
 std::size_t FakeServer::queued(std::int64_t session) const {

@@ -131,7 +131,14 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   // While paused: delivers the next min(n, queued) entries and waits until their callbacks have
   // run. Returns how many were delivered.
   std::size_t step(std::int64_t session, std::size_t n = 1);
+  // While paused: delivers entries up to and including the first one described as `what` (see
+  // queued_entries); false if there is none.
+  bool step_through(std::int64_t session, const std::string& what);
   std::size_t queued(std::int64_t session) const;  // replies and events not delivered yet
+  // What is on the wire to the client, in order: "<op> <path>" for a reply (a sequential create's
+  // path as sent), "<event> <path>" for a watch event (deleted, changed, children_changed),
+  // "session <event>" for a session event.
+  std::vector<std::string> queued_entries(std::int64_t session) const;
   // The latest send time of a request whose reply (one that proves the server heard it) was
   // delivered: the session monitor's "last acknowledged send", as the fake measures it.
   FakeClock::time_point last_answered_send(std::int64_t session) const;
@@ -145,7 +152,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   // library too.
   bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) const;
 
-  struct Link;  // one connection's state (fake_zookeeper.cpp)
+  struct Link;     // one connection's state (fake_zookeeper.cpp)
+  struct Request;  // a request as sent (fake_zookeeper.cpp)
 
  private:
   friend class FakeConnection;
@@ -156,7 +164,6 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
     detail::NodeWatch fire;
     std::uint64_t id;
   };
-  struct Request;
   struct Applied {
     int rc;
     std::function<void(int)> deliver;  // runs the callback with a code (results only when 0)
@@ -171,7 +178,7 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   void run_request_locked(Link& link, Request request);
   const Fault* take_fault_locked(Op op, const std::string& path, std::int64_t session, Fault& storage);
   void enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
-                            std::uint64_t watch_id = 0);
+                            std::string what, std::uint64_t watch_id = 0);
   void enqueue_session_event_locked(Link& link, detail::ConnectionEvent event);
   void drop_locked(Link& link);
   void reconnect_locked(Link& link);

@@ -327,6 +327,12 @@ class TimeoutRacingGrant : public QueueInterleaving {
              server->queued(waiter_id) == 0;
     }));
   }
+
+  bool on_the_wire(const std::string& what) const {
+    auto entries = server->queued_entries(waiter_id);
+    return std::find(entries.begin(), entries.end(), what) != entries.end();
+  }
+  std::string waiter_node() const { return requests_of(waiter_id, Op::create, parent + "/").at(0).created; }
 };
 
 // The holder releases, but the wake-up is still on the wire when the waiter's timeout fires: the
@@ -337,12 +343,16 @@ TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheWakeUpIsOnTheWire) {
   wait_until_watching(holder);
   server->pause(waiter_id);
   holder.release();
-  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));  // the watch event
+  const std::string wake_up = "deleted " + holder.node_path();
+  ASSERT_TRUE(wait_until([&] { return on_the_wire(wake_up); }));
 
   ASSERT_TRUE(waiter.finished(scaled(10s)));
   EXPECT_EQ(waiter.error(), make_error_code(errc::timed_out));
   EXPECT_FALSE(waiter.take());
-  EXPECT_TRUE(server->children(parent).empty());  // the delete went out with the timeout
+  // The delete goes out with the timeout (right after the outcome), the wake-up still undelivered.
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+  EXPECT_TRUE(on_the_wire(wake_up));
+  EXPECT_TRUE(on_the_wire("remove " + waiter_node()));
 
   server->resume(waiter_id);
   ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 0; }));
@@ -359,13 +369,17 @@ TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheGrantingListingIsOnTheWire) {
   wait_until_watching(holder);
   server->pause(waiter_id);
   holder.release();
-  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));
-  ASSERT_EQ(server->step(waiter_id), 1u);  // the wake-up: the waiter lists the children again
-  ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 1; }));
+  const std::string wake_up = "deleted " + holder.node_path();
+  const std::string listing = "get_children " + parent;
+  ASSERT_TRUE(wait_until([&] { return on_the_wire(wake_up); }));
+  ASSERT_TRUE(server->step_through(waiter_id, wake_up));  // the waiter lists the children again
+  ASSERT_TRUE(wait_until([&] { return on_the_wire(listing); }));
 
   ASSERT_TRUE(waiter.finished(scaled(10s)));
   EXPECT_EQ(waiter.error(), make_error_code(errc::timed_out));
-  EXPECT_TRUE(server->children(parent).empty());
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+  EXPECT_TRUE(on_the_wire(listing));  // the listing that would have granted, undelivered
+  EXPECT_TRUE(on_the_wire("remove " + waiter_node()));
   server->resume(waiter_id);
   ASSERT_TRUE(wait_until([&] { return server->queued(waiter_id) == 0; }));
   EXPECT_TRUE(server->children(parent).empty());
