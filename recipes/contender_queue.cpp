@@ -155,17 +155,24 @@ void Contender::ensure_parent_then_create_locked() {
   ancestors.push_back(request_.parent);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
+  // The topmost ancestor's parent is the root, which always exists, unless the connect string
+  // names a chroot that does not: then no create can ever succeed.
+  auto chroot_missing = std::make_shared<bool>(false);
   for (std::size_t i = 0; i < ancestors.size(); ++i) {
-    const bool last = i + 1 == ancestors.size();
+    const bool first = i == 0, last = i + 1 == ancestors.size();
     core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(), CreateMode::container,
                   request_.acl,
-                  [self, attempt, last](int rc, std::string, NodeStat) {
+                  [self, attempt, first, last, chroot_missing](int rc, std::string, NodeStat) {
+                    if (first && rc == kNoNode) *chroot_missing = true;
                     if (!last) return;
                     auto contender = self.lock();
                     if (!contender) return;
                     std::unique_lock lock(contender->core_->mutex());
                     if (attempt != contender->attempt_ || contender->phase_ != Phase::creating) return;
-                    if (rc == kOk || rc == kNodeExists || rc == kNoNode) {
+                    if (*chroot_missing) {
+                      contender->complete_locked(make_error_code(errc::missing_chroot));
+                      contender->finish_locked();
+                    } else if (rc == kOk || rc == kNodeExists || rc == kNoNode) {
                       contender->begin_locked();
                     } else if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
                       contender->complete_locked(zookeeper_error(rc));

@@ -55,6 +55,7 @@ class LibraryCategory final : public std::error_category {
       case errc::would_block: return "held by another contender";
       case errc::limit_mismatch: return "participants disagree on the limit";
       case errc::interop_conflict: return "incompatible contender on the path";
+      case errc::missing_chroot: return "the connect string's chroot node does not exist (create it first)";
     }
     return fmt::format("zkrecipes error {}", value);
   }

@@ -56,6 +56,7 @@ enum class errc : int {
   would_block,                 // non-blocking acquire found the lock held
   limit_mismatch,              // participants disagree on a semaphore's limit
   interop_conflict,            // a foreign contender on the path uses an incompatible scheme
+  missing_chroot,              // the connect string's chroot node does not exist
 };
 
 const std::error_category& zookeeper_category() noexcept;

@@ -295,3 +295,28 @@ TEST_F(LockTest, AnOperatorDeletingTheNodeIsReportedAsLoss) {
 
 }  // namespace
 }  // namespace zkr::test
+
+namespace zkr::test {
+namespace {
+
+TEST(LockChrootTest, AMissingChrootIsNamedNotReportedAsAMissingNode) {
+  const std::string chroot = testenv::unique_path("chroot");
+  Session session(session_options(testenv::shared_server() + chroot));
+  Lock lock(session, "/locks/job");
+  try {
+    lock.try_acquire_for(testenv::scaled(5s));
+    FAIL() << "expected missing_chroot";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::missing_chroot) << e.what();
+  }
+  RawClient raw(testenv::shared_server());
+  const int rc = raw.create("/zkr-test");
+  ASSERT_TRUE(rc == ZOK || rc == ZNODEEXISTS);
+  ASSERT_EQ(raw.create(chroot), ZOK);
+  auto held = lock.try_acquire_for(testenv::scaled(5s));
+  ASSERT_TRUE(held);
+  EXPECT_EQ(raw.children(chroot + "/locks/job").size(), 1u);
+}
+
+}  // namespace
+}  // namespace zkr::test
