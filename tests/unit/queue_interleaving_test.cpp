@@ -18,6 +18,7 @@
 #include <testenv.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
 #include "fake_zookeeper.hpp"
@@ -37,10 +38,20 @@ constexpr auto kForever = std::chrono::hours(1);
 // joins, so a failing test never hangs on an acquisition that cannot finish.
 class BackgroundAcquire {
  public:
+  using Acquire = std::function<std::optional<HeldLock>(std::stop_token, std::error_code&)>;
+
   BackgroundAcquire(Lock& lock, std::chrono::nanoseconds timeout)
-      : thread_([this, &lock, timeout](std::stop_token stop) {
+      : BackgroundAcquire([&lock, timeout](std::stop_token stop, std::error_code& ec) {
+          return lock.try_acquire_for(timeout, stop, ec);
+        }) {}
+  BackgroundAcquire(Semaphore& semaphore, std::chrono::nanoseconds timeout)
+      : BackgroundAcquire([&semaphore, timeout](std::stop_token stop, std::error_code& ec) {
+          return semaphore.try_acquire_for(timeout, stop, ec);
+        }) {}
+  explicit BackgroundAcquire(Acquire acquire)
+      : thread_([this, acquire = std::move(acquire)](std::stop_token stop) {
           std::error_code ec;
-          auto held = lock.try_acquire_for(timeout, stop, ec);
+          auto held = acquire(stop, ec);
           std::lock_guard guard(mutex_);
           error_ = ec;
           held_ = std::move(held);
@@ -307,6 +318,33 @@ TEST_F(QueueInterleaving, CancelWhileTheCreateIsInFlightDeletesTheNodeOnceItsNam
   ASSERT_EQ(removes.size(), 1u);
   EXPECT_EQ(removes[0].reported_rc, 0);
   EXPECT_EQ(session->metrics().acquire_cancellations, 1u);
+  EXPECT_EQ(session->metrics().acquisitions, 0u);
+}
+
+// Cancelled while the outcome of its create is unknown (reply lost, connection down): once the
+// same session is back, the contender finds its node by GUID and deletes it instead of adopting.
+TEST_F(QueueInterleaving, CancelWhileTheCreateOutcomeIsUnknownDeletesTheNodeOnceFound) {
+  const std::string parent = "/locks/cancel-while-recovering";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  server->inject(lost_create_reply(parent + "/"));
+  Lock lock(*session, parent);
+
+  BackgroundAcquire acquire(lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  const std::string created = requests_of(session_id, Op::create, parent + "/").at(0).created;
+  acquire.cancel();
+  ASSERT_TRUE(acquire.finished(scaled(10s)));
+  EXPECT_EQ(acquire.error(), make_error_code(errc::cancelled));
+  EXPECT_TRUE(server->node(created));  // unknown to us until the session is back
+
+  server->reconnect(session_id);
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+  const auto removes = requests_of(session_id, Op::remove, created);
+  ASSERT_EQ(removes.size(), 1u);
+  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 1u);  // no second attempt
   EXPECT_EQ(session->metrics().acquisitions, 0u);
 }
 
@@ -828,6 +866,46 @@ TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateI
   ASSERT_EQ(children.size(), 1u);
   EXPECT_EQ(held.node_path(), child_of(parent, children[0]));
   EXPECT_EQ(held.token(), FencingToken(server->node(held.node_path())->stat.czxid));
+}
+
+// Semaphore of 2. The second waiter lists the queue while its predecessor is still a waiter; the
+// predecessor is promoted (a promotion deletes nothing: it touches its node) before the second
+// waiter's watch on it is set. The watch alone would then wait for a change that already
+// happened; the second waiter must see the touched version, move up to the first-waiter place, and
+// be granted at the next release.
+TEST_F(QueueInterleaving, SemaphoreWaiterWhosePredecessorWasPromotedBeforeItsWatchMovesUp) {
+  const std::string path = "/semaphores/promoted-predecessor";
+  auto holders_session = open_session();
+  auto waiter_session = open_session();
+  const auto waiter_id = waiter_session->id();
+  Semaphore holders(*holders_session, path, 2), waiters(*waiter_session, path, 2);
+  Lease first = holders.acquire();
+  Lease second = holders.acquire();
+  BackgroundAcquire first_waiter(holders, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->children_watches(path) == 1; }));
+
+  server->pause(waiter_id);
+  BackgroundAcquire second_waiter(waiters, kForever);
+  // Its listing (holder, holder, waiter, itself) is applied; the reply waits on the wire.
+  ASSERT_TRUE(wait_until([&] { return requests_of(waiter_id, Op::get_children, path).size() == 1; }));
+  first.release();
+  ASSERT_TRUE(first_waiter.finished(scaled(10s)));
+  ASSERT_FALSE(first_waiter.error()) << first_waiter.error().message();
+  Lease promoted = first_waiter.take();
+  ASSERT_TRUE(wait_until([&] { return server->node(promoted.node_path())->stat.version >= 1; }));  // the touch
+
+  server->resume(waiter_id);
+  // It watched the promoted node, saw the touch, listed again and now watches the children.
+  ASSERT_TRUE(wait_until([&] { return requests_of(waiter_id, Op::get_children, path).size() >= 2; }));
+  ASSERT_FALSE(requests_of(waiter_id, Op::get_data, promoted.node_path()).empty());
+  EXPECT_FALSE(second_waiter.finished());
+
+  second.release();
+  ASSERT_TRUE(second_waiter.finished(scaled(10s))) << "the second waiter missed its promotion";
+  ASSERT_FALSE(second_waiter.error()) << second_waiter.error().message();
+  Lease granted = second_waiter.take();
+  EXPECT_GT(granted.token(), promoted.token());
+  EXPECT_EQ(server->children(path).size(), 2u);
 }
 
 }  // namespace
