@@ -26,7 +26,10 @@
 //   - inject(Fault): the next matching request fails with a code before it takes effect, or after
 //     (the lost reply), optionally dropping the connection and rewriting the created node's owner;
 //     or a hook runs just before the request is applied (to change the tree at that exact point).
-//   - pause()/resume()/step(): hold the connection's deliveries, or let exactly n through.
+//   - pause()/resume()/step()/step_through(): hold the connection's deliveries, or let exactly n
+//     (or up to a named entry, see queued_entries()) through.
+//   - ZooKeeperConnection::close() of a connected session ends it on the server at once (its
+//     ephemerals go); a session whose connection is down lingers until the test expires it.
 //
 // Locking: one (recursive) mutex guards the whole fake. Library callbacks never run under it.
 // Fault hooks run under it, on the thread that sends the request (which holds the session mutex):
