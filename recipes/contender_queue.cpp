@@ -28,6 +28,8 @@ constexpr int kClosing = static_cast<int>(zk_errc::closing);
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;
+// How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
+constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
 std::string new_guid() {
   thread_local boost::uuids::random_generator generator;
@@ -345,16 +347,24 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     if (!listing_carries_watch) watch_children_locked();
     return;
   }
-  watch_locked(request_.parent + "/" + queue[decision.blocker].name);
+  // If the blocker is all that stands between us and the grant, its deletion alone grants us the
+  // lock: nodes created since our listing sort after us, and deletions only remove obstacles. That
+  // saves re-listing the children on every hand-off.
+  const std::size_t our_index = static_cast<std::size_t>(it - queue.begin());
+  const std::string blocker = request_.parent + "/" + queue[decision.blocker].name;
+  queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(decision.blocker));
+  const bool granted_by_its_deletion =
+      decide(queue, decision.blocker < our_index ? our_index - 1 : our_index, request_.policy).holds;
+  watch_locked(blocker, granted_by_its_deletion);
 }
 
-void Contender::watch_locked(const std::string& blocker) {
+void Contender::watch_locked(const std::string& blocker, bool granted_by_its_deletion) {
   phase_ = Phase::watching;
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
       generation_, blocker,
-      [self, attempt, blocker](int rc, std::string, NodeStat stat) {
+      [self, attempt, blocker, granted_by_its_deletion](int rc, std::string, NodeStat stat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
@@ -371,19 +381,22 @@ void Contender::watch_locked(const std::string& blocker) {
         }
         if (rc == kOk) return;  // watch set; wait for it
         if (rc == kNoNode) {
-          contender->check_locked();  // gone already: look again
+          // Gone already: ours, or look again.
+          if (granted_by_its_deletion) contender->grant_locked();
+          else contender->check_locked();
         } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
           contender->complete_locked(zookeeper_error(rc));
           contender->remove_node_locked();
         }
       },
-      [self, attempt](NodeEvent) {
+      [self, attempt, granted_by_its_deletion](NodeEvent event) {
         auto contender = self.lock();
         if (!contender) return;
         ++contender->core_->wakeups;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        contender->check_locked();
+        if (event == NodeEvent::deleted && granted_by_its_deletion) contender->grant_locked();
+        else contender->check_locked();
       });
 }
 
@@ -427,8 +440,29 @@ void Contender::grant_locked() {
   ++core_->acquisitions;
   core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
   if (request_.policy.max_holders > 1) touch_locked();
-  watch_own_node_locked();
+  schedule_own_node_watch_locked();
   complete_locked({});
+}
+
+// The own-node watch only catches an operator deleting a held node; session loss is the monitor's
+// job. Setting it a moment after the grant keeps it off the acquisition's path, and a lock
+// released within that moment never needs it.
+void Contender::schedule_own_node_watch_locked() {
+  own_watch_timer_ = std::make_unique<boost::asio::steady_timer>(core_->worker());
+  std::weak_ptr<Contender> self = weak_from_this();
+  const std::uint64_t generation = generation_;
+  boost::asio::post(core_->worker(), [self, generation] {
+    auto contender = self.lock();
+    if (!contender || !contender->own_watch_timer_) return;
+    contender->own_watch_timer_->expires_after(kOwnNodeWatchDelay);
+    contender->own_watch_timer_->async_wait([self, generation](boost::system::error_code ec) {
+      if (ec) return;
+      auto again = self.lock();
+      if (!again) return;
+      std::unique_lock lock(again->core_->mutex());
+      if (again->phase_ == Phase::held && again->generation_ == generation) again->watch_own_node_locked();
+    });
+  });
 }
 
 // Rewrites our node's data so that the data watch of our successor fires: a promotion deletes

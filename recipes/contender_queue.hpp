@@ -122,11 +122,12 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
-  void watch_locked(const std::string& blocker);
+  void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
   void watch_children_locked();
   void grant_locked();
   void touch_locked();
   void watch_own_node_locked();
+  void schedule_own_node_watch_locked();
   void remove_node_locked();
   void lose_locked(LossReason reason);
   void complete_locked(std::error_code outcome);
@@ -163,6 +164,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   Clock::time_point started_at_{};
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
+  std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
 };
 
 // Blocks the calling thread until the contender's outcome; a stop request cancels it
