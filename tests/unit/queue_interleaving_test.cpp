@@ -371,6 +371,23 @@ class TimeoutRacingGrant : public QueueInterleaving {
     return std::find(entries.begin(), entries.end(), what) != entries.end();
   }
   std::string waiter_node() const { return requests_of(waiter_id, Op::create, parent + "/").at(0).created; }
+
+  // Another client's waiter (made directly on the server), queued right after the holder. The
+  // waiter behind it watches it, and its deletion does not grant anything while the holder holds:
+  // deleting it after the holder has gone makes the waiter list the queue, and that listing grants.
+  std::string foreign_waiter() {
+    std::string created;
+    EXPECT_EQ(server->create(parent + "/_c_00000000-0000-0000-0000-000000000000-lock-", "another client",
+                             detail::CreateMode::ephemeral_sequential, holder_session->id(), &created),
+              0);
+    return created;
+  }
+  void wait_until_watching(const std::string& predecessor) {
+    ASSERT_TRUE(wait_until([&] {
+      return server->children(parent).size() == 3 && server->data_watches(predecessor) == 1 &&
+             server->queued(waiter_id) == 0;
+    }));
+  }
 };
 
 // The holder releases, but the wake-up is still on the wire when the waiter's timeout fires: the
@@ -403,11 +420,13 @@ TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheWakeUpIsOnTheWire) {
 // and the late listing grants nothing.
 TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheGrantingListingIsOnTheWire) {
   HeldLock holder = holder_lock.acquire();
+  const std::string predecessor = foreign_waiter();
   BackgroundAcquire waiter(waiter_lock, scaled(300ms));
-  wait_until_watching(holder);
+  wait_until_watching(predecessor);
   server->pause(waiter_id);
   holder.release();
-  const std::string wake_up = "deleted " + holder.node_path();
+  ASSERT_EQ(server->remove(predecessor), 0);
+  const std::string wake_up = "deleted " + predecessor;
   const std::string listing = "get_children " + parent;
   ASSERT_TRUE(wait_until([&] { return on_the_wire(wake_up); }));
   ASSERT_TRUE(server->step_through(waiter_id, wake_up));  // the waiter lists the children again
@@ -570,18 +589,21 @@ TEST_F(QueueInterleaving, ExpiryWhileTheCreateReplyIsOnTheWireQueuesOnTheNewSess
   EXPECT_EQ(session->metrics().losses_by_expiry, 1u);
 }
 
-// The waiter is woken, and the reply of the listing that would grant it is lost with the
-// connection. It lists again after reconnecting and is granted.
+// The waiter is woken (its predecessor, another client's waiter, left after the holder), and the
+// reply of the listing that would grant it is lost with the connection. It lists again after
+// reconnecting and is granted.
 TEST_F(TimeoutRacingGrant, LostReplyOfTheGrantingListingIsRetriedAfterReconnecting) {
   HeldLock holder = holder_lock.acquire();
+  const std::string predecessor = foreign_waiter();
   BackgroundAcquire waiter(waiter_lock, kForever);
-  wait_until_watching(holder);
+  wait_until_watching(predecessor);
   Fault fault = lost_create_reply(parent);
   fault.op = Op::get_children;
   fault.session = waiter_id;
   server->inject(fault);
 
   holder.release();
+  ASSERT_EQ(server->remove(predecessor), 0);
   ASSERT_TRUE(wait_until([&] { return waiter_session->state() == SessionState::suspended; }));
   EXPECT_FALSE(waiter.finished());
   server->reconnect(waiter_id);
@@ -610,7 +632,8 @@ TEST_F(QueueInterleaving, HolderStillLearnsOfItsNodeDeletedAfterItsWatchReplyWas
 
   Lock lock(*session, parent);
   HeldLock held = lock.acquire();
-  ASSERT_EQ(server->pending_faults(), 0u);  // the own-node watch was the request that lost its reply
+  // The own-node watch (its only get_data) is the request that loses its reply.
+  ASSERT_TRUE(wait_until([&] { return server->pending_faults() == 0; }));
   ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
   server->reconnect(session_id);
   ASSERT_TRUE(session->wait_connected(scaled(10s)));
