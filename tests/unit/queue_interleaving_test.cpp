@@ -931,5 +931,56 @@ TEST_F(QueueInterleaving, SemaphoreWaiterWhosePredecessorWasPromotedBeforeItsWat
   EXPECT_EQ(server->children(path).size(), 2u);
 }
 
+// Semaphore of 2. A waiter is promoted, but its touch (the rewrite that tells the next waiter to
+// move up) is lost with the connection before it takes effect. The touch must be sent again once
+// the same session is back, so that the next waiter moves up and is granted at the next release.
+TEST_F(QueueInterleaving, SemaphoreTouchLostWithTheConnectionIsResentAndTheNextWaiterMovesUp) {
+  const std::string path = "/semaphores/lost-touch";
+  auto holders_session = open_session();
+  auto promoted_session = open_session();
+  auto last_session = open_session();
+  const auto promoted_id = promoted_session->id();
+  const auto last_id = last_session->id();
+  Semaphore holders(*holders_session, path, 2), promoted(*promoted_session, path, 2), last(*last_session, path, 2);
+  Lease first = holders.acquire();
+  Lease second = holders.acquire();
+  BackgroundAcquire first_waiter(promoted, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->children_watches(path) == 1; }));
+  const std::string first_waiter_node = requests_of(promoted_id, Op::create, path + "/").at(0).created;
+  BackgroundAcquire second_waiter(last, kForever);
+  ASSERT_TRUE(wait_until([&] {
+    return server->children(path).size() == 4 && server->data_watches(first_waiter_node) == 1 &&
+           server->queued(last_id) == 0;
+  }));
+  Fault touch_lost;
+  touch_lost.op = Op::set_data;
+  touch_lost.path_prefix = first_waiter_node;
+  touch_lost.session = promoted_id;
+  touch_lost.rc = kConnectionLoss;
+  touch_lost.drop_connection = true;
+  server->inject(touch_lost);
+
+  first.release();
+  ASSERT_TRUE(first_waiter.finished(scaled(10s)));
+  ASSERT_FALSE(first_waiter.error()) << first_waiter.error().message();
+  Lease promoted_lease = first_waiter.take();
+  ASSERT_TRUE(wait_until([&] { return promoted_session->state() == SessionState::suspended; }));
+  EXPECT_EQ(server->node(first_waiter_node)->stat.version, 0);  // the touch never arrived
+  EXPECT_EQ(server->pending_faults(), 0u);
+
+  server->reconnect(promoted_id);
+  ASSERT_TRUE(wait_until([&] { return server->node(first_waiter_node)->stat.version >= 1; }));
+  // The last waiter saw the touch and moved up to the first waiter's place (it lists again).
+  ASSERT_TRUE(wait_until([&] { return requests_of(last_id, Op::get_children, path).size() >= 2; }));
+  EXPECT_FALSE(second_waiter.finished());
+
+  second.release();
+  ASSERT_TRUE(second_waiter.finished(scaled(10s))) << "the last waiter never moved up";
+  ASSERT_FALSE(second_waiter.error()) << second_waiter.error().message();
+  Lease granted = second_waiter.take();
+  EXPECT_GT(granted.token(), promoted_lease.token());
+  EXPECT_FALSE(promoted_lease.lost());
+}
+
 }  // namespace
 }  // namespace zkr::fake
