@@ -162,8 +162,10 @@ void Contender::ensure_parent_then_create_locked() {
   auto chroot_missing = std::make_shared<bool>(false);
   for (std::size_t i = 0; i < ancestors.size(); ++i) {
     const bool first = i == 0, last = i + 1 == ancestors.size();
+    // Only the recipe's own node takes its ACL: ancestors may be shared with other recipes and
+    // other identities, so they are created open.
     core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(), CreateMode::container,
-                  request_.acl,
+                  last ? request_.acl : NodeAcl::open,
                   [self, attempt, first, last, chroot_missing](int rc, std::string, NodeStat) {
                     if (first && rc == kNoNode) *chroot_missing = true;
                     if (!last) return;

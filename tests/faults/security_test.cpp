@@ -214,10 +214,9 @@ TEST_F(SecurityTest, CredentialsNeverAppearInLogsOrErrors) {
   for (const auto& error : errors) EXPECT_THAT(error, Not(HasSubstr(password))) << "error";
 }
 
-// Library bug, reported: missing ancestors of a lock path are created with the lock's ACL, so a
-// creator-only lock at /a/b/lock makes /a and /a/b creator-only too and every other identity gets
-// NOAUTH for any other lock under them. Enable once ancestors are created open.
-TEST_F(SecurityTest, DISABLED_AProtectedLockDoesNotLockOthersOutOfASharedAncestor) {
+// Missing ancestors of a lock path are created open: a creator-only lock at /a/b/lock must not
+// make /a and /a/b creator-only and lock every other identity out of other locks under them.
+TEST_F(SecurityTest, AProtectedLockDoesNotLockOthersOutOfASharedAncestor) {
   const std::string shared = path + "/shared";
   Session alice(with_credentials(session_options(servers), "alice", password));
   Lock alice_lock(alice, shared + "/alice", protected_lock);
