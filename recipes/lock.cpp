@@ -74,6 +74,10 @@ Lock::Lock(Session& session, std::string path, LockOptions options)
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
     : core_(session.core()), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+  // The server would answer "invalid ACL": say what is actually missing.
+  if (options_.acl != NodeAcl::open && !core_->options().credentials)
+    throw Error(make_error_code(errc::invalid_argument), "lock", path_,
+                "a creator-only ACL needs SessionOptions::credentials");
 }
 
 Lock::~Lock() = default;

@@ -112,7 +112,8 @@ class ReadWriteLock;
 
 class Lock {
  public:
-  // Throws Error(errc::invalid_path) naming the path.
+  // Throws Error(errc::invalid_path) naming the path, or Error(errc::invalid_argument) for a
+  // creator-only ACL on a session without credentials.
   Lock(Session& session, std::string path, LockOptions options = {});
   ~Lock();
   const std::string& path() const { return path_; }

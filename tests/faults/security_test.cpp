@@ -95,11 +95,17 @@ TEST_F(SecurityTest, ContenderWithoutTheCredentialsIsRefusedAndLeavesNoNode) {
     LockOptions options;
     std::vector<std::error_code> expected;
   };
-  // Without any credentials, asking for a creator-only node is refused as an invalid ACL before the
-  // parent's permissions are even checked; every other case is NOAUTH on the parent.
+  // Without any credentials, asking for a creator-only node is refused before anything is sent;
+  // every other case is NOAUTH on the parent.
+  try {
+    Lock refused(anonymous, path, protected_lock);
+    ADD_FAILURE() << "a creator-only lock without credentials was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("credentials"));
+  }
   const std::vector<Intruder> intruders = {
       {&anonymous, {}, {zk_errc::no_auth}},
-      {&anonymous, protected_lock, {zk_errc::no_auth, zk_errc::invalid_acl}},
       {&mallory, protected_lock, {zk_errc::no_auth}},
       {&mallory, {}, {zk_errc::no_auth}},
   };

@@ -545,6 +545,8 @@ TEST_F(ZklockTest, BadOptionValuesExit64NamingTheOption) {
       {{"--no-such-option"}, "no-such-option"},
       {{"--zk", "127.0.0.1:notaport"}, "--zk"},
       {{"--auth-file", "/nonexistent/zklock-auth"}, "/nonexistent/zklock-auth"},
+      // Control characters in the input are shown escaped: no forged second line, no escapes.
+      {{"--bogus\nzklock: acquired\x1b[2J"}, "--bogus\\x0azklock: acquired\\x1b[2J"},
   };
   for (const auto& [options, named] : cases) {
     std::vector<std::string> argv = {zklock_binary};

@@ -45,9 +45,21 @@ constexpr auto cancel_bound = 30s;
 constexpr auto after_sigkill_bound = 5s;
 constexpr auto group_poll_interval = 20ms;
 
+// Messages quote user input (option values, paths): control characters are shown escaped, so that
+// input can neither forge a second message line nor send escape sequences to the terminal.
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
 template <typename... Args>
 void say(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(stderr, "zklock: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  fmt::print(stderr, "zklock: {}\n", printable(fmt::format(format, std::forward<Args>(args)...)));
 }
 
 // Thrown to leave with an exit code once the reason has been printed. Never thrown while a job
