@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     options = zklock::parse_command_line(argv, has_env ? env_servers.c_str() : nullptr);
   } catch (const zklock::UsageError& error) {
-    // One line, apart from line breaks copied from the culprit itself (zklock quotes arguments
-    // verbatim, control characters included: reported, see docs/RELIABILITY.md).
+    // One line, apart from line breaks copied from the culprit itself (the message quotes the
+    // argument raw; zklock escapes control characters only when it prints the message).
     const std::string_view message = error.what();
     std::size_t input_breaks = 0;
     for (const auto& argument : argv) input_breaks += static_cast<std::size_t>(std::count(argument.begin(), argument.end(), '\n'));
