@@ -229,6 +229,9 @@ TEST_F(LockTest, ReadersShareWritersExclude) {
   auto read_b = rw_b.read_lock().try_acquire_for(testenv::scaled(5s));
   ASSERT_TRUE(read_b);  // readers share
   EXPECT_FALSE(rw_c.write_lock().try_acquire());
+  // The refused attempt's node is deleted after it returns: let it go before the writer queues,
+  // so that the third node below is the waiting writer's.
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
   std::promise<HeldLock> writer;
   rw_c.write_lock().async_acquire(-1ns, [&](std::error_code ec, HeldLock held) {
     EXPECT_FALSE(ec);

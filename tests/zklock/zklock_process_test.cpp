@@ -547,6 +547,8 @@ TEST_F(ZklockTest, BadOptionValuesExit64NamingTheOption) {
       {{"--auth-file", "/nonexistent/zklock-auth"}, "/nonexistent/zklock-auth"},
       // Control characters in the input are shown escaped: no forged second line, no escapes.
       {{"--bogus\nzklock: acquired\x1b[2J"}, "--bogus\\x0azklock: acquired\\x1b[2J"},
+      // An option name that would send the option parser into a loop is refused by name.
+      {{"--x%canonical_option%"}, "--x%canonical_option%"},
   };
   for (const auto& [options, named] : cases) {
     std::vector<std::string> argv = {zklock_binary};

@@ -166,6 +166,17 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   std::vector<std::string> option_args(
       argv.begin() + std::min<std::size_t>(1, argv.size()),
       argv.begin() + std::min(lock_path_index - (saw_double_dash ? 1 : 0), argv.size()));
+  // Boost.Program_options 1.74 loops forever formatting the error for an unknown long option whose
+  // name holds one of its message placeholders ("--x%canonical_option%"): refuse odd names first.
+  for (const std::string& arg : option_args) {
+    if (!arg.starts_with("--") || arg.size() == 2) continue;
+    const std::string_view name = std::string_view(arg).substr(2, arg.find('=') == std::string::npos
+                                                                      ? std::string::npos
+                                                                      : arg.find('=') - 2);
+    if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
+        std::string_view::npos)
+      throw UsageError(fmt::format("unrecognised option '{}'", arg));
+  }
   po::variables_map values;
   try {
     po::store(po::command_line_parser(option_args)
