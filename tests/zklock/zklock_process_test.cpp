@@ -549,6 +549,7 @@ TEST_F(ZklockTest, BadOptionValuesExit64NamingTheOption) {
       {{"--bogus\nzklock: acquired\x1b[2J"}, "--bogus\\x0azklock: acquired\\x1b[2J"},
       // An option name that would send the option parser into a loop is refused by name.
       {{"--x%canonical_option%"}, "--x%canonical_option%"},
+      {{"-%canonical_option%"}, "-%canonical_option%"},
   };
   for (const auto& [options, named] : cases) {
     std::vector<std::string> argv = {zklock_binary};

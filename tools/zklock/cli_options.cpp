@@ -169,6 +169,9 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   // Boost.Program_options 1.74 loops forever formatting the error for an unknown long option whose
   // name holds one of its message placeholders ("--x%canonical_option%"): refuse odd names first.
   for (const std::string& arg : option_args) {
+    // Short options: no value of zklock's short options holds a '%' either.
+    if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' && arg.find('%') != std::string::npos)
+      throw UsageError(fmt::format("unrecognised option '{}'", arg));
     if (!arg.starts_with("--") || arg.size() == 2) continue;
     const std::string_view name = std::string_view(arg).substr(2, arg.find('=') == std::string::npos
                                                                       ? std::string::npos
