@@ -16,13 +16,8 @@
 namespace zkr::test {
 namespace {
 
-class LockFaultTest : public ::testing::Test {
+class LockFaultTest : public ServerTest {
  protected:
-  std::string servers = testenv::shared_server();
-  std::string path = testenv::unique_path();
-  RawClient raw{servers};
-
-  std::vector<std::string> nodes() { return raw.children(path); }
 
   std::unique_ptr<testenv::Process> start_holder(const std::string& connect, int session_ms) {
     auto holder = std::make_unique<testenv::Process>(

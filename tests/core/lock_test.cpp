@@ -19,14 +19,7 @@
 namespace zkr::test {
 namespace {
 
-class LockTest : public ::testing::Test {
- protected:
-  std::string servers = testenv::shared_server();
-  std::string path = testenv::unique_path();
-  RawClient raw{servers};
-
-  std::vector<std::string> nodes() { return raw.children(path); }
-};
+class LockTest : public ServerTest {};
 
 TEST_F(LockTest, OneHolderAmongTwoClientsAndTokensGrow) {
   Session a(session_options(servers)), b(session_options(servers));

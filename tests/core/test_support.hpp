@@ -2,6 +2,7 @@
 // inspects the server independently of the library under test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <zookeeper/zookeeper.h>
 
 #include <chrono>
@@ -98,6 +99,16 @@ class RawClient {
   std::mutex mutex_;
   std::condition_variable connected_cv_;
   bool connected_ = false;
+};
+
+// A test against the shared server on a path of its own, with the raw client to look at it.
+class ServerTest : public ::testing::Test {
+ protected:
+  std::string servers = testenv::shared_server();
+  std::string path = testenv::unique_path();
+  RawClient raw{servers};
+
+  std::vector<std::string> nodes() { return raw.children(path); }
 };
 
 }  // namespace zkr::test

@@ -20,14 +20,9 @@
 namespace zkr::test {
 namespace {
 
-class ElectionTest : public ::testing::Test {
+class ElectionTest : public ServerTest {
  protected:
-  std::string servers = testenv::shared_server();
-  std::string path = testenv::unique_path();
-  RawClient raw{servers};
   Sessions sessions;
-
-  std::vector<std::string> nodes() { return raw.children(path); }
 
   void TearDown() override { sessions.close_all(); }
 };

@@ -17,14 +17,9 @@
 namespace zkr::test {
 namespace {
 
-class ReadWriteLockTest : public ::testing::Test {
+class ReadWriteLockTest : public ServerTest {
  protected:
-  std::string servers = testenv::shared_server();
-  std::string path = testenv::unique_path();
-  RawClient raw{servers};
   Sessions sessions;
-
-  std::vector<std::string> nodes() { return raw.children(path); }
 
   void TearDown() override { sessions.close_all(); }
 };

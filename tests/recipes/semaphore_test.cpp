@@ -19,14 +19,9 @@
 namespace zkr::test {
 namespace {
 
-class SemaphoreTest : public ::testing::Test {
+class SemaphoreTest : public ServerTest {
  protected:
-  std::string servers = testenv::shared_server();
-  std::string path = testenv::unique_path();
-  RawClient raw{servers};
   Sessions sessions;
-
-  std::vector<std::string> nodes() { return raw.children(path); }
   std::string parent_data() {
     char buffer[128];
     int length = sizeof buffer;
