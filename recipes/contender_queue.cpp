@@ -123,6 +123,7 @@ void Contender::begin_locked() {
   phase_ = Phase::creating;
   retry_ = Retry::none;
   node_path_.clear();
+  own_watch_ = OwnWatch::none;
   guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
   const std::uint64_t attempt = ++attempt_;
   const std::string prefix =
@@ -234,11 +235,14 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
   }
 }
 
-// After a connection loss the create may or may not have happened: look for our GUID.
+// After a connection loss the create may or may not have happened: look for our GUID. The server
+// we are now connected to may lag behind the leader and not know our create yet: a sync first
+// makes the listing see every committed write (a node of ours it missed would block the queue).
 void Contender::recover_locked() {
   phase_ = Phase::recovering;
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
+  core_->sync(generation_, request_.parent, [](int) {});  // the listing behind it reports failures
   core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
     auto contender = self.lock();
     if (!contender) return;
@@ -329,9 +333,7 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   const std::string ours = our_name();
   auto it = std::find_if(queue.begin(), queue.end(), [&](const ContenderName& c) { return c.name == ours; });
   if (it == queue.end()) {
-    // Our waiting node is gone (deleted by someone else): queue again with a new node.
-    log(LogLevel::warning, "waiting node {} disappeared; queueing again", node_path_);
-    begin_locked();
+    own_node_gone_locked();
     return;
   }
   const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request_.policy);
@@ -360,8 +362,13 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   watch_locked(blocker, granted_by_its_deletion);
 }
 
+// Granting on the blocker's deletion alone is safe only while our own node exists: so the own-node
+// watch is set (or known set) before the blocker's. Its reply, and any deletion of our node, then
+// reach us before the blocker's deletion does (one connection delivers in order), and
+// own_node_gone_locked has queued us again before that event could grant anything.
 void Contender::watch_locked(const std::string& blocker, bool granted_by_its_deletion) {
   phase_ = Phase::watching;
+  watch_own_node_locked();
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
@@ -437,6 +444,9 @@ void Contender::watch_children_locked() {
 // ---- holding ----
 
 void Contender::grant_locked() {
+  // A grant decided after the session's deadline would hand out a lock the server may already
+  // have given away: the session is declared lost instead (which queues us again).
+  if (!core_->alive_by_deadline_locked(generation_)) return;
   phase_ = Phase::held;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
@@ -484,35 +494,68 @@ void Contender::touch_locked() {
   });
 }
 
-// Watch our own node: an operator deleting it takes the grant away, and the holder must hear so.
+// Watches our own node from the moment we wait until we let go: a deletion by someone else (an
+// operator, a peer breaking the lock) means "queue again" for a waiter and "lost" for a holder (see
+// own_node_gone_locked). One data watch at a time; a data change (our own semaphore touch) re-arms it.
 void Contender::watch_own_node_locked() {
+  if (own_watch_ != OwnWatch::none || node_path_.empty()) return;
+  own_watch_ = OwnWatch::pending;
   std::weak_ptr<Contender> self = weak_from_this();
   const std::uint64_t generation = generation_;
+  const std::string node = node_path_;
+  auto still_this_node = [generation, node](const Contender& c) {
+    return c.generation_ == generation && c.node_path_ == node;
+  };
   core_->get_data(
       generation_, node_path_,
-      [self, generation](int rc, std::string, NodeStat) {
-        if (rc == kOk) return;  // watch set
+      [self, still_this_node](int rc, std::string, NodeStat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
-        if (contender->phase_ != Phase::held || contender->generation_ != generation) return;
+        if (!still_this_node(*contender)) return;
+        if (rc == kOk) {
+          contender->own_watch_ = OwnWatch::set;
+          return;
+        }
+        contender->own_watch_ = OwnWatch::none;
         if (rc == kNoNode) {
-          contender->lose_locked(LossReason::node_deleted);
-        } else if (contender->retry_ != Retry::touch) {  // a pending touch resends this watch too
-          // The client registers a watch only with its reply, and the server forgets the watches of
-          // a dropped connection: a watch whose reply was lost is not set. Set it again once the
-          // same session is back.
+          contender->own_node_gone_locked();
+        } else if (contender->phase_ == Phase::held && contender->retry_ != Retry::touch) {
+          // A pending touch resends this watch too. The client registers a watch only with its
+          // reply, and the server forgets the watches of a dropped connection: a watch whose reply
+          // was lost is not set. Set it again once the same session is back. (A waiter's blocker
+          // watch, sent behind this one, fails the same way and re-checks, which re-arms this.)
           contender->handle_session_trouble_locked(rc, Retry::watch_own);
         }
       },
-      [self, generation](NodeEvent event) {
-        if (event != NodeEvent::deleted) return;
+      [self, still_this_node](NodeEvent event) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
-        if (contender->phase_ == Phase::held && contender->generation_ == generation)
-          contender->lose_locked(LossReason::node_deleted);
+        if (!still_this_node(*contender)) return;
+        contender->own_watch_ = OwnWatch::none;
+        if (event == NodeEvent::deleted) contender->own_node_gone_locked();
+        else if (contender->phase_ == Phase::held || contender->phase_ == Phase::watching)
+          contender->watch_own_node_locked();
       });
+}
+
+// The one rule for a node of ours that someone else deleted: a waiter queues again with a new node
+// (it never holds on the strength of a node that is gone); a holder has lost its grant.
+void Contender::own_node_gone_locked() {
+  switch (phase_) {
+    case Phase::held:
+      lose_locked(LossReason::node_deleted);
+      break;
+    case Phase::creating:
+    case Phase::checking:
+    case Phase::watching:
+      log(LogLevel::warning, "waiting node {} disappeared; queueing again", node_path_);
+      begin_locked();
+      break;
+    default:
+      break;  // recovering finds out by itself; releasing, lost and finished need nothing
+  }
 }
 
 void Contender::lose_locked(LossReason reason) {
@@ -522,6 +565,11 @@ void Contender::lose_locked(LossReason reason) {
   ++core_->locks_lost;
   core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
   core_->detach(this);
+  if (reason == LossReason::session_lost || reason == LossReason::connection_lost) {
+    // The server may still have our node: it stays until we let go (see SessionCore).
+    core_->hold_lost_session_locked(generation_);
+    holding_lost_session_ = true;
+  }
   log(LogLevel::warning, "lock {} lost ({})", node_path_, to_string(reason));
   // The stop token and the callbacks run on the callback thread: user code never runs under the
   // session mutex or on the monitor's thread.
@@ -618,6 +666,7 @@ void Contender::complete_locked(std::error_code outcome) {
 void Contender::finish_locked() {
   if (phase_ == Phase::finished) return;
   phase_ = Phase::finished;
+  if (std::exchange(holding_lost_session_, false)) core_->let_go_locked(generation_);
   retry_ = Retry::none;
   cancel_timeout();
   core_->detach(this);

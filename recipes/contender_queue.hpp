@@ -127,6 +127,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void grant_locked();
   void touch_locked();
   void watch_own_node_locked();
+  void own_node_gone_locked();
   void schedule_own_node_watch_locked();
   void remove_node_locked();
   void lose_locked(LossReason reason);
@@ -151,6 +152,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   int parent_retries_ = 0;
   std::string guid_;
   std::string node_path_;
+  enum class OwnWatch { none, pending, set };
+  OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
+  bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
   // The touched predecessor that last sent us to re-check (name, data version): a second look at

@@ -46,6 +46,7 @@ SessionState Session::state() const { return core_->state(); }
 std::int64_t Session::id() const { return core_->session_id(); }
 std::chrono::milliseconds Session::negotiated_timeout() const { return core_->negotiated_timeout(); }
 std::chrono::milliseconds Session::lead_time() const { return core_->lead_time(); }
+std::chrono::milliseconds Session::silence_tolerance() const { return core_->silence_tolerance(); }
 const SessionOptions& Session::options() const { return core_->options(); }
 bool Session::wait_connected(std::chrono::milliseconds timeout) const { return core_->wait_connected(timeout); }
 Subscription Session::on_state_change(std::function<void(SessionState)> listener) {

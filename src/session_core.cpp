@@ -1,5 +1,7 @@
 #include "session_core.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include <boost/asio/post.hpp>
@@ -14,6 +16,10 @@ namespace zkr::detail {
 namespace {
 
 constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
+// The deadline timer wakes at least this often, so that a deadline passed during a suspend of the
+// machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
+constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
+constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
 
 // True if a result code proves that the server received and answered the request.
 bool server_answered(int rc) {
@@ -36,6 +42,12 @@ bool server_answered(int rc) {
 
 }  // namespace
 
+BootClock::time_point BootClock::now() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
+}
+
 SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
     : options_(std::move(options)),
       connection_factory_(std::move(factory)),
@@ -45,18 +57,37 @@ SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
       heartbeat_timer_(worker_) {
   worker_thread_ = std::thread([this] { worker_.run(); });
   callback_thread_ = std::thread([this] { callbacks_.run(); });
+  closer_thread_ = std::thread([this] { run_closer(); });
 }
 
 SessionCore::~SessionCore() { close(); }
 
-std::chrono::milliseconds SessionCore::margin_for(std::chrono::milliseconds timeout) const {
-  auto margin = options_.safety_margin > std::chrono::milliseconds::zero() ? options_.safety_margin : timeout / 4;
-  return std::min(margin, timeout * 2 / 3);
+std::chrono::milliseconds SessionCore::effective_timeout() const {
+  auto timeout = negotiated_timeout();
+  return timeout > std::chrono::milliseconds::zero() ? timeout : options_.session_timeout;
 }
 
-std::chrono::milliseconds SessionCore::lead_time() const {
-  auto timeout = negotiated_timeout();
-  return margin_for(timeout > std::chrono::milliseconds::zero() ? timeout : options_.session_timeout);
+std::chrono::milliseconds SessionCore::heartbeat_interval() const {
+  const auto timeout = effective_timeout();
+  return std::max(std::min(timeout / 6, options_.ensemble_tick_time / 2), kMinHeartbeatInterval);
+}
+
+std::chrono::milliseconds SessionCore::forward_lag() const {
+  return options_.ensemble_tick_time / 2 + heartbeat_interval();
+}
+
+// The requested margin, clamped so that at least two heartbeats fit into the silence tolerated.
+std::chrono::milliseconds SessionCore::margin_for(std::chrono::milliseconds timeout) const {
+  auto margin = options_.safety_margin > std::chrono::milliseconds::zero() ? options_.safety_margin : timeout / 4;
+  const auto room = timeout - forward_lag() - 2 * heartbeat_interval();
+  return std::max(std::min(margin, room), std::chrono::milliseconds::zero());
+}
+
+std::chrono::milliseconds SessionCore::lead_time() const { return margin_for(effective_timeout()); }
+
+std::chrono::milliseconds SessionCore::silence_tolerance() const {
+  const auto timeout = effective_timeout();
+  return timeout - margin_for(timeout) - forward_lag();
 }
 
 void SessionCore::connect_or_throw() {
@@ -71,6 +102,9 @@ void SessionCore::connect_or_throw() {
   if (options_.safety_margin < std::chrono::milliseconds::zero())
     throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
                 "safety margin must not be negative");
+  if (options_.ensemble_tick_time <= std::chrono::milliseconds::zero())
+    throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
+                "ensemble tick time must be positive");
 
   std::unique_lock lock(mutex_);
   open_connection_locked();
@@ -94,8 +128,8 @@ void SessionCore::open_connection_locked() {
   ++generation_;
   session_established_ = false;
   session_id_ = 0;
-  // Until the first reply, the server can have heard from us no earlier than now.
-  last_acknowledged_send_ = Clock::now();
+  // Until the session is established, the server can have heard from us no earlier than now.
+  last_leader_proof_ = BootClock::now();
   std::weak_ptr<SessionCore> self = weak_from_this();
   const std::uint64_t generation = generation_;
   std::error_code ec;
@@ -137,6 +171,9 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       session_id_ = connection_->session_id();
       const bool resumed = session_established_;
       if (!resumed) {
+        // A new session is created by the leader just before this reply: its clock starts here,
+        // not when the connection was opened (the client may have tried silent servers first).
+        last_leader_proof_ = BootClock::now();
         session_established_ = true;
         ++session_metrics_.sessions_established;
       }
@@ -158,7 +195,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       ++session_metrics_.suspensions;
       if (options_.loss_policy == LossPolicy::on_disconnect) {
         ++session_metrics_.losses_by_disconnect;
-        declare_lost_locked(LossReason::connection_lost, lock);
+        declare_lost_locked(LossReason::connection_lost);
       } else {
         set_state_locked(SessionState::suspended);
       }
@@ -166,7 +203,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
     case ConnectionEvent::expired:
       if (!session_established_) break;
       ++session_metrics_.losses_by_expiry;
-      declare_lost_locked(LossReason::session_lost, lock);
+      declare_lost_locked(LossReason::session_lost, /*server_expired=*/true);
       break;
     case ConnectionEvent::auth_failed: {
       end_reason_ = make_error_code(errc::auth_failed);
@@ -182,22 +219,80 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
   }
 }
 
-// A lost session is never resumed: its handle is closed (which also deletes its ephemeral nodes
-// if the server can still be reached) and a fresh session replaces it.
-void SessionCore::declare_lost_locked(LossReason reason, std::unique_lock<std::mutex>&) {
+// A lost session is never resumed: a fresh session replaces it. Its handle is closed (which
+// deletes its ephemeral nodes at once if the server can still be reached) only once every holder
+// told of the loss has let go, or once the server would have expired the session anyway: closing
+// it earlier would hand a lock to the next waiter while its old holder is still stopping.
+void SessionCore::declare_lost_locked(LossReason reason, bool server_expired) {
   if (!session_established_) return;
   ++session_metrics_.sessions_lost;
   const std::uint64_t lost_generation = generation_;
   log(LogLevel::warning, "session 0x{:x} lost ({})", session_id_.load(), to_string(reason));
   set_state_locked(SessionState::lost);
+  retired_.push_back(RetiredConnection{lost_generation, std::move(connection_), 0, nullptr});
+  // Holders call hold_lost_session_locked from here.
   for (const auto& listener : snapshot_listeners_locked()) listener->on_session_lost(lost_generation, reason);
-  close_in_background(std::move(connection_));
+  auto retired = std::find_if(retired_.begin(), retired_.end(),
+                              [&](const RetiredConnection& r) { return r.generation == lost_generation; });
+  if (server_expired || retired->holders_stopping == 0) {
+    close_retired_locked(lost_generation);
+  } else {
+    // The latest the server can still keep the session: it may have heard from us until now.
+    const auto close_by = effective_timeout() + options_.ensemble_tick_time;
+    retired->close_timer = std::make_unique<boost::asio::steady_timer>(worker_, close_by);
+    retired->close_timer->async_wait([self = weak_from_this(), lost_generation](boost::system::error_code ec) {
+      if (ec) return;
+      auto core = self.lock();
+      if (!core) return;
+      std::lock_guard lock(core->mutex_);
+      if (core->ended()) return;
+      log(LogLevel::warning, "closing lost session of generation {}: its holders did not let go in time",
+          lost_generation);
+      core->close_retired_locked(lost_generation);
+    });
+  }
   open_connection_locked();
 }
 
-Clock::time_point SessionCore::deadline_locked() const {
-  auto timeout = negotiated_timeout_.load();
-  return last_acknowledged_send_ + timeout - margin_for(timeout);
+void SessionCore::hold_lost_session_locked(std::uint64_t generation) {
+  for (auto& retired : retired_)
+    if (retired.generation == generation) ++retired.holders_stopping;
+}
+
+void SessionCore::let_go_locked(std::uint64_t generation) {
+  for (auto& retired : retired_) {
+    if (retired.generation != generation) continue;
+    if (--retired.holders_stopping <= 0) close_retired_locked(generation);
+    return;
+  }
+}
+
+void SessionCore::close_retired_locked(std::uint64_t generation) {
+  auto it = std::find_if(retired_.begin(), retired_.end(),
+                         [&](const RetiredConnection& r) { return r.generation == generation; });
+  if (it == retired_.end()) return;
+  auto connection = std::move(it->connection);
+  if (it->close_timer) {
+    // Timers belong to the worker thread.
+    boost::asio::post(worker_, [timer = std::shared_ptr<boost::asio::steady_timer>(std::move(it->close_timer))] {
+      timer->cancel();
+    });
+  }
+  retired_.erase(it);
+  close_in_background(std::move(connection));
+}
+
+bool SessionCore::alive_by_deadline_locked(std::uint64_t generation) {
+  if (generation != generation_) return false;
+  if (BootClock::now() < deadline_locked()) return true;
+  ++session_metrics_.losses_by_deadline;
+  declare_lost_locked(LossReason::session_lost);
+  return false;
+}
+
+BootClock::time_point SessionCore::deadline_locked() const {
+  const auto timeout = negotiated_timeout_.load();
+  return last_leader_proof_ + timeout - margin_for(timeout) - forward_lag();
 }
 
 void SessionCore::schedule_deadline_check_locked() {
@@ -207,11 +302,16 @@ void SessionCore::schedule_deadline_check_locked() {
     if (!core) return;
     std::unique_lock lock(core->mutex_);
     if (generation != core->generation_) return;
-    core->deadline_timer_.expires_at(core->deadline_locked());
-    core->deadline_timer_.async_wait([self, generation](boost::system::error_code ec) {
-      if (ec) return;
-      if (auto again = self.lock()) again->on_deadline_timer(generation);
-    });
+    core->arm_deadline_timer_locked(generation);
+  });
+}
+
+void SessionCore::arm_deadline_timer_locked(std::uint64_t generation) {
+  const auto remaining = std::chrono::ceil<std::chrono::milliseconds>(deadline_locked() - BootClock::now());
+  deadline_timer_.expires_after(std::clamp(remaining, std::chrono::milliseconds(1), kDeadlineCheckInterval));
+  deadline_timer_.async_wait([self = weak_from_this(), generation](boost::system::error_code ec) {
+    if (ec) return;
+    if (auto core = self.lock()) core->on_deadline_timer(generation);
   });
 }
 
@@ -219,17 +319,8 @@ void SessionCore::on_deadline_timer(std::uint64_t generation) {
   std::unique_lock lock(mutex_);
   if (generation != generation_) return;
   if (state_ != SessionState::connected && state_ != SessionState::suspended) return;
-  const auto deadline = deadline_locked();
-  if (Clock::now() >= deadline) {
-    ++session_metrics_.losses_by_deadline;
-    declare_lost_locked(LossReason::session_lost, lock);
-    return;
-  }
-  deadline_timer_.expires_at(deadline);
-  deadline_timer_.async_wait([self = weak_from_this(), generation](boost::system::error_code ec) {
-    if (ec) return;
-    if (auto core = self.lock()) core->on_deadline_timer(generation);
-  });
+  if (!alive_by_deadline_locked(generation)) return;
+  arm_deadline_timer_locked(generation);
 }
 
 void SessionCore::send_heartbeat(std::uint64_t generation) {
@@ -237,23 +328,23 @@ void SessionCore::send_heartbeat(std::uint64_t generation) {
   if (generation != generation_ || ended()) return;
   if (state_ == SessionState::connected) {
     ++heartbeats_sent_;
-    exists(generation, "/", [](int, NodeStat) {});
+    sync(generation, "/", [](int) {});
   }
-  auto interval = std::max(negotiated_timeout_.load() / 6, std::chrono::milliseconds(20));
-  heartbeat_timer_.expires_after(interval);
+  heartbeat_timer_.expires_after(heartbeat_interval());
   heartbeat_timer_.async_wait([self = weak_from_this(), generation](boost::system::error_code ec) {
     if (ec) return;
     if (auto core = self.lock()) core->send_heartbeat(generation);
   });
 }
 
-void SessionCore::note_answered(std::uint64_t generation, Clock::time_point sent) {
+void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent) {
   std::lock_guard lock(mutex_);
-  if (generation == generation_) last_acknowledged_send_ = std::max(last_acknowledged_send_, sent);
+  if (generation == generation_) last_leader_proof_ = std::max(last_leader_proof_, sent);
 }
 
 template <typename Callback, typename Issue, typename... FailArgs>
-void SessionCore::issue(std::uint64_t generation, Callback done, Issue issue_request, FailArgs... fail_args) {
+void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request,
+                        FailArgs... fail_args) {
   auto shared_done = std::make_shared<Callback>(std::move(done));
   auto fail_later = [this, shared_done, fail_args...](int rc) {
     post_to_worker([shared_done, rc, fail_args...] { (*shared_done)(rc, fail_args...); });
@@ -264,10 +355,10 @@ void SessionCore::issue(std::uint64_t generation, Callback done, Issue issue_req
   }
   ++requests_sent_;
   ++in_flight_;
-  const auto sent = Clock::now();
-  Callback wrapped = [self = weak_from_this(), generation, sent, shared_done](int rc, auto... results) {
+  const auto sent = BootClock::now();
+  Callback wrapped = [self = weak_from_this(), generation, sent, proof, shared_done](int rc, auto... results) {
     auto core = self.lock();
-    if (core && server_answered(rc)) core->note_answered(generation, sent);
+    if (core && proof == Proof::leader && server_answered(rc)) core->note_leader_proof(generation, sent);
     (*shared_done)(rc, std::move(results)...);
     if (core) core->request_finished();
   };
@@ -280,7 +371,7 @@ void SessionCore::issue(std::uint64_t generation, Callback done, Issue issue_req
 void SessionCore::create(std::uint64_t generation, const std::string& path, const std::string& data,
                          CreateMode mode, NodeAcl acl, CreateCallback done) {
   issue(
-      generation, std::move(done),
+      generation, Proof::leader, std::move(done),
       [&](ZooKeeperConnection& c, CreateCallback cb) { return c.create(path, data, mode, acl, std::move(cb)); },
       std::string(), NodeStat{});
 }
@@ -288,36 +379,43 @@ void SessionCore::create(std::uint64_t generation, const std::string& path, cons
 void SessionCore::get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done,
                                NodeWatch watch) {
   issue(
-      generation, std::move(done),
+      generation, Proof::none, std::move(done),
       [&](ZooKeeperConnection& c, ChildrenCallback cb) { return c.get_children(path, std::move(cb), std::move(watch)); },
       std::vector<std::string>());
 }
 
 void SessionCore::get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch) {
   issue(
-      generation, std::move(done),
+      generation, Proof::none, std::move(done),
       [&](ZooKeeperConnection& c, DataCallback cb) { return c.get_data(path, std::move(cb), std::move(watch)); },
       std::string(), NodeStat{});
 }
 
 void SessionCore::exists(std::uint64_t generation, const std::string& path, StatCallback done) {
   issue(
-      generation, std::move(done),
+      generation, Proof::none, std::move(done),
       [&](ZooKeeperConnection& c, StatCallback cb) { return c.exists(path, std::move(cb)); }, NodeStat{});
 }
 
 void SessionCore::set_data(std::uint64_t generation, const std::string& path, const std::string& data, int version,
                            StatCallback done) {
   issue(
-      generation, std::move(done),
+      generation, Proof::leader, std::move(done),
       [&](ZooKeeperConnection& c, StatCallback cb) { return c.set_data(path, data, version, std::move(cb)); },
       NodeStat{});
 }
 
 void SessionCore::remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done) {
   issue(
-      generation, std::move(done),
+      generation, Proof::leader, std::move(done),
       [&](ZooKeeperConnection& c, ResultCallback cb) { return c.remove(path, version, std::move(cb)); });
+}
+
+// A sync is answered only after the leader answered the server we talk to: the monitor's proof.
+void SessionCore::sync(std::uint64_t generation, const std::string& path, ResultCallback done) {
+  issue(
+      generation, Proof::leader, std::move(done),
+      [&](ZooKeeperConnection& c, ResultCallback cb) { return c.sync(path, std::move(cb)); });
 }
 
 void SessionCore::request_finished() {
@@ -376,8 +474,26 @@ void SessionCore::post_callback(std::function<void()> task) {
 
 void SessionCore::close_in_background(std::shared_ptr<ZooKeeperConnection> connection) {
   if (!connection) return;
-  std::lock_guard lock(closers_mutex_);
-  closers_.emplace_back([connection = std::move(connection)] { connection->close(); });
+  {
+    std::lock_guard lock(closer_mutex_);
+    to_close_.push_back(std::move(connection));
+  }
+  closer_wakeup_.notify_one();
+}
+
+// One thread closes lost sessions' handles, one after the other, for the life of the session.
+void SessionCore::run_closer() {
+  std::unique_lock lock(closer_mutex_);
+  while (true) {
+    closer_wakeup_.wait(lock, [this] { return closer_stopping_ || !to_close_.empty(); });
+    if (to_close_.empty()) return;  // stopping, and nothing left
+    auto connection = std::move(to_close_.front());
+    to_close_.pop_front();
+    lock.unlock();
+    connection->close();
+    connection.reset();
+    lock.lock();
+  }
 }
 
 bool SessionCore::wait_connected(std::chrono::milliseconds timeout) const {
@@ -436,10 +552,16 @@ void SessionCore::close() {
     // Closing tells the server to end the session now, which deletes our ephemeral nodes at once.
     if (connection) connection->close();
     {
-      std::lock_guard lock(closers_mutex_);
-      for (auto& closer : closers_) closer.join();
-      closers_.clear();
+      // Handles still kept open for stopping holders: the owner is closing, so they go now.
+      std::lock_guard lock(mutex_);
+      while (!retired_.empty()) close_retired_locked(retired_.front().generation);
     }
+    {
+      std::lock_guard lock(closer_mutex_);
+      closer_stopping_ = true;
+    }
+    closer_wakeup_.notify_one();
+    closer_thread_.join();
     // Every contender has been told; timers still pending (heartbeat, deadline, acquisition
     // timeouts) have nothing left to do.
     boost::asio::post(worker_, [this] {

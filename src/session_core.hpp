@@ -6,7 +6,8 @@
 //     completions of requests that could not even be queued;
 //   - the callback thread runs user code (state listeners, loss callbacks, async handlers), so
 //     that a slow user callback never delays the monitor;
-//   - short-lived closer threads run zookeeper_close, which blocks and must not run on the others.
+//   - the closer thread runs zookeeper_close for lost sessions, which blocks and must not run on
+//     the others.
 //
 // One mutex guards the session state and the state of every contender on it: completions,
 // timers and user calls all take it, and nobody calls out to user code or closes a handle while
@@ -35,6 +36,17 @@
 namespace zkr::detail {
 
 using Clock = std::chrono::steady_clock;
+
+// CLOCK_BOOTTIME: like steady_clock, but it keeps counting while the machine is suspended, as the
+// servers' clocks do. The session deadline is kept on it.
+struct BootClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<BootClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept;
+};
 
 // What a contender (recipes/) hears from its session. Called with the session mutex held.
 class SessionListener {
@@ -74,6 +86,18 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   }
   std::chrono::milliseconds negotiated_timeout() const { return negotiated_timeout_.load(); }
   std::chrono::milliseconds lead_time() const;
+  std::chrono::milliseconds heartbeat_interval() const;
+  // How late the leader may hear of this session, through a follower (see zkr/session.hpp).
+  std::chrono::milliseconds forward_lag() const;
+  std::chrono::milliseconds silence_tolerance() const;
+  // Before a grant: true while the session of `generation` is inside its deadline. Past it, the
+  // session is declared lost right here (the monitor's timer may not have run yet), and false.
+  bool alive_by_deadline_locked(std::uint64_t generation);
+  // A holder on the lost session of `generation` has been told and is still stopping: the old
+  // handle stays open (so the server keeps the node) until let_go_locked, or until the server
+  // would have expired the session anyway.
+  void hold_lost_session_locked(std::uint64_t generation);
+  void let_go_locked(std::uint64_t generation);
   const SessionOptions& options() const { return options_; }
   bool wait_connected(std::chrono::milliseconds timeout) const;
   ClientId client_id() const;
@@ -84,6 +108,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // Each is sent on the connection of `generation`. If that connection is gone or the request
   // cannot be queued, the callback runs later on the worker thread with the ZooKeeper code
   // (ZINVALIDSTATE for a stale generation). Callbacks run without the mutex held.
+  // Pipelined before a listing that must see every committed write (after a connection loss).
+  void sync(std::uint64_t generation, const std::string& path, ResultCallback done);
   void create(std::uint64_t generation, const std::string& path, const std::string& data, CreateMode mode,
               NodeAcl acl, CreateCallback done);
   void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done, NodeWatch watch = {});
@@ -112,17 +138,23 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
  private:
   void open_connection_locked();
   void on_connection_event(std::uint64_t generation, ConnectionEvent event);
-  void declare_lost_locked(LossReason reason, std::unique_lock<std::mutex>& lock);
+  void declare_lost_locked(LossReason reason, bool server_expired = false);
   void set_state_locked(SessionState state);
   void schedule_deadline_check_locked();
+  void arm_deadline_timer_locked(std::uint64_t generation);
   void on_deadline_timer(std::uint64_t generation);
   void send_heartbeat(std::uint64_t generation);
   void close_in_background(std::shared_ptr<ZooKeeperConnection> connection);
-  Clock::time_point deadline_locked() const;
+  void close_retired_locked(std::uint64_t generation);
+  void run_closer();
+  BootClock::time_point deadline_locked() const;
   std::chrono::milliseconds margin_for(std::chrono::milliseconds timeout) const;
+  std::chrono::milliseconds effective_timeout() const;
+  // What a reply proves: only replies that went through the leader move the deadline.
+  enum class Proof { none, leader };
   template <typename Callback, typename Issue, typename... FailArgs>
-  void issue(std::uint64_t generation, Callback done, Issue issue_request, FailArgs... fail_args);
-  void note_answered(std::uint64_t generation, Clock::time_point sent);
+  void issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request, FailArgs... fail_args);
+  void note_leader_proof(std::uint64_t generation, BootClock::time_point sent);
   void request_finished();
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
 
@@ -137,7 +169,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   bool session_established_ = false;  // this generation has been connected at least once
   std::atomic<std::int64_t> session_id_{0};
   std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
-  Clock::time_point last_acknowledged_send_{};
+  // Send time of the latest request answered through the leader (or the session's establishment).
+  BootClock::time_point last_leader_proof_{};
   std::error_code end_reason_;
   // Strong references: the session keeps its active contenders alive until they detach.
   std::vector<std::shared_ptr<SessionListener>> listeners_;
@@ -160,8 +193,19 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   boost::asio::steady_timer heartbeat_timer_;
   std::thread worker_thread_;
   std::thread callback_thread_;
-  std::mutex closers_mutex_;
-  std::list<std::thread> closers_;
+  // Handles of lost sessions, kept open while holders on them are still stopping.
+  struct RetiredConnection {
+    std::uint64_t generation = 0;
+    std::shared_ptr<ZooKeeperConnection> connection;
+    int holders_stopping = 0;
+    std::unique_ptr<boost::asio::steady_timer> close_timer;
+  };
+  std::vector<RetiredConnection> retired_;  // guarded by mutex_
+  std::mutex closer_mutex_;
+  std::condition_variable closer_wakeup_;
+  std::list<std::shared_ptr<ZooKeeperConnection>> to_close_;  // guarded by closer_mutex_
+  bool closer_stopping_ = false;                              // guarded by closer_mutex_
+  std::thread closer_thread_;
   std::once_flag close_once_;
   std::mutex callbacks_mutex_;
   bool callbacks_stopped_ = false;  // guarded by callbacks_mutex_

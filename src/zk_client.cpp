@@ -138,6 +138,11 @@ void on_void(int rc, const void* data) {
   (*done)(rc);
 }
 
+void on_string(int rc, const char*, const void* data) {
+  auto done = take<ResultCallback>(data);
+  (*done)(rc);
+}
+
 // The client registers a data or children watch only on success: nothing will ever fire the
 // watch of a failed request.
 void forget_unregistered_watch(WatchContext* watch, int rc) {
@@ -231,6 +236,13 @@ class CConnection final : public ZooKeeperConnection {
   int remove(const std::string& path, int version, ResultCallback done) override {
     auto callback = std::make_unique<ResultCallback>(std::move(done));
     int rc = zoo_adelete(handle_, path.c_str(), version, on_void, callback.get());
+    if (rc == ZOK) callback.release();
+    return rc;
+  }
+
+  int sync(const std::string& path, ResultCallback done) override {
+    auto callback = std::make_unique<ResultCallback>(std::move(done));
+    int rc = zoo_async(handle_, path.c_str(), on_string, callback.get());
     if (rc == ZOK) callback.release();
     return rc;
   }

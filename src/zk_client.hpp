@@ -63,6 +63,10 @@ class ZooKeeperConnection {
   // Sets the node's data if its version is `version` (-1: any version).
   virtual int set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
   virtual int remove(const std::string& path, int version, ResultCallback done) = 0;
+  // Has the server we are connected to catch up with the leader. Its success proves that the
+  // leader answered after this was sent: unlike a read, which a follower cut off from the leader
+  // keeps answering from its own copy.
+  virtual int sync(const std::string& path, ResultCallback done) = 0;
   virtual int add_digest_auth(const std::string& user_password, ResultCallback done) = 0;
 
   virtual std::int64_t session_id() const = 0;

@@ -24,9 +24,13 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds timeout);
 std::string source_dir();  // env ZKR_SOURCE_DIR or the compiled-in CMake source dir
 std::string build_dir();   // env ZKR_BUILD_DIR or the compiled-in CMake binary dir
 
+// The tickTime of every server testenv starts unless told otherwise (the shared server's too):
+// sessions in tests pass it as SessionOptions::ensemble_tick_time.
+inline constexpr std::chrono::milliseconds kTestTickTime{100};
+
 struct ClusterOptions {
   int servers = 1;
-  int tick_ms = 100;
+  int tick_ms = static_cast<int>(kTestTickTime.count());
   int sync_limit = 10;
 };
 

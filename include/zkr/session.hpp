@@ -2,19 +2,30 @@
 //
 // The session monitor turns session loss into lock loss. The C client learns that the server
 // expired a session only when it reconnects; during a partition it never learns. So the monitor
-// keeps its own deadline: it remembers when it *sent* the latest request that the server answered
-// (the server heard from us no earlier than that), and declares the session lost at
+// keeps its own deadline.
 //
-//     last_acknowledged_send + negotiated_timeout - safety_margin
+// Only the leader expires sessions, and it hears of ours late: a follower answers reads (and the
+// client's pings) from its own copy, even while cut off from the leader, and forwards the sessions
+// it heard from to the leader only when the leader pings it (every half tick). So the monitor
+// counts as proof of life only a reply that went through the leader: a `sync` (its heartbeat) or
+// a write. With `proof` the send time of the latest such request that succeeded, it declares the
+// session lost at
 //
-// which is no later than the earliest moment the server could expire the session. Holders are told
-// "lost" at least `lead_time()` (= the safety margin) before anyone else can be granted their lock,
-// less the time their own callback takes to run. While connected the monitor sends one small
-// request every negotiated_timeout/6, so a healthy session never nears its deadline; that is the
-// whole heartbeat traffic, however many locks the session holds.
+//     proof + negotiated_timeout - safety_margin - forward_lag,
+//     forward_lag = ensemble_tick_time / 2 + heartbeat_interval
 //
-// A lost session is closed and replaced by a new one (a new session id); nothing of the old one is
-// ever adopted. Locks granted on the old session stay lost.
+// which is at least the safety margin before the earliest moment the leader could expire the
+// session. Holders are told "lost" at least `lead_time()` (= the safety margin) before anyone else
+// can be granted their lock, less the time their own callback takes to run. While connected the
+// monitor sends one `sync` every heartbeat_interval = min(negotiated_timeout / 6, tick / 2); that
+// is the whole heartbeat traffic, however many locks the session holds. Time is measured on
+// CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the servers' clocks do.
+//
+// A lost session is replaced by a new one (a new session id); nothing of the old one is ever
+// adopted. Locks granted on the old session stay lost. The old handle is closed (which deletes its
+// nodes on the server at once) only after every holder on it has let go of its lock (released or
+// destroyed its HeldLock), or once the server would have expired it anyway: closing earlier would
+// hand the lock to the next waiter while the old holder is still stopping.
 #pragma once
 
 #include <chrono>
@@ -68,9 +79,14 @@ struct SessionOptions {
   std::chrono::milliseconds connect_timeout{15'000};
   LossPolicy loss_policy = LossPolicy::at_deadline;
   // Lead time given to holders before the earliest possible server-side expiry. Zero means the
-  // default, a quarter of the negotiated timeout. Clamped to two thirds of it, so that the session
-  // tolerates at least a third of its timeout of silence.
+  // default, a quarter of the negotiated timeout. Clamped so that the session tolerates at least
+  // two heartbeat intervals of silence: negotiated_timeout - forward_lag - 2 * heartbeat_interval.
   std::chrono::milliseconds safety_margin{0};
+  // The ensemble's tickTime (zoo.cfg; 2000 ms is ZooKeeper's and Debian's default). The leader
+  // hears of this session up to half a tick late through a follower; the monitor allows for that.
+  // A value larger than the real tick is safe (the session is declared lost a little earlier); a
+  // smaller one eats into the lead time.
+  std::chrono::milliseconds ensemble_tick_time{2'000};
   std::optional<DigestCredentials> credentials;
 };
 
@@ -133,6 +149,9 @@ class Session {
   std::chrono::milliseconds negotiated_timeout() const;
   // The lead time holders get before the earliest possible server-side expiry.
   std::chrono::milliseconds lead_time() const;
+  // How long the session tolerates hearing nothing through the leader before it is declared lost:
+  // negotiated_timeout - lead_time - forward_lag (see the top of this file).
+  std::chrono::milliseconds silence_tolerance() const;
   const SessionOptions& options() const;
 
   // Blocks until connected (true) or the timeout passes / the session is closed (false).

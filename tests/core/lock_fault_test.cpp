@@ -188,6 +188,89 @@ TEST_F(LockFaultTest, WaiterOfAnExpiredSessionQueuesAgainAndNobodyAcquiresEarly)
   EXPECT_GT(expiring_future.get().token(), last_held.token());
 }
 
+// H holds, W waits on H, Y waits on W. Someone else deletes W's waiting node: Y re-watches H, and W
+// must queue again behind Y, never hold on the strength of a node that is gone. When H releases,
+// exactly one of them (Y) is granted.
+TEST_F(LockFaultTest, WaiterWhoseNodeWasDeletedQueuesAgainInsteadOfHoldingBesideItsSuccessor) {
+  Session h_session(session_options(servers)), w_session(session_options(servers)),
+      y_session(session_options(servers));
+  Lock h_lock(h_session, path), w_lock(w_session, path), y_lock(y_session, path);
+  HeldLock h = h_lock.acquire();
+  std::promise<HeldLock> w_grant, y_grant;
+  w_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { w_grant.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  const std::string w_node = path + "/" + queue()[1];
+  y_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { y_grant.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+
+  ASSERT_EQ(raw.remove(w_node), ZOK);  // an operator, or a peer breaking the lock
+  // Y's watch on W fires: it re-lists and watches H. (W, told too, queues again behind Y.)
+  auto w_future = w_grant.get_future(), y_future = y_grant.get_future();
+  EXPECT_EQ(w_future.wait_for(300ms), std::future_status::timeout);
+
+  h.release();
+  ASSERT_EQ(y_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  HeldLock y = y_future.get();
+  EXPECT_EQ(w_future.wait_for(500ms), std::future_status::timeout) << "W was granted beside Y";
+  EXPECT_FALSE(y.lost());
+  auto children = queue();  // W's new node, behind Y's
+  ASSERT_EQ(children.size(), 2u);
+  EXPECT_EQ(path + "/" + children[0], y.node_path());
+  y.release();
+  ASSERT_EQ(w_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  HeldLock w = w_future.get();
+  EXPECT_GT(w.token(), y.token());
+}
+
+// A holder cut off past its deadline is told lost while its session may live on the server. If the
+// link heals while the holder is still stopping, the lost session must not be closed on the server
+// (which deletes the node at once and grants the next waiter): it stays open until the holder lets
+// go of its lock.
+TEST_F(LockFaultTest, LostSessionIsNotClosedOnTheServerBeforeItsHolderLetsGo) {
+  testenv::Proxy proxy(servers);
+  Session holder(session_options(proxy.address(), 4000ms));
+  Session waiter(session_options(servers));
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  std::promise<HeldLock> next;
+  waiter_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { next.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return held.lost(); }, testenv::scaled(10s)));
+  proxy.pass();  // the link heals long before the server could expire the session
+  auto granted = next.get_future();
+  EXPECT_EQ(granted.wait_for(testenv::scaled(2500ms)), std::future_status::timeout)
+      << "the waiter was granted while the lost holder was still stopping";
+  held.release();  // the holder has stopped: now the old session may go
+  ASSERT_EQ(granted.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_GT(granted.get().token(), held.token());
+}
+
+// A holder that never lets go does not keep its lost session open for ever: the old handle is
+// closed once the server would have expired the session anyway.
+TEST_F(LockFaultTest, LostSessionIsClosedOnceTheServerWouldHaveExpiredItEvenIfNeverLetGo) {
+  testenv::Proxy proxy(servers);
+  constexpr auto kTimeout = 3000ms;
+  Session holder(session_options(proxy.address(), kTimeout));
+  Session waiter(session_options(servers));
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  std::promise<HeldLock> next;
+  waiter_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { next.set_value(std::move(l)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return held.lost(); }, testenv::scaled(10s)));
+  const auto lost_at = std::chrono::steady_clock::now();
+  proxy.pass();
+  auto granted = next.get_future();
+  ASSERT_EQ(granted.wait_for(testenv::scaled(15s)), std::future_status::ready);
+  const auto waited = std::chrono::steady_clock::now() - lost_at;
+  EXPECT_GE(waited, kTimeout) << "closed before the server would have expired the session";
+  EXPECT_GT(granted.get().token(), held.token());
+}
+
 TEST(LockEnsembleTest, LeaderKilledDuringContentionNeverDoubleGrants) {
   testenv::Cluster cluster({.servers = 3});
   const std::string path = testenv::unique_path();

@@ -25,11 +25,26 @@ TEST(Session, ConnectsAndReportsItsTimeoutAndLeadTime) {
   session.close();  // idempotent
 }
 
-TEST(Session, SafetyMarginIsClampedToTwoThirds) {
+// The margin leaves room for the forward lag (tick/2 + one heartbeat interval) and two heartbeats.
+TEST(Session, SafetyMarginIsClampedToLeaveTwoHeartbeatsOfSilence) {
   auto options = session_options(testenv::shared_server(), 3000ms);
   options.safety_margin = 10s;
   Session session(options);
-  EXPECT_EQ(session.lead_time(), 2000ms);
+  // tick 100 ms: heartbeat every min(3000/6, 100/2) = 50 ms, forward lag 50 + 50 ms.
+  EXPECT_EQ(session.lead_time(), 3000ms - 100ms - 2 * 50ms);
+  EXPECT_EQ(session.silence_tolerance(), 2 * 50ms);
+}
+
+// With ZooKeeper's default tickTime (2 s, Debian's too) and a 10 s session: heartbeat every 1 s,
+// forward lag 2 s, the default margin of 2.5 s, and 5.5 s of silence tolerated.
+TEST(Session, DefaultTickTimeGivesTheDocumentedBudget) {
+  testenv::Cluster cluster({.servers = 1, .tick_ms = 2000});
+  auto options = session_options(cluster.connect_string(), 10000ms);
+  options.ensemble_tick_time = 2000ms;
+  Session session(options);
+  ASSERT_EQ(session.negotiated_timeout(), 10000ms);
+  EXPECT_EQ(session.lead_time(), 2500ms);
+  EXPECT_EQ(session.silence_tolerance(), 10000ms - 2500ms - 2000ms);
 }
 
 TEST(Session, MalformedConnectStringIsRefusedByName) {
@@ -104,7 +119,7 @@ TEST(Session, DeclaresLossAtItsOwnDeadlineAndReplacesTheSession) {
   proxy.blackhole();
   ASSERT_TRUE(eventually([&] { return lost.load(); }));
   const auto noticed = std::chrono::steady_clock::now() - cut;
-  // Lost before the server could expire the session (3 s after the last acknowledged send).
+  // Lost before the server could expire the session (3 s after the last proof of life).
   EXPECT_LT(noticed, 3000ms);
   EXPECT_EQ(session.metrics().losses_by_deadline, 1u);
   proxy.pass();

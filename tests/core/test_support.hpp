@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <zookeeper/zookeeper.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -27,6 +28,7 @@ inline SessionOptions session_options(const std::string& servers, std::chrono::m
   options.servers = servers;
   options.session_timeout = timeout;
   options.connect_timeout = testenv::scaled(15s);
+  options.ensemble_tick_time = testenv::kTestTickTime;
   return options;
 }
 
@@ -109,6 +111,14 @@ class ServerTest : public ::testing::Test {
   RawClient raw{servers};
 
   std::vector<std::string> nodes() { return raw.children(path); }
+  // The children in queue order (by their sequence number, the last ten digits).
+  std::vector<std::string> queue() {
+    auto children = nodes();
+    std::sort(children.begin(), children.end(), [](const std::string& a, const std::string& b) {
+      return a.substr(a.size() - 10) < b.substr(b.size() - 10);
+    });
+    return children;
+  }
 };
 
 }  // namespace zkr::test

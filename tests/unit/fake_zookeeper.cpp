@@ -39,6 +39,14 @@ bool proves_answer(int rc) {
   return rc <= kApiError;
 }
 
+// A reply to a request that only the leader answers (a sync, or a write, which followers forward):
+// only those count as the monitor's proof of life. `what` is "<op> <path>".
+bool went_through_leader(std::string_view what) {
+  for (std::string_view op : {"sync ", "create ", "set_data ", "remove "})
+    if (what.substr(0, op.size()) == op) return true;
+  return false;
+}
+
 bool valid_path(const std::string& path) {
   if (path.empty() || path.front() != '/') return false;
   if (path == "/") return true;
@@ -72,6 +80,7 @@ std::string_view to_string(Op op) {
     case Op::exists: return "exists";
     case Op::set_data: return "set_data";
     case Op::remove: return "remove";
+    case Op::sync: return "sync";
   }
   return "unknown";
 }
@@ -273,6 +282,20 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     request.apply = [server = server_.get(), path, version, callback](std::int64_t) {
       int rc = server->remove_locked(path, version);
       return FakeServer::Applied{rc, [callback](int reported) { (*callback)(reported); }, {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  // One server plays the leader too: a sync is answered in order, like any request.
+  int sync(const std::string& path, detail::ResultCallback done) override {
+    if (!valid_path(path)) return kBadArguments;
+    auto callback = std::make_shared<detail::ResultCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::sync;
+    request.path = path;
+    request.fail = [callback](int rc) { (*callback)(rc); };
+    request.apply = [callback](std::int64_t) {
+      return FakeServer::Applied{kOk, [callback](int reported) { (*callback)(reported); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }
@@ -568,7 +591,8 @@ void FakeServer::deliver_loop(Link& link) {
     entry.run(entry.rc);
     lock.lock();
     // Replies drained by close() reach a client that no longer listens: they acknowledge nothing.
-    if (entry.kind == Link::Kind::reply && proves_answer(entry.rc) && !link.stopping) {
+    if (entry.kind == Link::Kind::reply && proves_answer(entry.rc) && went_through_leader(entry.what) &&
+        !link.stopping) {
       auto& last = last_answered_send_[link.session];
       last = std::max(last, entry.sent);
     }

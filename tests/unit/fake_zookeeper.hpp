@@ -55,7 +55,7 @@ namespace zkr::fake {
 
 using FakeClock = std::chrono::steady_clock;
 
-enum class Op { create, get_children, get_data, exists, set_data, remove };
+enum class Op { create, get_children, get_data, exists, set_data, remove, sync };
 std::string_view to_string(Op op);
 
 // One injected fault: it applies once, to the first request that matches it (after `skip`).
@@ -142,8 +142,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   // path as sent), "<event> <path>" for a watch event (deleted, changed, children_changed),
   // "session <event>" for a session event.
   std::vector<std::string> queued_entries(std::int64_t session) const;
-  // The latest send time of a request whose reply (one that proves the server heard it) was
-  // delivered: the session monitor's "last acknowledged send", as the fake measures it.
+  // The latest send time of a request that went through the leader (a sync or a write) whose
+  // successful reply was delivered: the session monitor's proof of life, as the fake measures it.
   FakeClock::time_point last_answered_send(std::int64_t session) const;
 
   // ---- what happened ----

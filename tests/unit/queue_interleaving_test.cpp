@@ -107,6 +107,8 @@ class QueueInterleaving : public ::testing::Test {
     options.servers = "fake:2181";
     options.session_timeout = session_timeout;
     options.connect_timeout = scaled(10s);
+    // The fake answers at once: no follower lags behind its leader by more than this.
+    options.ensemble_tick_time = 20ms;
     auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
     core->connect_or_throw();
     return std::make_unique<Session>(core);
@@ -764,7 +766,9 @@ TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOr
   ASSERT_TRUE(wait_until([&] {
     std::size_t watches = 0;
     for (const auto& name : server->children(parent)) watches += server->data_watches(child_of(parent, name));
-    return watches == 4;  // the holder's own-node watch and each waiter's watch on its predecessor
+    // Every node's own-node watch (the holder's and each waiter's) and each waiter's watch on its
+    // predecessor.
+    return watches == 4 + 3;
   }));
   const FencingToken highest_old(server->last_zxid());
 
@@ -793,7 +797,7 @@ TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOr
 }
 
 // The server stops answering (every reply held). The monitor declares the session lost by its own
-// deadline, last acknowledged send + timeout - margin, without waiting for the client library to
+// deadline, last proof of life + timeout - margin - forward lag, without waiting for the client library to
 // notice anything, and tells the holder then.
 TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   const auto timeout = scaled(2000ms);
@@ -823,9 +827,11 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   const auto holder_told = lock_lost_at.get();
 
   const auto last_acknowledged_send = server->last_answered_send(old_session);
-  const auto margin = timeout / 4;  // the default safety margin
-  const auto deadline = last_acknowledged_send + timeout - margin;
-  const auto earliest_server_expiry = last_acknowledged_send + timeout;
+  const auto margin = session->lead_time();
+  EXPECT_EQ(margin, timeout / 4);  // the default safety margin fits
+  const auto forward_lag = session->core()->forward_lag();
+  const auto deadline = last_acknowledged_send + timeout - margin - forward_lag;
+  const auto earliest_server_expiry = last_acknowledged_send + timeout - forward_lag;
   const auto ms_since_pause = [&](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - paused_at).count();
   };
