@@ -228,7 +228,11 @@ TEST_F(LockFaultTest, WaiterWhoseNodeWasDeletedQueuesAgainInsteadOfHoldingBeside
 // go of its lock.
 TEST_F(LockFaultTest, LostSessionIsNotClosedOnTheServerBeforeItsHolderLetsGo) {
   testenv::Proxy proxy(servers);
-  Session holder(session_options(proxy.address(), 4000ms));
+  // A margin large enough that the loss is declared while the C client still believes itself
+  // connected (it gives up on a silent server after 2/3 of the timeout): as zklock's margin does.
+  auto holder_options = session_options(proxy.address(), 4000ms);
+  holder_options.safety_margin = 2500ms;
+  Session holder(holder_options);
   Session waiter(session_options(servers));
   Lock holder_lock(holder, path), waiter_lock(waiter, path);
   HeldLock held = holder_lock.acquire();
@@ -252,7 +256,9 @@ TEST_F(LockFaultTest, LostSessionIsNotClosedOnTheServerBeforeItsHolderLetsGo) {
 TEST_F(LockFaultTest, LostSessionIsClosedOnceTheServerWouldHaveExpiredItEvenIfNeverLetGo) {
   testenv::Proxy proxy(servers);
   constexpr auto kTimeout = 3000ms;
-  Session holder(session_options(proxy.address(), kTimeout));
+  auto holder_options = session_options(proxy.address(), kTimeout);
+  holder_options.safety_margin = 2000ms;  // lost while the C client still believes itself connected
+  Session holder(holder_options);
   Session waiter(session_options(servers));
   Lock holder_lock(holder, path), waiter_lock(waiter, path);
   HeldLock held = holder_lock.acquire();
