@@ -5,6 +5,8 @@
 // at the exact step, instead of hoping that timing produces the case.
 #include <gtest/gtest.h>
 
+#include <boost/asio/post.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -742,6 +744,40 @@ TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   EXPECT_EQ(session->metrics().locks_lost, 1u);
   held.release();  // nothing of ours is left to delete
   EXPECT_TRUE(requests_of(session_id, Op::remove, parent + "/").empty());
+}
+
+// The waiter's blocker is deleted, but the event that grants it is handled only after the waiter's
+// session passed its deadline (the monitor's timer has not run: its thread is busy). The grant
+// must not be handed out on a session the server may already have expired: the session is
+// declared lost instead, and the waiter is granted on the next one.
+TEST_F(QueueInterleaving, NoGrantIsHandedOutPastTheSessionDeadline) {
+  const std::string parent = "/locks/grant-past-deadline";
+  server->ensure_path(parent);
+  auto holder_session = open_session();
+  auto waiter_session = open_session(scaled(2000ms));
+  const auto old_session = waiter_session->id();
+  Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
+  HeldLock held = holder_lock.acquire();
+  const std::string holder_node = held.node_path();
+  BackgroundAcquire waiter(waiter_lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->data_watches(holder_node) >= 1; }));
+
+  server->pause(old_session);
+  std::promise<void> unblock;
+  auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
+  boost::asio::post(waiter_session->core()->worker(), [worker_busy] { worker_busy->wait(); });
+  held.release();
+  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
+  std::this_thread::sleep_for(waiter_session->core()->silence_tolerance() + 200ms);  // past the deadline
+  ASSERT_TRUE(server->step_through(old_session, "deleted " + holder_node));
+  unblock.set_value();
+  server->resume(old_session);
+
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock granted = waiter.take();
+  EXPECT_NE(granted.session_id(), old_session) << "granted on a session past its deadline";
+  EXPECT_EQ(waiter_session->metrics().losses_by_deadline, 1u);
 }
 
 // The session expires with a holder and three waiters on it. The holder is told lost; the waiters
