@@ -42,6 +42,7 @@ class NetLab {
   NetLab(const NetLab&) = delete;
   NetLab& operator=(const NetLab&) = delete;
 
+  const std::string& name() const { return lab_; }  // "zkrNNNN", the prefix of its namespaces
   int servers() const { return static_cast<int>(server_addresses_.size()); }
   int clients() const { return static_cast<int>(client_addresses_.size()); }
   const NetLabOptions& options() const { return options_; }

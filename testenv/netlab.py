@@ -502,6 +502,7 @@ def command_start(args):
             launch_watchdog(state_dir, args.owner_pid, owner_start, state)
         state["start_seconds"] = round(time.monotonic() - started, 2)
         save_state(state_dir, state)
+        mark_ready(lab)
     except BaseException:
         try:
             teardown(state_dir, state, lab)
@@ -585,13 +586,29 @@ def command_watchdog(args):
             return
 
 
+def alive(record, key):
+    pid = record.get(f"{key}_pid")
+    return bool(pid) and zkenv.process_start_time(pid) == record.get(f"{key}_start")
+
+
 def owner_alive(record):
-    """A lab lives while its owner does, or (before the owner is known) its creating netlab.py."""
-    for pid_key, start_key in (("owner_pid", "owner_start"), ("creator_pid", "creator_start")):
-        pid = record.get(pid_key)
-        if pid and zkenv.process_start_time(pid) == record.get(start_key):
-            return True
-    return False
+    """A lab lives while the netlab.py building it runs, then while its owner does. A lab started
+    without an owner lives until `stop`, unless its start never finished."""
+    if alive(record, "creator"):
+        return True
+    if record.get("owner_pid"):
+        return alive(record, "owner")
+    return bool(record.get("ready"))
+
+
+def mark_ready(lab):
+    path = registry_path(lab)
+    with open(path) as f:
+        record = json.load(f)
+    record["ready"] = True
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
 
 
 def collect_garbage(quiet=False):
@@ -602,7 +619,7 @@ def collect_garbage(quiet=False):
     except FileNotFoundError:
         entries = []
     for entry in entries:
-        lab = entry[:-len(".json")] if entry.endswith(".json") else ""
+        lab = entry[:-len(".json")] if entry.endswith(".json") else ""  # not *.tmp
         if not LAB_NAME.match(lab):
             continue
         try:

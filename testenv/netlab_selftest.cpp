@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -88,7 +90,7 @@ TEST_F(NetLabTest, CutStopsOneClientAloneAndHealRestoresIt) {
     auto fresh = lab->spawn(0, {"/usr/bin/python3", source_dir() + "/testenv/netlab_client.py",
                                 lab->server_address(server), "--connect-timeout", "3"},
                             options);
-    EXPECT_EQ(fresh->read_line(scaled(30s)).value_or(""), "error start KazooTimeoutError");
+    EXPECT_EQ(fresh->read_line(scaled(30s)).value_or(""), "error start timeout");
   }
 
   lab->heal();
@@ -136,7 +138,7 @@ TEST_F(NetLabTest, IsolatedClientReachesNoServer) {
   auto fresh = lab->spawn(0, {"/usr/bin/python3", source_dir() + "/testenv/netlab_client.py",
                               lab->connect_string(), "--connect-timeout", "4"},
                           options);
-  EXPECT_EQ(fresh->read_line(scaled(30s)).value_or(""), "error start KazooTimeoutError");
+  EXPECT_EQ(fresh->read_line(scaled(30s)).value_or(""), "error start timeout");
   auto c1 = lab->kazoo_client(1, lab->connect_string());
   EXPECT_EQ(ask(*c1, "create /netlab-isolated-c0"), "ok /netlab-isolated-c0");
   lab->heal();
@@ -212,7 +214,8 @@ TEST_F(NetLabTest, SingleServerLabAndServerFaultsLeaveNothingBehind) {
   std::string lab_name;
   {
     auto lab = make_lab({.servers = 1, .clients = 1});
-    lab_name = lab->namespace_of("s0").substr(0, lab->namespace_of("s0").find('-'));
+    lab_name = lab->name();
+    EXPECT_EQ(lab->namespace_of("s0"), lab_name + "-s0");
     EXPECT_TRUE(lab_namespaces_exist(lab_name));
     EXPECT_EQ(lab->leader(), 0);
     EXPECT_EQ(lab->mode(0), "standalone");
@@ -238,19 +241,25 @@ TEST_F(NetLabTest, SingleServerLabAndServerFaultsLeaveNothingBehind) {
   EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
 }
 
+// Starts a one-server lab owned by `owner_pid` through netlab.py directly; returns its name.
+std::string start_owned_lab(pid_t owner_pid, const std::string& dir) {
+  Process::Options options;
+  options.merge_stderr = true;
+  Process start({"/usr/bin/python3", source_dir() + "/testenv/netlab.py", "start", "--servers", "1", "--clients",
+                 "0", "--owner-pid", std::to_string(owner_pid), "--dir", dir},
+                options);
+  std::string summary = start.read_all(scaled(120s));
+  if (start.wait(5s) != 0 || !summary.starts_with("lab ")) {
+    throw std::runtime_error("netlab.py start failed: " + summary);
+  }
+  return summary.substr(4, summary.find('\n') - 4);
+}
+
 // The watchdog removes a lab whose owner died without cleaning up.
 TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
   Process owner({"/bin/sleep", "120"});
   const std::string dir = fmt::format("/tmp/zkr-netlab-watchdog-{}", ::getpid());
-  Process::Options options;
-  options.merge_stderr = true;
-  Process start({"/usr/bin/python3", source_dir() + "/testenv/netlab.py", "start", "--servers", "1", "--clients",
-                 "0", "--owner-pid", std::to_string(owner.pid()), "--dir", dir},
-                options);
-  std::string summary = start.read_all(scaled(120s));
-  ASSERT_EQ(start.wait(5s), 0) << summary;
-  ASSERT_TRUE(summary.starts_with("lab ")) << summary;
-  const std::string lab_name = summary.substr(4, summary.find('\n') - 4);
+  const std::string lab_name = start_owned_lab(owner.pid(), dir);
   ASSERT_TRUE(lab_namespaces_exist(lab_name));
 
   owner.signal(SIGKILL);
@@ -258,6 +267,48 @@ TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
   const auto deadline = Clock::now() + scaled(30s);
   while (lab_namespaces_exist(lab_name) && Clock::now() < deadline) std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(lab_namespaces_exist(lab_name)) << "the watchdog left " << lab_name << " behind";
+  EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// With its watchdog gone too, a dead owner's lab is removed by `netlab.py gc`, and only then.
+TEST_F(NetLabTest, GcRemovesALabWhoseOwnerAndWatchdogAreGone) {
+  Process owner({"/bin/sleep", "120"});
+  const std::string dir = fmt::format("/tmp/zkr-netlab-gc-{}", ::getpid());
+  const std::string lab_name = start_owned_lab(owner.pid(), dir);
+
+  // The watchdog is the one state.json names; make sure of its command line before killing it.
+  std::ifstream state_file(dir + "/state.json");
+  std::string state((std::istreambuf_iterator<char>(state_file)), std::istreambuf_iterator<char>());
+  auto key = state.find("\"watchdog_pid\": ");
+  ASSERT_NE(key, std::string::npos) << state;
+  const pid_t watchdog = static_cast<pid_t>(std::stol(state.substr(key + 16)));
+  std::ifstream cmdline_file(fmt::format("/proc/{}/cmdline", watchdog));
+  std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+  ASSERT_NE(cmdline.find("watchdog"), std::string::npos) << cmdline;
+  ASSERT_NE(cmdline.find(dir), std::string::npos) << cmdline;
+  ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
+
+  // gc leaves the lab alone while its owner lives.
+  auto gc = [] {
+    Process::Options options;
+    options.merge_stderr = true;
+    Process run({"/usr/bin/python3", source_dir() + "/testenv/netlab.py", "gc"}, options);
+    std::string output = run.read_all(scaled(60s));
+    EXPECT_EQ(run.wait(5s), 0) << output;
+    return output;
+  };
+  gc();
+  EXPECT_TRUE(lab_namespaces_exist(lab_name)) << "gc removed a lab whose owner lives";
+
+  owner.signal(SIGKILL);
+  owner.wait(5s);
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(lab_namespaces_exist(lab_name)) << "something other than gc removed the lab";
+  EXPECT_NE(gc().find(lab_name), std::string::npos);
+  EXPECT_FALSE(lab_namespaces_exist(lab_name)) << "gc left " << lab_name << " behind";
+  EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
