@@ -1,0 +1,860 @@
+#!/usr/bin/python3
+"""A ZooKeeper lab of network namespaces, for tests that cut real network links.
+
+Every host of a lab, servers s0..sN-1 and clients c0..cM-1, is a network namespace of its own with
+lo up and one interface, eth0, a veth whose other end sits on a bridge (br0) inside a hub
+namespace. Hosts get addresses 10.213.R.10+I (servers) and 10.213.R.100+J (clients) in a /24 chosen
+at random per lab. Faults are nft rules inside the receiving host's namespace (table inet zkrlab,
+chain input), so a dropped packet simply vanishes, as on a cut cable: the sender sees no error.
+
+Nothing is created in, or sent from, the root namespace: interfaces are made inside the hub
+namespace (the peer end directly in the host's namespace), and every probe opens its socket inside
+a lab namespace. All names carry the lab's name, "zkr" and four hex digits: zkrNNNN-hub,
+zkrNNNN-s0, zkrNNNN-c1. /run/zkr-netlab/LAB.json records each lab's owner and state directory
+before anything is created and is removed last, so `gc` can remove the labs of dead owners.
+
+Servers run `java ... QuorumPeerMain CFG` (ZooKeeperServerMain for a single server) under
+`ip netns exec`, which execs in place: the recorded pid is the JVM's. Every server listens on port
+2181 (clients), 2888 and 3888 (quorum) of its own address; each namespace has its own ports.
+
+  netlab.py start --dir DIR [--servers 3] [--clients 2] [--tick-ms 200] [--sync-limit 2]
+                  [--init-limit 10] [--owner-pid PID]   prints the lab, one fact a line
+  netlab.py stop --dir DIR
+  netlab.py drop FROM TO | cut A B | isolate-from-servers I | isolate HOST | heal  --dir DIR
+  netlab.py kill|stop-server|start-server|freeze|thaw I --dir DIR
+  netlab.py status|leader --dir DIR;  netlab.py four-letter I CMD --dir DIR
+  netlab.py gc      remove the labs whose owner process is gone
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zkenv  # noqa: E402  (same directory; shares the process and logging helpers)
+
+from zkenv import EnvError  # noqa: E402
+
+IP = "/usr/sbin/ip"
+NFT = "/usr/sbin/nft"
+REGISTRY = "/run/zkr-netlab"
+NETNS_DIR = "/run/netns"
+SUBNET_PREFIX = "10.213"
+CLIENT_PORT, QUORUM_PORT, ELECTION_PORT = 2181, 2888, 3888
+LAB_NAME = re.compile(r"^zkr[0-9a-f]{4}$")
+CLONE_NEWNET = 0x40000000
+NFT_TABLE = "zkrlab"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands run as root
+
+
+def run(argv, stdin_text=None, check=True):
+    try:
+        result = subprocess.run(argv, input=stdin_text, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EnvError(f"{' '.join(argv)}: {e}")
+    if check and result.returncode != 0:
+        raise EnvError(f"{' '.join(argv)} failed ({result.returncode}): "
+                       f"{(result.stderr or result.stdout).strip()}")
+    return result
+
+
+def in_ns(ns, argv, stdin_text=None, check=True):
+    return run([IP, "netns", "exec", ns] + argv, stdin_text, check)
+
+
+def unavailable_reason():
+    """'' if this process can build labs, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces and nft need root (running as uid %d)" % os.geteuid()
+    for tool in (IP, NFT):
+        if not os.access(tool, os.X_OK):
+            return f"{tool} is missing: install the Debian packages iproute2 and nftables"
+    probe = f"zkr{random.getrandbits(16):04x}-probe"
+    try:
+        run([IP, "netns", "add", probe])
+    except EnvError as e:
+        return f"cannot create a network namespace: {e}"
+    try:
+        in_ns(probe, [NFT, "-f", "-"], NFT_BASE)
+        run([IP, "-n", probe, "link", "add", "br0", "type", "bridge"])
+        run([IP, "-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1"])
+    except EnvError as e:
+        return f"network namespaces lack what a lab needs (nft, bridge or veth): {e}"
+    finally:
+        run([IP, "netns", "del", probe], check=False)
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sockets inside a namespace
+
+
+def socket_in(ns):
+    """A TCP socket created inside namespace ns. A socket keeps the namespace it was made in, so
+    this process switches there only for the socket() call and straight back."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(os.path.join(NETNS_DIR, ns), os.O_RDONLY)
+    except OSError as e:
+        os.close(own)
+        raise EnvError(f"no network namespace {ns}: {e}")
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise EnvError(f"setns({ns}): {os.strerror(ctypes.get_errno())}")
+        try:
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:
+                # Staying in the lab's namespace would send later commands there: stop at once.
+                os.write(2, b"netlab: cannot return to the original network namespace\n")
+                os._exit(70)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
+def four_letter(ns, address, command, timeout_s=zkenv.FOUR_LETTER_TIMEOUT_S):
+    """Four-letter command from inside namespace ns; the reply, or None without an answer."""
+    try:
+        with socket_in(ns) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect((address, CLIENT_PORT))
+            sock.sendall(command.encode())
+            chunks = []
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return None
+
+
+def server_mode(state, server):
+    """Asked inside the server's own namespace, so partitions never hide the answer."""
+    reply = four_letter(server["ns"], server["address"], "srvr")
+    for line in (reply or "").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def find_leader(state):
+    for server in state["servers"]:
+        if server.get("pid") and server_mode(state, server) in ("leader", "standalone"):
+            return server["index"]
+    return -1
+
+
+# ---------------------------------------------------------------------------------------------
+# State
+
+
+def state_path(state_dir):
+    return os.path.join(state_dir, "state.json")
+
+
+def load_state(state_dir):
+    try:
+        with open(state_path(state_dir)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise EnvError(f"cannot read {state_path(state_dir)}: {e}")
+
+
+def require_state(state_dir):
+    state = load_state(state_dir)
+    if state is None:
+        raise EnvError(f"no lab recorded in {state_dir} (missing state.json)")
+    return state
+
+
+def save_state(state_dir, state):
+    temporary = state_path(state_dir) + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(state, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, state_path(state_dir))
+
+
+def registry_path(lab):
+    return os.path.join(REGISTRY, lab + ".json")
+
+
+def lab_namespaces(state):
+    return [state["hub"]] + [h["ns"] for h in state["servers"] + state["clients"]]
+
+
+def existing_namespaces():
+    try:
+        return set(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return set()
+
+
+def claim_lab(state_dir, owner_pid, owner_start):
+    """Picks a free lab name and /24 and writes the registry entry (O_EXCL) before anything else."""
+    os.makedirs(REGISTRY, exist_ok=True)
+    for _ in range(100):
+        lab = f"zkr{random.getrandbits(16):04x}"
+        if any(ns.startswith(lab + "-") for ns in existing_namespaces()):
+            continue
+        used = set()
+        for entry in os.listdir(REGISTRY):
+            try:
+                with open(os.path.join(REGISTRY, entry)) as f:
+                    used.add(json.load(f).get("subnet"))
+            except (OSError, ValueError):
+                pass
+        free = [n for n in range(256) if f"{SUBNET_PREFIX}.{n}" not in used]
+        if not free:
+            raise EnvError(f"every 10.213.X.0/24 is taken by a lab in {REGISTRY}")
+        subnet = f"{SUBNET_PREFIX}.{random.choice(free)}"
+        record = {"lab": lab, "subnet": subnet, "state_dir": state_dir, "owner_pid": owner_pid,
+                  "owner_start": owner_start, "creator_pid": os.getpid(),
+                  "creator_start": zkenv.process_start_time(os.getpid())}
+        try:
+            fd = os.open(registry_path(lab), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        return lab, subnet
+    raise EnvError("cannot find a free lab name")
+
+
+def host(state, name):
+    """The host record for "sI" or "cJ"."""
+    for record in state["servers"] + state["clients"]:
+        if record["name"] == name:
+            return record
+    names = ", ".join(h["name"] for h in state["servers"] + state["clients"])
+    raise EnvError(f"no host '{name}' in this lab (hosts: {names})")
+
+
+def server_by_index(state, index):
+    servers = state["servers"]
+    if not 0 <= index < len(servers):
+        raise EnvError(f"server index {index} out of range: the lab has {len(servers)} servers, "
+                       f"numbered 0..{len(servers) - 1}")
+    return servers[index]
+
+
+def new_state(state_dir, lab, subnet, args):
+    def record(name, address):
+        return {"name": name, "ns": f"{lab}-{name}", "address": address}
+
+    servers = []
+    for index in range(args.servers):
+        server = record(f"s{index}", f"{subnet}.{10 + index}")
+        server_dir = os.path.join(state_dir, f"server-{index}")
+        server.update({"index": index, "pid": None,
+                       "cfg": os.path.join(server_dir, "zoo.cfg"),
+                       "data_dir": os.path.join(server_dir, "data"),
+                       "log": os.path.join(server_dir, "zookeeper.log"),
+                       "console": os.path.join(server_dir, "console.log")})
+        servers.append(server)
+    clients = [record(f"c{index}", f"{subnet}.{100 + index}") for index in range(args.clients)]
+    return {"lab": lab, "subnet": subnet + ".0/24", "hub": f"{lab}-hub",
+            "tick_ms": args.tick_ms, "sync_limit": args.sync_limit, "init_limit": args.init_limit,
+            "servers": servers, "clients": clients, "drops": [], "watchdog_pid": None}
+
+
+def connect_string(state):
+    return ",".join(f"{s['address']}:{CLIENT_PORT}" for s in state["servers"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Building and removing the network
+
+
+NFT_BASE = (f"table inet {NFT_TABLE} {{\n"
+            f"  chain input {{ type filter hook input priority 0; policy accept; }}\n"
+            f"}}\n")
+
+
+def build_network(state):
+    hub = state["hub"]
+    run([IP, "netns", "add", hub])
+    run([IP, "-n", hub, "link", "add", "br0", "type", "bridge"])
+    run([IP, "-n", hub, "link", "set", "br0", "up"])
+    run([IP, "-n", hub, "link", "set", "lo", "up"])
+    for record in state["servers"] + state["clients"]:
+        ns = record["ns"]
+        run([IP, "netns", "add", ns])
+        # Both ends are born inside lab namespaces: the root namespace never holds them.
+        run([IP, "-n", hub, "link", "add", record["name"], "type", "veth",
+             "peer", "name", "eth0", "netns", ns])
+        run([IP, "-n", hub, "link", "set", record["name"], "master", "br0", "up"])
+        run([IP, "-n", ns, "link", "set", "lo", "up"])
+        run([IP, "-n", ns, "addr", "add", f"{record['address']}/24", "dev", "eth0"])
+        run([IP, "-n", ns, "link", "set", "eth0", "up"])
+        in_ns(ns, [NFT, "-f", "-"], NFT_BASE)
+
+
+def kill_namespace_processes(ns):
+    """Every process still inside one of our namespaces is ours (a server or a client the test
+    left): KILL it, so that deleting the namespace really frees it."""
+    result = run([IP, "netns", "pids", ns], check=False)
+    for word in result.stdout.split():
+        try:
+            os.kill(int(word), signal.SIGKILL)
+            os.kill(int(word), signal.SIGCONT)
+        except (ValueError, ProcessLookupError):
+            pass
+
+
+def remove_namespaces(names):
+    present = existing_namespaces()
+    failures = []
+    for ns in names:
+        if ns in present:
+            kill_namespace_processes(ns)
+    for ns in names:
+        if ns in present:
+            result = run([IP, "netns", "del", ns], check=False)
+            if result.returncode != 0:
+                failures.append(f"{ns}: {result.stderr.strip()}")
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers
+
+
+def write_config(state):
+    servers = state["servers"]
+    for server in servers:
+        os.makedirs(server["data_dir"], exist_ok=True)
+        lines = [
+            f"tickTime={state['tick_ms']}",
+            f"initLimit={state['init_limit']}",
+            f"syncLimit={state['sync_limit']}",
+            f"dataDir={server['data_dir']}",
+            f"clientPort={CLIENT_PORT}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            "maxClientCnxns=0",
+        ]
+        if len(servers) > 1:
+            for peer in servers:
+                lines.append(f"server.{peer['index'] + 1}={peer['address']}:{QUORUM_PORT}:"
+                             f"{ELECTION_PORT}")
+            with open(os.path.join(server["data_dir"], "myid"), "w") as f:
+                f.write(f"{server['index'] + 1}\n")
+        with open(server["cfg"], "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def launch_server(state_dir, state, server):
+    classpath = ":".join([zkenv.ZOOKEEPER_JAR] + zkenv.LOGGING_JARS +
+                         [os.path.join(state_dir, "conf")])
+    main = zkenv.STANDALONE_MAIN if len(state["servers"]) == 1 else zkenv.QUORUM_MAIN
+    argv = [IP, "netns", "exec", server["ns"], zkenv.JAVA] + zkenv.JVM_FLAGS + [
+        f"-Dzkenv.log.file={server['log']}",
+        f"-Dlog4j.configuration=file:{os.path.join(state_dir, 'conf', 'log4j.properties')}",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp", classpath, main, server["cfg"],
+    ]
+    try:
+        with open(server["console"], "ab") as console, open(os.devnull, "rb") as devnull:
+            process = subprocess.Popen(argv, stdin=devnull, stdout=console, stderr=console,
+                                       start_new_session=True, close_fds=True)
+    except OSError as e:
+        raise EnvError(f"cannot start server {server['index']}: {e}")
+    server["pid"] = process.pid  # ip netns exec execs java in place
+    process.returncode = 0  # handed over on purpose; no warning on garbage collection
+
+
+def wait_ready(state, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = []
+        for server in state["servers"]:
+            if zkenv.child_exited(server):
+                raise EnvError(
+                    f"server {server['index']} (pid {server['pid']}) exited during start; "
+                    f"log {server['log']}:\n{zkenv.log_tail(server['log'])}"
+                    f"{zkenv.log_tail(server['console'])}")
+            if server_mode(state, server) is None:
+                pending.append(server["index"])
+        if not pending and find_leader(state) >= 0:
+            return
+        if time.monotonic() >= deadline:
+            what = ("servers " + ", ".join(map(str, pending)) + " do not answer srvr") if pending \
+                else "no server reports itself leader"
+            raise EnvError(f"lab not ready after {timeout_s:.0f} s: {what} "
+                           f"(logs in {os.path.dirname(state['servers'][0]['log'])}/..)")
+        time.sleep(0.1)
+
+
+def stop_servers(state):
+    for server in state["servers"]:
+        if zkenv.signal_if_ours(server, signal.SIGTERM):
+            zkenv.signal_if_ours(server, signal.SIGCONT)
+    failures = []
+    for server in state["servers"]:
+        try:
+            zkenv.stop_server_process(server)
+        except EnvError as e:
+            failures.append(str(e))
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab life cycle
+
+
+def teardown(state_dir, state, lab):
+    """Stops the servers, kills what is left in the namespaces, deletes them, then the registry
+    entry. Works from the registry alone when the state directory is gone."""
+    failures = []
+    if state is not None:
+        end_watchdog(state_dir, state)
+        failures += stop_servers(state)
+        namespaces = lab_namespaces(state)
+    else:
+        namespaces = []
+    # Whatever the state says, every namespace with the lab's prefix goes.
+    namespaces += sorted(ns for ns in existing_namespaces()
+                         if ns.startswith(lab + "-") and ns not in namespaces)
+    failures += remove_namespaces(namespaces)
+    if state is not None:
+        state["torn_down"] = True
+        try:
+            save_state(state_dir, state)
+        except OSError:
+            pass
+    if not failures:
+        try:
+            os.remove(registry_path(lab))
+        except FileNotFoundError:
+            pass
+    if failures:
+        raise EnvError("; ".join(failures))
+
+
+def command_start(args):
+    state_dir = os.path.abspath(args.dir)
+    if args.servers < 1:
+        raise EnvError(f"--servers must be at least 1, not {args.servers}")
+    if not 0 <= args.clients <= 100:
+        raise EnvError(f"--clients must be 0..100, not {args.clients}")
+    if args.servers > 80:
+        raise EnvError(f"--servers must be at most 80, not {args.servers}")
+    for name in ("tick_ms", "sync_limit", "init_limit"):
+        if getattr(args, name) < 1:
+            raise EnvError(f"--{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
+    reason = unavailable_reason()
+    if reason:
+        raise EnvError(reason)
+    zkenv.check_installation()
+    os.makedirs(state_dir, exist_ok=True)
+    previous = load_state(state_dir)
+    if previous is not None and not previous.get("torn_down"):
+        raise EnvError(f"{state_dir} already holds lab {previous['lab']}; "
+                       f"run 'netlab.py stop --dir {state_dir}' first")
+    owner_start = None
+    if args.owner_pid:
+        owner_start = zkenv.process_start_time(args.owner_pid)
+        if owner_start is None:
+            raise EnvError(f"--owner-pid {args.owner_pid} is not a running process")
+    collect_garbage(quiet=True)
+
+    conf_dir = os.path.join(state_dir, "conf")
+    os.makedirs(conf_dir, exist_ok=True)
+    with open(os.path.join(conf_dir, "log4j.properties"), "w") as f:
+        f.write(zkenv.LOG4J_PROPERTIES)
+    for entry in os.listdir(state_dir):
+        if entry.startswith("server-"):
+            shutil.rmtree(os.path.join(state_dir, entry), ignore_errors=True)
+
+    lab, subnet = claim_lab(state_dir, args.owner_pid, owner_start)
+    state = new_state(state_dir, lab, subnet, args)
+    started = time.monotonic()
+    try:
+        save_state(state_dir, state)
+        build_network(state)
+        write_config(state)
+        for server in state["servers"]:
+            launch_server(state_dir, state, server)
+        save_state(state_dir, state)
+        wait_ready(state, args.timeout)
+        if args.owner_pid:
+            launch_watchdog(state_dir, args.owner_pid, owner_start, state)
+        state["start_seconds"] = round(time.monotonic() - started, 2)
+        save_state(state_dir, state)
+        mark_ready(lab)
+    except BaseException:
+        try:
+            teardown(state_dir, state, lab)
+        except EnvError as e:
+            print(f"netlab: cleanup after a failed start: {e}", file=sys.stderr)
+        raise
+    print_summary(state)
+
+
+def print_summary(state):
+    """One fact per line, easy to read from C++: the full record is STATEDIR/state.json."""
+    lines = [f"lab {state['lab']}", f"subnet {state['subnet']}",
+             f"start_seconds {state.get('start_seconds', 0)}"]
+    lines += [f"server {s['index']} {s['address']}:{CLIENT_PORT} {s['ns']}" for s in state["servers"]]
+    lines += [f"client {c['name'][1:]} {c['address']} {c['ns']}" for c in state["clients"]]
+    print("\n".join(lines), flush=True)
+
+
+def command_stop(args):
+    state_dir = os.path.abspath(args.dir)
+    state = load_state(state_dir)
+    if state is None or state.get("torn_down"):
+        return
+    teardown(state_dir, state, state["lab"])
+
+
+def watchdog_is_ours(pid, state_dir):
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return False
+    return any(a.endswith("netlab.py") for a in argv) and "watchdog" in argv and state_dir in argv
+
+
+def end_watchdog(state_dir, state):
+    pid = state.get("watchdog_pid")
+    if watchdog_is_ours(pid, state_dir):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    state["watchdog_pid"] = None
+
+
+def launch_watchdog(state_dir, owner_pid, owner_start, state):
+    argv = [sys.executable, os.path.abspath(__file__), "watchdog", "--dir", state_dir,
+            "--owner-pid", str(owner_pid), "--owner-start", str(owner_start)]
+    try:
+        with open(os.path.join(state_dir, "watchdog.log"), "ab") as log, \
+                open(os.devnull, "rb") as devnull:
+            process = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=log,
+                                       start_new_session=True, close_fds=True)
+    except OSError as e:
+        raise EnvError(f"cannot start the watchdog: {e}")
+    process.returncode = 0
+    state["watchdog_pid"] = process.pid
+
+
+def command_watchdog(args):
+    """Tears the lab down once its owner is gone; ends when the lab is stopped by others."""
+    state_dir = os.path.abspath(args.dir)
+    while True:
+        time.sleep(0.5)
+        try:
+            state = load_state(state_dir)
+        except EnvError:
+            continue  # caught mid-write
+        if state is None or state.get("torn_down"):
+            return
+        recorded = state.get("watchdog_pid")
+        if recorded is not None and recorded != os.getpid():
+            return
+        if zkenv.process_start_time(args.owner_pid) != args.owner_start:
+            print(f"netlab watchdog: owner {args.owner_pid} is gone, removing lab {state['lab']}",
+                  file=sys.stderr, flush=True)
+            state["watchdog_pid"] = None  # do not signal ourselves
+            teardown(state_dir, state, state["lab"])
+            return
+
+
+def alive(record, key):
+    pid = record.get(f"{key}_pid")
+    return bool(pid) and zkenv.process_start_time(pid) == record.get(f"{key}_start")
+
+
+def owner_alive(record):
+    """A lab lives while the netlab.py building it runs, then while its owner does. A lab started
+    without an owner lives until `stop`, unless its start never finished."""
+    if alive(record, "creator"):
+        return True
+    if record.get("owner_pid"):
+        return alive(record, "owner")
+    return bool(record.get("ready"))
+
+
+def mark_ready(lab):
+    path = registry_path(lab)
+    with open(path) as f:
+        record = json.load(f)
+    record["ready"] = True
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def collect_garbage(quiet=False):
+    """Removes every registered lab whose owner and creator are both gone."""
+    removed = []
+    try:
+        entries = sorted(os.listdir(REGISTRY))
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        lab = entry[:-len(".json")] if entry.endswith(".json") else ""  # not *.tmp
+        if not LAB_NAME.match(lab):
+            continue
+        try:
+            with open(os.path.join(REGISTRY, entry)) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if owner_alive(record):
+            continue
+        state_dir = record.get("state_dir") or ""
+        try:
+            state = load_state(state_dir) if state_dir else None
+        except EnvError:
+            state = None
+        if state is not None and state.get("lab") != lab:
+            state = None
+        try:
+            teardown(state_dir, state, lab)
+            removed.append(lab)
+        except EnvError as e:
+            print(f"netlab gc: {lab}: {e}", file=sys.stderr)
+    if removed and not quiet:
+        print("removed " + " ".join(removed))
+    return removed
+
+
+def command_gc(args):
+    collect_garbage()
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults
+
+
+def apply_rules(state):
+    """Rewrites every host's input chain from state['drops'] in one nft transaction each."""
+    for record in state["servers"] + state["clients"]:
+        sources = [host(state, source)["address"] for source, target in state["drops"]
+                   if target == record["name"]]
+        script = f"flush chain inet {NFT_TABLE} input\n"
+        if sources:
+            script += (f"add rule inet {NFT_TABLE} input ip saddr {{ {', '.join(sources)} }} "
+                       f"counter drop\n")
+        in_ns(record["ns"], [NFT, "-f", "-"], script)
+
+
+def add_drops(state_dir, state, pairs):
+    for source, target in pairs:
+        if source == target:
+            raise EnvError(f"cannot drop packets from {source} to itself")
+        host(state, source)
+        host(state, target)
+        if [source, target] not in state["drops"]:
+            state["drops"].append([source, target])
+    apply_rules(state)
+    save_state(state_dir, state)
+
+
+def command_fault(args):
+    state_dir = os.path.abspath(args.dir)
+    state = require_state(state_dir)
+    others = [h["name"] for h in state["servers"] + state["clients"]]
+    if args.command == "drop":
+        pairs = [(args.a, args.b)]
+    elif args.command == "cut":
+        pairs = [(args.a, args.b), (args.b, args.a)]
+    elif args.command == "isolate-from-servers":
+        name = server_by_index(state, args.index)["name"]
+        pairs = [(name, s["name"]) for s in state["servers"] if s["name"] != name]
+        pairs += [(b, a) for a, b in pairs]
+    elif args.command == "isolate":
+        host(state, args.a)
+        pairs = [(args.a, other) for other in others if other != args.a]
+        pairs += [(b, a) for a, b in pairs]
+    elif args.command == "heal":
+        state["drops"] = []
+        apply_rules(state)
+        save_state(state_dir, state)
+        return
+    add_drops(state_dir, state, pairs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries and single servers
+
+
+def command_status(args):
+    state = require_state(os.path.abspath(args.dir))
+    for server in state["servers"]:
+        alive = zkenv.process_is_ours(server.get("pid"), server["cfg"])
+        mode = server_mode(state, server) if alive else None
+        print(f"{server['name']} pid={server['pid'] if alive else '-'} ns={server['ns']} "
+              f"address={server['address']}:{CLIENT_PORT} "
+              f"state={'running' if alive else 'stopped'} mode={mode or '-'}")
+    for client in state["clients"]:
+        print(f"{client['name']} ns={client['ns']} address={client['address']}")
+    for source, target in state["drops"]:
+        print(f"drop {source} -> {target}")
+
+
+def command_leader(args):
+    print(find_leader(require_state(os.path.abspath(args.dir))))
+
+
+def command_four_letter(args):
+    state = require_state(os.path.abspath(args.dir))
+    server = server_by_index(state, args.index)
+    reply = four_letter(server["ns"], server["address"], args.word)
+    sys.stdout.write(reply or "")
+
+
+def command_on_server(args):
+    state_dir = os.path.abspath(args.dir)
+    state = require_state(state_dir)
+    server = server_by_index(state, args.index)
+    if args.command == "kill":
+        zkenv.kill_server_process(server)
+    elif args.command == "stop-server":
+        zkenv.stop_server_process(server)
+    elif args.command == "start-server":
+        if zkenv.process_is_ours(server.get("pid"), server["cfg"]):
+            raise EnvError(f"server {args.index} is already running (pid {server['pid']})")
+        launch_server(state_dir, state, server)
+        save_state(state_dir, state)
+        deadline = time.monotonic() + args.timeout
+        while server_mode(state, server) is None:
+            if zkenv.child_exited(server):
+                raise EnvError(f"server {args.index} exited on start; log {server['log']}:\n"
+                               f"{zkenv.log_tail(server['log'])}")
+            if time.monotonic() >= deadline:
+                if args.no_wait_quorum:
+                    break
+                raise EnvError(f"server {args.index} does not answer srvr after "
+                               f"{args.timeout:.0f} s (no quorum?)")
+            time.sleep(0.1)
+    elif args.command == "freeze":
+        if not zkenv.signal_if_ours(server, signal.SIGSTOP):
+            raise EnvError(f"server {args.index} is not running")
+    elif args.command == "thaw":
+        if not zkenv.signal_if_ours(server, signal.SIGCONT):
+            raise EnvError(f"server {args.index} is not running")
+    save_state(state_dir, state)
+
+
+def command_check(args):
+    reason = unavailable_reason()
+    print(reason)
+    return 0 if not reason else 2
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description="ZooKeeper labs in network namespaces.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    with_dir = []
+
+    start = sub.add_parser("start", help="build the lab, start the servers, print the state")
+    start.add_argument("--servers", type=int, default=3)
+    start.add_argument("--clients", type=int, default=2)
+    start.add_argument("--tick-ms", type=int, default=200)
+    start.add_argument("--sync-limit", type=int, default=2)
+    start.add_argument("--init-limit", type=int, default=10)
+    start.add_argument("--timeout", type=float, default=zkenv.READY_TIMEOUT_S)
+    start.add_argument("--owner-pid", type=int, default=0,
+                       help="tear the lab down when this process ends")
+    start.set_defaults(handler=command_start)
+    with_dir.append(start)
+
+    watchdog = sub.add_parser("watchdog", help=argparse.SUPPRESS)
+    watchdog.add_argument("--owner-pid", type=int, required=True)
+    watchdog.add_argument("--owner-start", type=int, required=True)
+    watchdog.set_defaults(handler=command_watchdog)
+    with_dir.append(watchdog)
+
+    for name, handler, text in (("stop", command_stop, "stop the servers, delete the namespaces"),
+                                ("status", command_status, "servers, clients and drops"),
+                                ("leader", command_leader, "index of the leader, -1 if none")):
+        p = sub.add_parser(name, help=text)
+        p.set_defaults(handler=handler)
+        with_dir.append(p)
+
+    for name, text in (("drop", "drop packets from A to B"), ("cut", "drop both ways")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("a")
+        p.add_argument("b")
+        p.set_defaults(handler=command_fault)
+        with_dir.append(p)
+    p = sub.add_parser("isolate", help="cut one host from every other host")
+    p.add_argument("a")
+    p.set_defaults(handler=command_fault)
+    with_dir.append(p)
+    p = sub.add_parser("isolate-from-servers", help="cut server I from the other servers")
+    p.add_argument("index", type=int)
+    p.set_defaults(handler=command_fault)
+    with_dir.append(p)
+    p = sub.add_parser("heal", help="remove every drop")
+    p.set_defaults(handler=command_fault)
+    with_dir.append(p)
+
+    p = sub.add_parser("four-letter", help="send a four-letter word to server I")
+    p.add_argument("index", type=int)
+    p.add_argument("word")
+    p.set_defaults(handler=command_four_letter)
+    with_dir.append(p)
+
+    for name, text in (("kill", "SIGKILL one server"),
+                       ("stop-server", "stop one server (TERM, then KILL)"),
+                       ("start-server", "start a stopped server again"),
+                       ("freeze", "SIGSTOP one server"),
+                       ("thaw", "SIGCONT one server")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("index", type=int, help="server index, from 0")
+        p.add_argument("--timeout", type=float, default=zkenv.READY_TIMEOUT_S)
+        p.add_argument("--no-wait-quorum", action="store_true",
+                       help="start-server: do not fail if the server cannot serve yet")
+        p.set_defaults(handler=command_on_server)
+        with_dir.append(p)
+
+    sub.add_parser("gc", help="remove the labs whose owner is gone").set_defaults(
+        handler=command_gc)
+    sub.add_parser("check", help="print why labs cannot be built here ('' if they can)"
+                   ).set_defaults(handler=command_check)
+
+    for p in with_dir:
+        p.add_argument("--dir", required=True, help="state directory")
+
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args) or 0
+    except EnvError as e:
+        print(f"netlab: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("netlab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
