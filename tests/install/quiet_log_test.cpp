@@ -86,6 +86,7 @@ std::error_code fail_to_connect(const std::string& servers) {
   zkr::SessionOptions options;
   options.servers = servers;
   options.session_timeout = 2s;
+  options.ensemble_tick_time = 100ms;  // testenv's servers
   options.connect_timeout = zkr::testenv::scaled(1500ms);
   try {
     zkr::Session session(options);

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     zkr::SessionOptions options;
     options.servers = argv[2];
     options.session_timeout = std::chrono::milliseconds(std::stoi(argv[4]));
+    options.ensemble_tick_time = std::chrono::milliseconds(100);  // testenv's servers
     zkr::Session session(options);
     fmt::print("SESSION {:x}\n", session.id());
     if (std::string_view(argv[1]) == "elect") return run_election(session, argv[3], argv[5]);

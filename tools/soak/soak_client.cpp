@@ -42,6 +42,7 @@ struct ClientOptions {
   std::string log_file;
   std::string session_file;
   int session_timeout_ms = 3000;
+  int tick_ms = 2000;  // the ensemble's tickTime
   int acquire_timeout_ms = 12000;
   int hold_max_ms = 20;
   std::uint64_t seed = 1;
@@ -178,6 +179,7 @@ class SoakClient {
     zkr::SessionOptions options;
     options.servers = options_.servers;
     options.session_timeout = std::chrono::milliseconds(options_.session_timeout_ms);
+    options.ensemble_tick_time = std::chrono::milliseconds(options_.tick_ms);
     options.connect_timeout = 30s;
     zkr::Session session(options);
     note_session(session);
@@ -282,6 +284,7 @@ int main(int argc, char** argv) {
       ("log", po::value(&options.log_file)->required(), "event log (appended)")
       ("session-file", po::value(&options.session_file)->required(), "where the current session id goes")
       ("session-timeout-ms", po::value(&options.session_timeout_ms), "requested session timeout")
+      ("tick-ms", po::value(&options.tick_ms), "the servers' tickTime")
       ("acquire-timeout-ms", po::value(&options.acquire_timeout_ms), "give up an attempt after this")
       ("hold-max-ms", po::value(&options.hold_max_ms), "longest pause before each store request")
       ("seed", po::value(&options.seed), "random seed");

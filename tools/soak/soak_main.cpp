@@ -221,6 +221,7 @@ void SoakRun::start_client(Client& client) {
                                "--log", client.log.string(),
                                "--session-file", client.session_file.string(),
                                "--session-timeout-ms", std::to_string(options_.session_timeout_ms),
+                               "--tick-ms", std::to_string(options_.tick_ms),
                                "--acquire-timeout-ms", std::to_string(options_.session_timeout_ms * 4),
                                "--hold-max-ms", std::to_string(options_.hold_max_ms),
                                "--seed", std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(client.id))},

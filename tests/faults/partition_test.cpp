@@ -1,0 +1,185 @@
+// The lock's central promise under real partitions: a holder is told "lost" before anyone else is
+// granted its lock, whatever the shape of the partition. Servers and clients run in network
+// namespaces of their own (testenv::NetLab) and nft rules cut the links between them, so that a
+// follower cut off from the leader keeps answering its clients, as it does on a real network.
+//
+// In each shape a holder process (zkr_test_holder) talks to one follower only, and a waiter
+// process to the other servers. The lead time is the waiter's grant minus the moment the holder
+// was told; it must be positive, and at least the session's safety margin less scheduling slack.
+// Skipped, with the reason, where namespaces cannot be made.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "netlab.hpp"
+#include "testenv.hpp"
+
+namespace zkr::testenv {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The time stamp that ends every timed line of zkr_test_holder ("LOST session lost <t>").
+long long time_of(const std::string& line) {
+  const auto space = line.rfind(' ');
+  if (space == std::string::npos) throw std::runtime_error("no time stamp in: " + line);
+  return std::stoll(line.substr(space + 1));
+}
+
+struct Shape {
+  std::string name;
+  std::function<void(NetLab&, int follower, int client)> cut;
+};
+
+struct Measured {
+  long long lost_ns = 0;     // holder told (CLOCK_MONOTONIC)
+  long long granted_ns = 0;  // waiter granted
+  long long fault_ns = 0;    // fault applied
+  int writes_after_grant = 0;
+  std::string reason;
+  double lead_ms() const { return (granted_ns - lost_ns) / 1e6; }
+  double told_after_fault_ms() const { return (lost_ns - fault_ns) / 1e6; }
+  double granted_after_fault_ms() const { return (granted_ns - fault_ns) / 1e6; }
+};
+
+long long monotonic_now_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
+}
+
+class PartitionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto reason = NetLab::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  }
+
+  // Runs one shape: the holder on `follower` (client c0), the waiter on the other servers (c1).
+  Measured run(NetLab& lab, const Shape& shape, int session_ms, std::chrono::milliseconds wait_bound) {
+    const int leader = lab.leader();
+    EXPECT_GE(leader, 0);
+    int follower = leader == 0 ? 1 : 0;
+    std::string others;
+    for (int i = 0; i < lab.servers(); ++i)
+      if (i != follower) others += (others.empty() ? "" : ",") + lab.server_address(i);
+    const std::string path = unique_path(shape.name);
+    const std::string tick = std::to_string(lab.options().tick_ms);
+    Process::Options options;
+    options.pipe_stdin = true;
+    auto holder = lab.spawn(0, {ZKR_TEST_HOLDER, lab.server_address(follower), path, std::to_string(session_ms), tick},
+                            options);
+    EXPECT_TRUE(holder->wait_for_line("ACQUIRED", scaled(60s)));
+    auto waiter = lab.spawn(1, {ZKR_TEST_HOLDER, others, path, std::to_string(session_ms), tick}, options);
+    EXPECT_TRUE(waiter->wait_for_line("SESSION", scaled(60s)));
+    std::this_thread::sleep_for(1s);  // the waiter queues behind the holder
+
+    Measured measured;
+    measured.fault_ns = monotonic_now_ns();
+    shape.cut(lab, follower, 0);
+    std::optional<std::string> granted = waiter->wait_for_line("ACQUIRED", scaled(wait_bound));
+    EXPECT_TRUE(granted) << shape.name << ": the waiter was never granted";
+    if (granted) measured.granted_ns = time_of(*granted);
+    // Everything the holder said until it was told.
+    for (int i = 0; i < 100000; ++i) {
+      auto line = holder->read_line(scaled(30s));
+      if (!line) break;
+      if (line->starts_with("WRITE") && measured.granted_ns && time_of(*line) >= measured.granted_ns)
+        ++measured.writes_after_grant;
+      if (line->starts_with("LOST")) {
+        measured.reason = line->substr(5, line->rfind(' ') - 5);
+        measured.lost_ns = time_of(*line);
+        break;
+      }
+    }
+    EXPECT_NE(measured.lost_ns, 0) << shape.name << ": the holder was never told";
+    lab.heal();
+    holder->close_stdin();
+    waiter->close_stdin();
+    holder->wait(scaled(10s));
+    waiter->wait(scaled(10s));
+    const std::string report = fmt::format(
+        "{} ({}): fault at 0, holder told {:.0f} ms ({}), waiter granted {:.0f} ms, lead {:.0f} ms, "
+        "holder writes after the grant {}",
+        shape.name, lab.describe(), measured.told_after_fault_ms(), measured.reason,
+        measured.granted_after_fault_ms(), measured.lead_ms(), measured.writes_after_grant);
+    std::cout << report << std::endl;
+    RecordProperty(shape.name, report);
+    return measured;
+  }
+
+  // The lead must be positive, and at least the safety margin less scheduling slack.
+  static void expect_lead(const Measured& measured, std::chrono::milliseconds margin) {
+    ASSERT_NE(measured.lost_ns, 0);
+    ASSERT_NE(measured.granted_ns, 0);
+    EXPECT_LT(measured.lost_ns, measured.granted_ns) << "the waiter was granted before the holder was told";
+    EXPECT_GE(measured.lead_ms(), margin.count() / 2.0) << "lead time below half the safety margin";
+    EXPECT_EQ(measured.writes_after_grant, 0);
+  }
+};
+
+const Shape kFollowerIsolated{"follower-isolated",
+                              [](NetLab& lab, int follower, int) { lab.isolate_from_servers(follower); }};
+const Shape kClientCut{"client-cut", [](NetLab& lab, int follower, int client) {
+                         lab.cut(fmt::format("c{}", client), fmt::format("s{}", follower));
+                       }};
+const Shape kRepliesDropped{"replies-dropped", [](NetLab& lab, int follower, int client) {
+                              lab.drop(fmt::format("s{}", follower), fmt::format("c{}", client));
+                            }};
+const Shape kRequestsDropped{"requests-dropped", [](NetLab& lab, int follower, int client) {
+                               lab.drop(fmt::format("c{}", client), fmt::format("s{}", follower));
+                             }};
+const Shape kServerFrozen{"server-frozen", [](NetLab& lab, int follower, int) { lab.freeze_server(follower); }};
+
+// Fast settings: tickTime 200 ms, syncLimit 5 (an isolated follower serves for a second).
+class FastPartitionTest : public PartitionTest {
+ protected:
+  static constexpr int kSessionMs = 3000;
+  // The default margin (a quarter) fits: tick 200 ms leaves room for it.
+  static constexpr auto kMargin = std::chrono::milliseconds(kSessionMs / 4);
+  static NetLabOptions options() { return {.servers = 3, .clients = 2, .tick_ms = 200, .sync_limit = 5}; }
+};
+
+TEST_F(FastPartitionTest, FollowerIsolatedFromTheEnsemble) {
+  NetLab lab(options());
+  expect_lead(run(lab, kFollowerIsolated, kSessionMs, 30s), kMargin);
+}
+
+TEST_F(FastPartitionTest, HolderCutFromItsServer) {
+  NetLab lab(options());
+  expect_lead(run(lab, kClientCut, kSessionMs, 30s), kMargin);
+}
+
+TEST_F(FastPartitionTest, RequestsToTheServerDropped) {
+  NetLab lab(options());
+  expect_lead(run(lab, kRequestsDropped, kSessionMs, 30s), kMargin);
+}
+
+// The server keeps hearing the holder: it never expires the session. The holder, hearing nothing,
+// is told at its deadline; the waiter is granted once the lost session is closed (the holder lets
+// go, or the server would have expired it by then).
+TEST_F(FastPartitionTest, RepliesFromTheServerDropped) {
+  NetLab lab(options());
+  expect_lead(run(lab, kRepliesDropped, kSessionMs, 30s), kMargin);
+}
+
+TEST_F(FastPartitionTest, HoldersServerFrozen) {
+  NetLab lab(options());
+  const auto measured = run(lab, kServerFrozen, kSessionMs, 30s);
+  expect_lead(measured, kMargin);
+}
+
+// Debian's zoo.cfg (tickTime 2000, syncLimit 5): an isolated follower answers for 10 s while the
+// leader stopped hearing of the session at once. A 10 s session, as the runs had.
+TEST_F(PartitionTest, FollowerIsolatedWithDebianDefaults) {
+  NetLab lab(NetLabOptions::debian_defaults());
+  constexpr int kSessionMs = 10000;
+  expect_lead(run(lab, kFollowerIsolated, kSessionMs, 60s), std::chrono::milliseconds(kSessionMs / 4));
+}
+
+}  // namespace
+}  // namespace zkr::testenv
