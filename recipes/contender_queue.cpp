@@ -117,6 +117,12 @@ void Contender::begin_locked() {
   }
   generation_ = core_->generation_locked();
   if (!core_->usable_locked(generation_)) {
+    if (request_.timeout == std::chrono::nanoseconds::zero()) {
+      // A non-blocking attempt never waits for a session to come back.
+      complete_locked(make_error_code(zk_errc::connection_loss));
+      finish_locked();
+      return;
+    }
     phase_ = Phase::waiting_for_session;
     return;
   }

@@ -56,6 +56,7 @@ class LibraryCategory final : public std::error_category {
       case errc::limit_mismatch: return "participants disagree on the limit";
       case errc::interop_conflict: return "incompatible contender on the path";
       case errc::missing_chroot: return "the connect string's chroot node does not exist (create it first)";
+      case errc::unknown_host: return "no host of the connect string resolves";
     }
     return fmt::format("zkrecipes error {}", value);
   }

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <future>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
@@ -42,6 +43,19 @@ bool server_answered(int rc) {
 
 }  // namespace
 
+// A ZooKeeper server negotiates the requested timeout, clamped to its [min, max]SessionTimeout
+// (by default 2 and 20 ticks); it answers above the request only to raise it to its minimum. A
+// handshake outside that (a non-ZooKeeper service that answered with other bytes) is refused.
+std::string SessionCore::implausible_handshake(std::chrono::milliseconds negotiated) const {
+  constexpr auto kHighestMinimum = std::chrono::milliseconds(120'000);
+  if (negotiated > std::chrono::milliseconds::zero() &&
+      negotiated <= std::max(options_.session_timeout, kHighestMinimum))
+    return {};
+  return fmt::format("the server answered with a session timeout of {} ms (requested {} ms): is it a ZooKeeper "
+                     "server?",
+                     negotiated.count(), options_.session_timeout.count());
+}
+
 BootClock::time_point BootClock::now() noexcept {
   timespec now{};
   ::clock_gettime(CLOCK_BOOTTIME, &now);
@@ -51,12 +65,12 @@ BootClock::time_point BootClock::now() noexcept {
 SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
     : options_(std::move(options)),
       connection_factory_(std::move(factory)),
-      worker_guard_(boost::asio::make_work_guard(worker_)),
-      callbacks_guard_(boost::asio::make_work_guard(callbacks_)),
-      deadline_timer_(worker_),
-      heartbeat_timer_(worker_) {
-  worker_thread_ = std::thread([this] { worker_.run(); });
-  callback_thread_ = std::thread([this] { callbacks_.run(); });
+      worker_guard_(boost::asio::make_work_guard(*worker_)),
+      callbacks_guard_(boost::asio::make_work_guard(*callbacks_)),
+      deadline_timer_(*worker_),
+      heartbeat_timer_(*worker_) {
+  worker_thread_ = std::thread([worker = worker_] { worker->run(); });
+  callback_thread_ = std::thread([callbacks = callbacks_] { callbacks->run(); });
   closer_thread_ = std::thread([this] { run_closer(); });
 }
 
@@ -108,6 +122,14 @@ void SessionCore::connect_or_throw() {
 
   std::unique_lock lock(mutex_);
   open_connection_locked();
+  if (!connection_) {
+    // Not even a handle: a name of the connect string does not resolve. Waiting will not help a
+    // first connect; say why at once.
+    std::string reason = last_connect_problem_;
+    lock.unlock();
+    close();
+    throw Error(make_error_code(errc::unknown_host), "connect to", options_.servers, reason);
+  }
   bool settled = state_changed_.wait_for(lock, options_.connect_timeout, [this] {
     auto state = state_.load();
     return state == SessionState::connected || state == SessionState::auth_failed ||
@@ -120,8 +142,12 @@ void SessionCore::connect_or_throw() {
   if (outcome == SessionState::auth_failed)
     throw Error(make_error_code(errc::auth_failed), "connect to", options_.servers,
                 "the ensemble refused the digest credentials");
-  throw Error(make_error_code(errc::connect_timeout), "connect to", options_.servers,
-              fmt::format("no session within {} ms", options_.connect_timeout.count()));
+  std::string detail = fmt::format("no session within {} ms", options_.connect_timeout.count());
+  {
+    std::lock_guard guard(mutex_);
+    if (!last_connect_problem_.empty()) detail += "; " + last_connect_problem_;
+  }
+  throw Error(make_error_code(errc::connect_timeout), "connect to", options_.servers, detail);
 }
 
 void SessionCore::open_connection_locked() {
@@ -140,9 +166,15 @@ void SessionCore::open_connection_locked() {
       },
       ec);
   if (!connection_) {
-    log(LogLevel::error, "zookeeper_init failed for {}: {}", options_.servers, ec.message());
+    const std::string unresolvable = describe_unresolvable_hosts(options_.servers);
+    last_connect_problem_ = unresolvable.empty() ? fmt::format("cannot start a connection: {}", ec.message())
+                                                 : fmt::format("cannot resolve {}", unresolvable);
+    log(LogLevel::error, "connecting to {}: {}; trying again", options_.servers, last_connect_problem_);
+    set_state_locked(session_ever_established_ ? SessionState::lost : SessionState::connecting);
+    schedule_reopen_locked();
     return;
   }
+  reopen_backoff_ = std::chrono::milliseconds::zero();
   if (options_.credentials) {
     std::string user_password = options_.credentials->user + ":" + options_.credentials->password;
     connection_->add_digest_auth(user_password, [](int rc) {
@@ -150,6 +182,28 @@ void SessionCore::open_connection_locked() {
     });
   }
   set_state_locked(SessionState::connecting);
+}
+
+// A replacement handle that could not be made (typically: the resolver is down during the very
+// outage that lost the session) is tried again, with backoff, until it works or the session is
+// closed. Never given up: waiters and elections wait for a session, not for an error.
+void SessionCore::schedule_reopen_locked() {
+  constexpr auto kFirst = std::chrono::milliseconds(100), kMost = std::chrono::milliseconds(5000);
+  reopen_backoff_ = std::clamp(reopen_backoff_ * 2, kFirst, kMost);
+  const std::uint64_t generation = generation_;
+  post_to_worker([self = weak_from_this(), generation, delay = reopen_backoff_] {
+    auto core = self.lock();
+    if (!core) return;
+    core->reopen_timer_ = std::make_unique<boost::asio::steady_timer>(*core->worker_, delay);
+    core->reopen_timer_->async_wait([self, generation](boost::system::error_code ec) {
+      if (ec) return;
+      auto again = self.lock();
+      if (!again) return;
+      std::lock_guard lock(again->mutex_);
+      if (again->ended() || again->connection_ || again->generation_ != generation) return;
+      again->open_connection_locked();
+    });
+  });
 }
 
 void SessionCore::set_state_locked(SessionState state) {
@@ -167,10 +221,21 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
   if (generation != generation_ || ended() || !connection_) return;
   switch (event) {
     case ConnectionEvent::connected: {
+      if (const auto problem = implausible_handshake(connection_->negotiated_timeout()); !problem.empty()) {
+        // Something answered that is not a ZooKeeper server (an HTTP server, say): no session.
+        last_connect_problem_ = problem;
+        log(LogLevel::error, "connecting to {}: {}; trying again", options_.servers, problem);
+        close_in_background(std::move(connection_));
+        set_state_locked(session_ever_established_ ? SessionState::lost : SessionState::connecting);
+        schedule_reopen_locked();
+        break;
+      }
       negotiated_timeout_ = connection_->negotiated_timeout();
       session_id_ = connection_->session_id();
       const bool resumed = session_established_;
       if (!resumed) {
+        session_ever_established_ = true;
+        last_connect_problem_.clear();
         // A new session is created by the leader just before this reply: its clock starts here,
         // not when the connection was opened (the client may have tried silent servers first).
         last_leader_proof_ = BootClock::now();
@@ -239,7 +304,7 @@ void SessionCore::declare_lost_locked(LossReason reason, bool server_expired) {
   } else {
     // The latest the server can still keep the session: it may have heard from us until now.
     const auto close_by = effective_timeout() + options_.ensemble_tick_time;
-    retired->close_timer = std::make_unique<boost::asio::steady_timer>(worker_, close_by);
+    retired->close_timer = std::make_unique<boost::asio::steady_timer>(*worker_, close_by);
     retired->close_timer->async_wait([self = weak_from_this(), lost_generation](boost::system::error_code ec) {
       if (ec) return;
       auto core = self.lock();
@@ -274,7 +339,7 @@ void SessionCore::close_retired_locked(std::uint64_t generation) {
   auto connection = std::move(it->connection);
   if (it->close_timer) {
     // Timers belong to the worker thread.
-    boost::asio::post(worker_, [timer = std::shared_ptr<boost::asio::steady_timer>(std::move(it->close_timer))] {
+    boost::asio::post(*worker_, [timer = std::shared_ptr<boost::asio::steady_timer>(std::move(it->close_timer))] {
       timer->cancel();
     });
   }
@@ -451,7 +516,12 @@ Subscription SessionCore::on_state_change(std::function<void(SessionState)> list
   });
 }
 
-void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post(worker_, std::move(task)); }
+void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post(*worker_, std::move(task)); }
+
+bool SessionCore::on_library_thread() const {
+  const auto self = std::this_thread::get_id();
+  return self == worker_thread_.get_id() || self == callback_thread_.get_id() || self == closer_thread_.get_id();
+}
 
 void SessionCore::post_callback(std::function<void()> task) {
   std::lock_guard lock(callbacks_mutex_);
@@ -461,7 +531,7 @@ void SessionCore::post_callback(std::function<void()> task) {
     std::thread(std::move(task)).detach();
     return;
   }
-  boost::asio::post(callbacks_, [task = std::move(task)] {
+  boost::asio::post(*callbacks_, [task = std::move(task)] {
     try {
       task();
     } catch (const std::exception& e) {
@@ -526,66 +596,111 @@ SessionMetrics SessionCore::metrics() const {
   return out;
 }
 
+// Closing ends the session for every listener at once (holders are told, pending acquisitions
+// complete with session_closed), lets those notices run, and only then closes the handle, which
+// deletes our nodes on the server: holders hear before anyone else can be granted their locks.
+//
+// close() may be called from the session's own threads: from a loss callback, an async handler,
+// even by destroying the Session there. Finishing means waiting for those very threads, so there
+// it is finished on a thread of its own and close() returns at once; elsewhere it blocks until the
+// handle is closed. A second caller waits for the first, except on the session's own threads.
 void SessionCore::close() {
-  std::call_once(close_once_, [this] {
-    std::shared_ptr<ZooKeeperConnection> connection;
-    std::vector<std::shared_ptr<SessionListener>> ending_listeners;
-    bool was_connected = false;
-    {
-      std::lock_guard lock(mutex_);
-      was_connected = state_ == SessionState::connected;
-      if (!end_reason_) end_reason_ = make_error_code(errc::session_closed);
-      connection = std::move(connection_);
-      ++generation_;
-      if (state_ != SessionState::auth_failed) set_state_locked(SessionState::closed);
-      for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
-      ending_listeners = std::move(listeners_);
-      listeners_.clear();
+  bool was_connected = false;
+  std::shared_ptr<ZooKeeperConnection> connection;
+  {
+    std::unique_lock lock(mutex_);
+    if (close_started_) {
+      if (!on_library_thread()) close_finished_changed_.wait(lock, [this] { return close_finished_; });
+      return;
     }
-    ending_listeners.clear();  // outside the mutex: this may run destructors
-    // Let requests already sent (a release's delete, typically) complete first: the C client
-    // drops, and leaks, completions still pending when it closes. Bounded: the ensemble may be gone.
-    if (was_connected) {
-      std::unique_lock lock(in_flight_mutex_);
-      in_flight_drained_.wait_for(lock, std::chrono::seconds(2), [this] { return in_flight_.load() == 0; });
+    close_started_ = true;
+    was_connected = state_ == SessionState::connected;
+    connection = std::move(connection_);
+  }
+  end_session_for_listeners();
+  if (on_library_thread()) {
+    std::shared_ptr<SessionCore> self;
+    try {
+      self = shared_from_this();
+    } catch (const std::bad_weak_ptr&) {
+      // Destroyed on one of its own threads (the last reference went there): finish here, without
+      // waiting for this thread.
+      finish_close(was_connected, std::move(connection));
+      return;
     }
-    // Closing tells the server to end the session now, which deletes our ephemeral nodes at once.
-    if (connection) connection->close();
-    {
-      // Handles still kept open for stopping holders: the owner is closing, so they go now.
-      std::lock_guard lock(mutex_);
-      while (!retired_.empty()) close_retired_locked(retired_.front().generation);
-    }
-    {
-      std::lock_guard lock(closer_mutex_);
-      closer_stopping_ = true;
-    }
-    closer_wakeup_.notify_one();
-    closer_thread_.join();
-    // Every contender has been told; timers still pending (heartbeat, deadline, acquisition
-    // timeouts) have nothing left to do.
-    boost::asio::post(worker_, [this] {
-      deadline_timer_.cancel();
-      heartbeat_timer_.cancel();
-      worker_.stop();
-    });
-    worker_guard_.reset();
-    worker_thread_.join();
-    // Run the loss callbacks already queued, then stop. close() may be called by user code on the
-    // callback thread: it must not join itself.
-    {
-      // Whatever was posted before this runs before the thread ends; anything later runs apart.
-      std::lock_guard lock(callbacks_mutex_);
-      callbacks_stopped_ = true;
-    }
-    callbacks_guard_.reset();
-    if (callback_thread_.get_id() == std::this_thread::get_id()) {
-      callbacks_.stop();
-      callback_thread_.detach();
-    } else {
-      callback_thread_.join();
-    }
-  });
+    std::thread([self, was_connected, connection = std::move(connection)]() mutable {
+      self->finish_close(was_connected, std::move(connection));
+    }).detach();
+    return;
+  }
+  finish_close(was_connected, std::move(connection));
+}
+
+void SessionCore::end_session_for_listeners() {
+  std::vector<std::shared_ptr<SessionListener>> ending_listeners;
+  {
+    std::lock_guard lock(mutex_);
+    if (!end_reason_) end_reason_ = make_error_code(errc::session_closed);
+    ++generation_;
+    if (state_ != SessionState::auth_failed) set_state_locked(SessionState::closed);
+    for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
+    ending_listeners = std::move(listeners_);
+    listeners_.clear();
+  }
+  ending_listeners.clear();  // outside the mutex: this may run destructors
+}
+
+void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConnection> connection) {
+  const bool on_callback_thread = std::this_thread::get_id() == callback_thread_.get_id();
+  // Holders hear first: the loss notices posted above run before the handle is closed (bounded: a
+  // user callback may block). Not on the callback thread itself, which cannot wait for itself.
+  if (!on_callback_thread) {
+    auto told = std::make_shared<std::promise<void>>();
+    auto done = told->get_future();
+    post_callback([told] { told->set_value(); });
+    done.wait_for(std::chrono::seconds(5));
+  }
+  // Let requests already sent (a release's delete, typically) complete first: the C client
+  // drops, and leaks, completions still pending when it closes. Bounded: the ensemble may be gone.
+  if (was_connected) {
+    std::unique_lock lock(in_flight_mutex_);
+    in_flight_drained_.wait_for(lock, std::chrono::seconds(2), [this] { return in_flight_.load() == 0; });
+  }
+  // Closing tells the server to end the session now, which deletes our ephemeral nodes at once.
+  if (connection) connection->close();
+  {
+    // Handles still kept open for stopping holders: the owner is closing, so they go now.
+    std::lock_guard lock(mutex_);
+    while (!retired_.empty()) close_retired_locked(retired_.front().generation);
+  }
+  {
+    std::lock_guard lock(closer_mutex_);
+    closer_stopping_ = true;
+  }
+  closer_wakeup_.notify_one();
+  const auto self = std::this_thread::get_id();
+  auto join_or_detach = [self](std::thread& thread) {
+    if (!thread.joinable()) return;
+    if (thread.get_id() == self) thread.detach();
+    else thread.join();
+  };
+  join_or_detach(closer_thread_);
+  // Every contender has been told; timers still pending (heartbeat, deadline, acquisition
+  // timeouts, reconnection) have nothing left to do.
+  boost::asio::post(*worker_, [worker = worker_] { worker->stop(); });
+  worker_guard_.reset();
+  join_or_detach(worker_thread_);
+  {
+    // Whatever was posted before this runs before the callback thread ends; anything later runs
+    // apart (see post_callback).
+    std::lock_guard lock(callbacks_mutex_);
+    callbacks_stopped_ = true;
+  }
+  callbacks_guard_.reset();
+  join_or_detach(callback_thread_);
+  std::lock_guard lock(mutex_);
+  close_finished_ = true;
+  close_finished_changed_.notify_all();
 }
 
 }  // namespace zkr::detail

@@ -126,7 +126,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   [[nodiscard]] Subscription on_state_change(std::function<void(SessionState)> listener);
 
   // ---- executors ----
-  boost::asio::io_context& worker() { return worker_; }
+  boost::asio::io_context& worker() { return *worker_; }
+  // True on the session's own worker, callback and closer threads.
+  bool on_library_thread() const;
   void post_to_worker(std::function<void()> task);
   void post_callback(std::function<void()> task);
 
@@ -137,6 +139,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
 
  private:
   void open_connection_locked();
+  void schedule_reopen_locked();
+  std::string implausible_handshake(std::chrono::milliseconds negotiated) const;
   void on_connection_event(std::uint64_t generation, ConnectionEvent event);
   void declare_lost_locked(LossReason reason, bool server_expired = false);
   void set_state_locked(SessionState state);
@@ -167,6 +171,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::uint64_t generation_ = 0;
   std::shared_ptr<ZooKeeperConnection> connection_;
   bool session_established_ = false;  // this generation has been connected at least once
+  bool session_ever_established_ = false;
+  std::string last_connect_problem_;  // why the latest attempt to connect failed, for errors
   std::atomic<std::int64_t> session_id_{0};
   std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
   // Send time of the latest request answered through the leader (or the session's establishment).
@@ -185,8 +191,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   SessionMetrics session_metrics_;
   std::atomic<std::uint64_t> requests_sent_{0}, heartbeats_sent_{0};
 
-  boost::asio::io_context worker_;
-  boost::asio::io_context callbacks_;
+  // Shared with the threads that run them: a thread that outlives the session (one that was
+  // running user code when the last reference went) still has its executor.
+  std::shared_ptr<boost::asio::io_context> worker_ = std::make_shared<boost::asio::io_context>();
+  std::shared_ptr<boost::asio::io_context> callbacks_ = std::make_shared<boost::asio::io_context>();
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> worker_guard_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> callbacks_guard_;
   boost::asio::steady_timer deadline_timer_;
@@ -206,7 +214,17 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::list<std::shared_ptr<ZooKeeperConnection>> to_close_;  // guarded by closer_mutex_
   bool closer_stopping_ = false;                              // guarded by closer_mutex_
   std::thread closer_thread_;
-  std::once_flag close_once_;
+  // close(): the first caller ends the session; the others wait for it (or, on the session's own
+  // threads, which it may be waiting for, return at once). Guarded by mutex_.
+  bool close_started_ = false;
+  bool close_finished_ = false;
+  std::condition_variable close_finished_changed_;
+  void end_session_for_listeners();
+  void finish_close(bool was_connected, std::shared_ptr<ZooKeeperConnection> connection);
+  // Replacement handles that could not even be made (a name that does not resolve during an
+  // outage) are retried with this backoff.
+  std::chrono::milliseconds reopen_backoff_{0};
+  std::unique_ptr<boost::asio::steady_timer> reopen_timer_;
   std::mutex callbacks_mutex_;
   bool callbacks_stopped_ = false;  // guarded by callbacks_mutex_
   // Requests sent and not yet completed, so that close() can let them finish first.

@@ -1,11 +1,17 @@
 // The one file that includes the ZooKeeper C client's header.
 #include "zk_client.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
 
 #include <zookeeper/zookeeper.h>
+
+#include <zkr/names.hpp>
 
 #include "log.hpp"
 
@@ -305,6 +311,28 @@ class CConnection final : public ZooKeeperConnection {
 };
 
 }  // namespace
+
+std::string describe_unresolvable_hosts(const std::string& servers) {
+  std::error_code ec;
+  const auto list = parse_servers(servers, ec);
+  if (!list) return {};
+  std::string problems;
+  for (const std::string& host_port : list->hosts) {
+    const auto colon = host_port.rfind(':');
+    std::string host = host_port.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rc == 0) {
+      ::freeaddrinfo(found);
+      continue;
+    }
+    problems += (problems.empty() ? "" : "; ") + host + ": " + ::gai_strerror(rc);
+  }
+  return problems;
+}
 
 std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& servers,
                                                        std::chrono::milliseconds session_timeout,

@@ -85,6 +85,11 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
                                                        ConnectionEventHandler on_event,
                                                        std::error_code& ec);
 
+// Why the hosts of a connect string cannot be resolved ("zk1.example: Name or service not known"),
+// or "" if at least one resolves: zookeeper_init fails on a name it cannot resolve, without saying
+// which or why.
+std::string describe_unresolvable_hosts(const std::string& servers);
+
 // How a session opens its connections: connect_zookeeper, or a fake in unit tests.
 using ConnectionFactory = std::function<std::unique_ptr<ZooKeeperConnection>(
     const std::string& servers, std::chrono::milliseconds session_timeout, ConnectionEventHandler on_event,

@@ -57,6 +57,7 @@ enum class errc : int {
   limit_mismatch,              // participants disagree on a semaphore's limit
   interop_conflict,            // a foreign contender on the path uses an incompatible scheme
   missing_chroot,              // the connect string's chroot node does not exist
+  unknown_host,                // no host of the connect string resolves (the resolver's reason in the message)
 };
 
 const std::error_category& zookeeper_category() noexcept;
