@@ -30,7 +30,9 @@ struct NetLabOptions {
 // Hosts are named "s0".."sN-1" (servers) and "c0".."cM-1" (clients). Every server listens on
 // <its address>:2181 inside its own namespace. The test process itself (root namespace) cannot
 // reach any of them: talk to the lab through spawn() and four_letter().
-// Every call that changes the lab throws std::runtime_error carrying netlab.py's message.
+// Every call that changes the lab throws std::runtime_error carrying netlab.py's message. Calls
+// that change the lab (faults, servers) must come from one thread at a time; the queries may run
+// from any thread.
 class NetLab {
  public:
   // "" if this process can build labs (root, ip netns, nft, veth and bridges in a namespace);

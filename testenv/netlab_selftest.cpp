@@ -146,6 +146,37 @@ TEST_F(NetLabTest, IsolatedClientReachesNoServer) {
   EXPECT_EQ(ask(*c0, "exists /netlab-isolated-c0"), "ok yes");
 }
 
+// Fast settings (tickTime 200, syncLimit 2): the isolated follower gives up within a second or
+// so, the others carry on, and heal brings it back.
+TEST_F(NetLabTest, IsolatedFollowerStopsServingAndRejoinsAfterHeal) {
+  auto lab = make_lab({});
+  const int leader = lab->leader();
+  ASSERT_GE(leader, 0);
+  const int follower = (leader + 2) % lab->servers();
+  ASSERT_EQ(lab->mode(follower), "follower");
+  auto c0 = lab->kazoo_client(0, lab->server_address(follower), 10, 1);
+  auto c1 = lab->kazoo_client(1, lab->server_address(leader), 10, 2);
+  ASSERT_EQ(ask(*c1, "create /netlab-fast"), "ok /netlab-fast");
+
+  lab->isolate_from_servers(follower);
+  const auto isolated = Clock::now();
+  const auto deadline = isolated + scaled(15s);
+  while (lab->mode(follower) == "follower" && Clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  EXPECT_NE(lab->mode(follower), "follower") << "the isolated follower still follows";
+  const double stopped_s = seconds_since(isolated);
+  EXPECT_NE(ask(*c0, "exists /netlab-fast"), "ok yes") << "the isolated follower still serves reads";
+  EXPECT_EQ(ask(*c1, "create /netlab-fast/during"), "ok /netlab-fast/during");
+
+  lab->heal();
+  const auto healed = Clock::now();
+  EXPECT_EQ(ask_until(*c0, "exists /netlab-fast/during", "ok yes", 60s), "ok yes");
+  std::cout << fmt::format("follower s{} stopped following {:.1f} s after isolation, served again {:.1f} s "
+                           "after heal",
+                           follower, stopped_s, seconds_since(healed))
+            << std::endl;
+  EXPECT_EQ(lab->mode(follower), "follower");
+}
+
 // (c) Debian's timing: a follower cut off from the other servers keeps answering its own clients'
 // reads for about syncLimit x tickTime (10 s), while the leader's side carries on without it.
 TEST_F(NetLabDebianDefaults, IsolatedFollowerServesReadsUntilSyncLimit) {
@@ -180,6 +211,11 @@ TEST_F(NetLabDebianDefaults, IsolatedFollowerServesReadsUntilSyncLimit) {
     std::string get = ask(*c0, "get /netlab-follower");
     if (exists == "ok yes" && get == "ok before") {
       last_answer_s = seconds_since(isolated);
+      // Answered from the follower's own, now stale, copy: the write made since is not there.
+      std::string stale = ask(*c0, "exists /netlab-follower/after");
+      if (stale.starts_with("ok")) {
+        EXPECT_EQ(stale, "ok no") << "the isolated follower saw a write made after its isolation";
+      }
     } else {
       stopped_s = seconds_since(isolated);
       failure = exists + " / " + get;
