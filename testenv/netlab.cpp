@@ -268,7 +268,9 @@ std::unique_ptr<Process> NetLab::kazoo_client(int client, const std::string& hos
   options.merge_stderr = true;
   auto process = spawn(client,
                        {python, script("netlab_client.py"), hosts, "--session-timeout",
-                        fmt::format("{}", session_timeout_s), "--op-timeout", fmt::format("{}", op_timeout_s)},
+                        fmt::format("{}", session_timeout_s), "--op-timeout",
+                        fmt::format("{}", op_timeout_s * timeout_scale()), "--connect-timeout",
+                        fmt::format("{}", 15 * timeout_scale())},
                        options);
   auto line = process->read_line(scaled(std::chrono::seconds(30)));
   if (line != "connected") {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "netlab.hpp"
@@ -22,6 +23,7 @@ namespace zkr::testenv {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -81,7 +83,7 @@ TEST_F(NetLabTest, CutStopsOneClientAloneAndHealRestoresIt) {
   ASSERT_EQ(ask(*c1, "get /netlab-cut"), "ok before");
 
   lab->cut("c0", target);
-  EXPECT_EQ(ask(*c0, "get /netlab-cut"), "error timeout") << "c0's request crossed a cut link";
+  EXPECT_THAT(ask(*c0, "get /netlab-cut"), StartsWith("error ")) << "c0's request crossed a cut link";
   EXPECT_EQ(ask(*c1, "get /netlab-cut"), "ok before") << "c1 should not be affected";
   {
     // A new connection from c0 cannot even be opened.
@@ -108,7 +110,7 @@ TEST_F(NetLabTest, DropIsOneWay) {
   {
     auto c0 = lab->kazoo_client(0, lab->server_address(server));
     lab->drop(target, "c0");  // replies lost
-    EXPECT_EQ(ask(*c0, "create /netlab-reply-lost"), "error timeout");
+    EXPECT_THAT(ask(*c0, "create /netlab-reply-lost"), StartsWith("error "));
     EXPECT_EQ(ask_until(*observer, "exists /netlab-reply-lost", "ok yes", 10s), "ok yes")
         << "the request should have reached the server";
     lab->heal();
@@ -116,7 +118,7 @@ TEST_F(NetLabTest, DropIsOneWay) {
   {
     auto c0 = lab->kazoo_client(0, lab->server_address(server));
     lab->drop("c0", target);  // requests lost
-    EXPECT_EQ(ask(*c0, "create /netlab-request-lost"), "error timeout");
+    EXPECT_THAT(ask(*c0, "create /netlab-request-lost"), StartsWith("error "));
     // The create had its whole timeout to arrive; look twice more to be sure it did not.
     for (int look = 0; look < 3; ++look) {
       EXPECT_EQ(ask(*observer, "exists /netlab-request-lost"), "ok no")
