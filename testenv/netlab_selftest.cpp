@@ -247,6 +247,32 @@ TEST_F(NetLabDebianDefaults, IsolatedFollowerServesReadsUntilSyncLimit) {
       << "the follower did not serve again after heal";
 }
 
+// What the root namespace shows of its network: links, addresses, routes, nft rules.
+std::string root_network_snapshot() {
+  Process::Options options;
+  options.merge_stderr = true;
+  Process show({"/bin/sh", "-c",
+                "ip -o link show | sed 's/^[0-9]*: //' | cut -d' ' -f1 | sort; ip -o addr show | "
+                "awk '{print $2, $4}' | sort; ip route show table all | sort; nft list ruleset"},
+               options);
+  std::string text = show.read_all(scaled(30s));
+  show.wait(5s);
+  return text;
+}
+
+// A lab and its faults live in their own namespaces only: the root namespace never changes.
+TEST_F(NetLabTest, RootNamespaceStaysUntouched) {
+  const std::string before = root_network_snapshot();
+  {
+    auto lab = make_lab({.servers = 1, .clients = 2});
+    lab->isolate("c0");
+    lab->drop("c1", "s0");
+    EXPECT_EQ(root_network_snapshot(), before) << "building the lab or a fault changed the root namespace";
+    EXPECT_EQ(before.find(lab->host_address("s0")), std::string::npos);
+  }
+  EXPECT_EQ(root_network_snapshot(), before);
+}
+
 // A single-server lab, process faults and four-letter words; nothing is left behind.
 TEST_F(NetLabTest, SingleServerLabAndServerFaultsLeaveNothingBehind) {
   std::string lab_name;
