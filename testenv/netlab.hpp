@@ -68,8 +68,9 @@ class NetLab {
   std::unique_ptr<Process> spawn_on(const std::string& host, std::vector<std::string> argv,
                                     Process::Options options = {}) const;
   // A kazoo client (testenv/netlab_client.py) in client `client`'s namespace connected to
-  // `hosts`; one request a line on its stdin ("exists /p", "get /p", "create /p data", "sync /p"),
-  // one reply line ("ok ..." or "error ..."). Waits for its "connected" (throws if it fails).
+  // `hosts`; one request a line on its stdin ("exists /p", "get /p", "create /p data", "set /p data",
+  // "delete /p", "children /p", "sync /p", "session"), one reply line ("ok ..." or "error ...";
+  // the protocol is in netlab_client.py). Waits for its "connected" (throws if it fails).
   // A request unanswered for op_timeout_s (times ZKR_TEST_TIMEOUT_SCALE) answers "error timeout".
   std::unique_ptr<Process> kazoo_client(int client, const std::string& hosts,
                                         double session_timeout_s = 10, double op_timeout_s = 2) const;

@@ -302,6 +302,14 @@ TEST_F(NetLabTest, SingleServerLabAndServerFaultsLeaveNothingBehind) {
     EXPECT_EQ(lab->mode(0), "standalone");
     auto c0 = lab->kazoo_client(0, lab->connect_string());
     EXPECT_EQ(ask(*c0, "create /netlab-single"), "ok /netlab-single");
+    EXPECT_EQ(ask(*c0, "create /netlab-single/b"), "ok /netlab-single/b");
+    EXPECT_EQ(ask(*c0, "create /netlab-single/a"), "ok /netlab-single/a");
+    EXPECT_EQ(ask(*c0, "set /netlab-single/a new"), "ok");
+    EXPECT_EQ(ask(*c0, "get /netlab-single/a"), "ok new");
+    EXPECT_EQ(ask(*c0, "children /netlab-single"), "ok a,b");
+    EXPECT_EQ(ask(*c0, "delete /netlab-single/b"), "ok");
+    EXPECT_EQ(ask(*c0, "get /netlab-single/b"), "error NoNodeError");
+    EXPECT_THAT(ask(*c0, "session"), StartsWith("ok 0x"));
 
     EXPECT_THROW(lab->cut("c0", "s1"), std::invalid_argument);
     EXPECT_THROW(lab->drop("c0", "c0"), std::runtime_error);
