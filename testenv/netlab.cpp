@@ -292,6 +292,18 @@ void NetLab::cut(const std::string& a, const std::string& b) {
   netlab({"cut", a, b});
 }
 
+void NetLab::undrop(const std::string& from, const std::string& to) {
+  parse_host(from, servers(), clients());
+  parse_host(to, servers(), clients());
+  netlab({"undrop", from, to});
+}
+
+void NetLab::uncut(const std::string& a, const std::string& b) {
+  parse_host(a, servers(), clients());
+  parse_host(b, servers(), clients());
+  netlab({"uncut", a, b});
+}
+
 void NetLab::isolate_from_servers(int server) {
   check_server(server);
   netlab({"isolate-from-servers", std::to_string(server)});

@@ -80,6 +80,8 @@ class NetLab {
   void cut(const std::string& a, const std::string& b);       // both ways
   void isolate_from_servers(int server);  // cut server i from every other server; clients still reach it
   void isolate(const std::string& host);  // cut host from every other host
+  void undrop(const std::string& from, const std::string& to);  // undo drop(from, to) alone
+  void uncut(const std::string& a, const std::string& b);       // both ways, whatever made them
   void heal();                            // remove every rule
 
   void freeze_server(int server);  // SIGSTOP

@@ -135,6 +135,14 @@ TEST_F(NetLabTest, DropIsOneWay) {
 TEST_F(NetLabTest, IsolatedClientReachesNoServer) {
   auto lab = make_lab({});
   lab->isolate("c0");
+  {
+    // uncut() reopens exactly one link: c0 reaches s2 and nothing else.
+    lab->uncut("c0", "s2");
+    auto through_s2 = lab->kazoo_client(0, lab->server_address(2));
+    EXPECT_EQ(ask(*through_s2, "exists /"), "ok yes");
+    lab->cut("c0", "s2");
+    EXPECT_THAT(ask(*through_s2, "exists /"), StartsWith("error "));
+  }
   Process::Options options;
   options.merge_stderr = true;
   auto fresh = lab->spawn(0, {"/usr/bin/python3", source_dir() + "/testenv/netlab_client.py",
