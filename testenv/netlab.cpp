@@ -268,7 +268,9 @@ std::unique_ptr<Process> NetLab::kazoo_client(int client, const std::string& hos
   options.merge_stderr = true;
   auto process = spawn(client,
                        {python, script("netlab_client.py"), hosts, "--session-timeout",
-                        fmt::format("{}", session_timeout_s), "--op-timeout", fmt::format("{}", op_timeout_s)},
+                        fmt::format("{}", session_timeout_s), "--op-timeout",
+                        fmt::format("{}", op_timeout_s * timeout_scale()), "--connect-timeout",
+                        fmt::format("{}", 15 * timeout_scale())},
                        options);
   auto line = process->read_line(scaled(std::chrono::seconds(30)));
   if (line != "connected") {
@@ -288,6 +290,18 @@ void NetLab::cut(const std::string& a, const std::string& b) {
   parse_host(a, servers(), clients());
   parse_host(b, servers(), clients());
   netlab({"cut", a, b});
+}
+
+void NetLab::undrop(const std::string& from, const std::string& to) {
+  parse_host(from, servers(), clients());
+  parse_host(to, servers(), clients());
+  netlab({"undrop", from, to});
+}
+
+void NetLab::uncut(const std::string& a, const std::string& b) {
+  parse_host(a, servers(), clients());
+  parse_host(b, servers(), clients());
+  netlab({"uncut", a, b});
 }
 
 void NetLab::isolate_from_servers(int server) {

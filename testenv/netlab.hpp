@@ -30,7 +30,9 @@ struct NetLabOptions {
 // Hosts are named "s0".."sN-1" (servers) and "c0".."cM-1" (clients). Every server listens on
 // <its address>:2181 inside its own namespace. The test process itself (root namespace) cannot
 // reach any of them: talk to the lab through spawn() and four_letter().
-// Every call that changes the lab throws std::runtime_error carrying netlab.py's message.
+// Every call that changes the lab throws std::runtime_error carrying netlab.py's message. Calls
+// that change the lab (faults, servers) must come from one thread at a time; the queries may run
+// from any thread.
 class NetLab {
  public:
   // "" if this process can build labs (root, ip netns, nft, veth and bridges in a namespace);
@@ -66,8 +68,10 @@ class NetLab {
   std::unique_ptr<Process> spawn_on(const std::string& host, std::vector<std::string> argv,
                                     Process::Options options = {}) const;
   // A kazoo client (testenv/netlab_client.py) in client `client`'s namespace connected to
-  // `hosts`; one request a line on its stdin ("exists /p", "get /p", "create /p data", "sync /p"),
-  // one reply line ("ok ..." or "error ..."). Waits for its "connected" (throws if it fails).
+  // `hosts`; one request a line on its stdin ("exists /p", "get /p", "create /p data", "set /p data",
+  // "delete /p", "children /p", "sync /p", "session"), one reply line ("ok ..." or "error ...";
+  // the protocol is in netlab_client.py). Waits for its "connected" (throws if it fails).
+  // A request unanswered for op_timeout_s (times ZKR_TEST_TIMEOUT_SCALE) answers "error timeout".
   std::unique_ptr<Process> kazoo_client(int client, const std::string& hosts,
                                         double session_timeout_s = 10, double op_timeout_s = 2) const;
 
@@ -76,6 +80,8 @@ class NetLab {
   void cut(const std::string& a, const std::string& b);       // both ways
   void isolate_from_servers(int server);  // cut server i from every other server; clients still reach it
   void isolate(const std::string& host);  // cut host from every other host
+  void undrop(const std::string& from, const std::string& to);  // undo drop(from, to) alone
+  void uncut(const std::string& a, const std::string& b);       // both ways, whatever made them
   void heal();                            // remove every rule
 
   void freeze_server(int server);  // SIGSTOP

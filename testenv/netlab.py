@@ -20,7 +20,8 @@ Servers run `java ... QuorumPeerMain CFG` (ZooKeeperServerMain for a single serv
   netlab.py start --dir DIR [--servers 3] [--clients 2] [--tick-ms 200] [--sync-limit 2]
                   [--init-limit 10] [--owner-pid PID]   prints the lab, one fact a line
   netlab.py stop --dir DIR
-  netlab.py drop FROM TO | cut A B | isolate-from-servers I | isolate HOST | heal  --dir DIR
+  netlab.py drop FROM TO | cut A B | undrop FROM TO | uncut A B | isolate-from-servers I |
+            isolate HOST | heal  --dir DIR
   netlab.py kill|stop-server|start-server|freeze|thaw I --dir DIR
   netlab.py status|leader --dir DIR;  netlab.py four-letter I CMD --dir DIR
   netlab.py gc      remove the labs whose owner process is gone
@@ -694,6 +695,14 @@ def command_fault(args):
         host(state, args.a)
         pairs = [(args.a, other) for other in others if other != args.a]
         pairs += [(b, a) for a, b in pairs]
+    elif args.command in ("undrop", "uncut"):
+        host(state, args.a)
+        host(state, args.b)
+        removed = [[args.a, args.b]] + ([[args.b, args.a]] if args.command == "uncut" else [])
+        state["drops"] = [pair for pair in state["drops"] if pair not in removed]
+        apply_rules(state)
+        save_state(state_dir, state)
+        return
     elif args.command == "heal":
         state["drops"] = []
         apply_rules(state)
@@ -800,7 +809,9 @@ def main(argv):
         p.set_defaults(handler=handler)
         with_dir.append(p)
 
-    for name, text in (("drop", "drop packets from A to B"), ("cut", "drop both ways")):
+    for name, text in (("drop", "drop packets from A to B"), ("cut", "drop both ways"),
+                       ("undrop", "let packets from A to B pass again"),
+                       ("uncut", "let packets between A and B pass again, both ways")):
         p = sub.add_parser(name, help=text)
         p.add_argument("a")
         p.add_argument("b")

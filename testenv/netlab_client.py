@@ -6,9 +6,12 @@
 Prints "connected" once its session is up, or "error start timeout" and exits after
 --connect-timeout seconds. Then, per line:
 
-  exists PATH | get PATH | create PATH [DATA] | sync PATH | state | quit
+  exists PATH | get PATH | create PATH [DATA] | set PATH [DATA] | delete PATH | children PATH |
+  sync PATH | session | state | quit
 
-and answers "ok <result>" or "error <exception name>". A request that gets no answer within
+and answers "ok <result>" ("ok yes|no" for exists, the data for get, the path for create, the
+sorted children joined by commas, the session id in hex, kazoo's state) or
+"error <exception name>" (NoNodeError, NodeExistsError, ConnectionLoss, ...). A request that gets no answer within
 --op-timeout seconds answers "error timeout"; its reply, should it come later, is ignored.
 Between requests kazoo keeps reconnecting by itself, as an application's client would.
 """
@@ -68,6 +71,19 @@ def main():
                 data = (rest[1] if len(rest) > 1 else "").encode()
                 path = client.create_async(rest[0], data).get(timeout=args.op_timeout)
                 reply(f"ok {path}")
+            elif command == "set":
+                data = (rest[1] if len(rest) > 1 else "").encode()
+                client.set_async(rest[0], data).get(timeout=args.op_timeout)
+                reply("ok")
+            elif command == "delete":
+                client.delete_async(rest[0]).get(timeout=args.op_timeout)
+                reply("ok")
+            elif command == "children":
+                children = client.get_children_async(rest[0]).get(timeout=args.op_timeout)
+                reply("ok " + ",".join(sorted(children)))
+            elif command == "session":
+                session_id, _ = client.client_id
+                reply(f"ok {session_id:#x}")
             elif command == "sync":
                 client.sync_async(rest[0]).get(timeout=args.op_timeout)
                 reply("ok")
