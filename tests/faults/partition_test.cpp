@@ -10,11 +10,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include <zkr/error.hpp>
 
 #include "netlab.hpp"
 #include "testenv.hpp"
@@ -179,6 +183,76 @@ TEST_F(PartitionTest, FollowerIsolatedWithDebianDefaults) {
   NetLab lab(NetLabOptions::debian_defaults());
   constexpr int kSessionMs = 10000;
   expect_lead(run(lab, kFollowerIsolated, kSessionMs, 60s), std::chrono::milliseconds(kSessionMs / 4));
+}
+
+// Name resolution inside a lab host: `ip netns exec` shows /etc/netns/<namespace>/hosts and
+// resolv.conf as /etc/hosts and /etc/resolv.conf, and the resolver reads them on every lookup.
+// The resolv.conf points at a name server that is not there (in the host's own namespace), so a
+// name missing from hosts fails at once and no query ever leaves the lab.
+class LabResolver {
+ public:
+  LabResolver(const NetLab& lab, const std::string& host)
+      : directory_(std::filesystem::path("/etc/netns") / lab.namespace_of(host)) {
+    std::filesystem::create_directories(directory_);
+    std::ofstream(directory_ / "resolv.conf") << "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
+    set_hosts({});
+  }
+  ~LabResolver() {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+  }
+  // Rewrites the hosts file in place (the bind mount keeps its inode).
+  void set_hosts(const std::vector<std::pair<std::string, std::string>>& names) {
+    std::ofstream hosts(directory_ / "hosts", std::ios::trunc);
+    hosts << "127.0.0.1 localhost\n";
+    for (const auto& [name, address] : names) hosts << address << " " << name << "\n";
+  }
+
+ private:
+  std::filesystem::path directory_;
+};
+
+std::string address_only(const std::string& host_port) { return host_port.substr(0, host_port.rfind(':')); }
+
+class NameResolutionTest : public PartitionTest {};
+
+// A connect string whose name does not resolve fails at once, with the resolver's reason, instead
+// of waiting out the connect timeout.
+TEST_F(NameResolutionTest, AnUnresolvableNameFailsTheFirstConnectAtOnceWithTheReason) {
+  NetLab lab({.servers = 1, .clients = 1, .tick_ms = 200, .sync_limit = 5});
+  LabResolver resolver(lab, "c0");
+  Process::Options options;
+  options.pipe_stdin = true;
+  auto session = lab.spawn(0, {ZKR_TEST_SESSION, "no-such-zk-host:2181", "2000", "200", "30000"}, options);
+  const auto line = session->read_line(scaled(10s));
+  ASSERT_TRUE(line) << "no answer within 10 s (the connect timeout is 30 s)";
+  EXPECT_TRUE(line->starts_with(fmt::format("ERROR {} ", static_cast<int>(zkr::errc::unknown_host))))
+      << *line;
+  EXPECT_NE(line->find("no-such-zk-host"), std::string::npos) << *line;
+  EXPECT_NE(line->find("cannot resolve"), std::string::npos) << *line;
+}
+
+// The session is lost during an outage in which its server's name does not resolve either. The
+// replacement handle cannot be made then; it is tried again until the name is back.
+TEST_F(NameResolutionTest, ALostSessionIsReplacedOnceItsNameResolvesAgain) {
+  NetLab lab({.servers = 1, .clients = 1, .tick_ms = 200, .sync_limit = 5});
+  LabResolver resolver(lab, "c0");
+  const std::vector<std::pair<std::string, std::string>> names{{"zk-lab", address_only(lab.server_address(0))}};
+  resolver.set_hosts(names);
+  Process::Options options;
+  options.pipe_stdin = true;
+  auto session = lab.spawn(0, {ZKR_TEST_SESSION, "zk-lab:2181", "2000", "200", "30000"}, options);
+  const auto first = session->wait_for_line("STATE connected", scaled(30s));
+  ASSERT_TRUE(first) << "no first session";
+  lab.isolate("c0");
+  resolver.set_hosts({});  // the resolver goes down with the network
+  ASSERT_TRUE(session->wait_for_line("STATE lost", scaled(15s)));
+  lab.heal();
+  std::this_thread::sleep_for(3s);  // replacement attempts fail: the name does not resolve
+  resolver.set_hosts(names);
+  const auto replaced = session->wait_for_line("STATE connected", scaled(20s));
+  ASSERT_TRUE(replaced) << "the lost session was never replaced";
+  EXPECT_NE(*replaced, *first);
 }
 
 }  // namespace
