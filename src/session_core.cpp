@@ -71,7 +71,7 @@ SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
       heartbeat_timer_(*worker_) {
   worker_thread_ = std::thread([worker = worker_] { worker->run(); });
   callback_thread_ = std::thread([callbacks = callbacks_] { callbacks->run(); });
-  closer_thread_ = std::thread([this] { run_closer(); });
+  closer_thread_ = std::thread([closer = closer_] { closer->run(); });
 }
 
 SessionCore::~SessionCore() { close(); }
@@ -545,25 +545,26 @@ void SessionCore::post_callback(std::function<void()> task) {
 void SessionCore::close_in_background(std::shared_ptr<ZooKeeperConnection> connection) {
   if (!connection) return;
   {
-    std::lock_guard lock(closer_mutex_);
-    to_close_.push_back(std::move(connection));
+    std::lock_guard lock(closer_->mutex);
+    closer_->queue.push_back(std::move(connection));
   }
-  closer_wakeup_.notify_one();
+  closer_->changed.notify_all();
 }
 
-// One thread closes lost sessions' handles, one after the other, for the life of the session.
-void SessionCore::run_closer() {
-  std::unique_lock lock(closer_mutex_);
+void SessionCore::Closer::run() {
+  std::unique_lock lock(mutex);
   while (true) {
-    closer_wakeup_.wait(lock, [this] { return closer_stopping_ || !to_close_.empty(); });
-    if (to_close_.empty()) return;  // stopping, and nothing left
-    auto connection = std::move(to_close_.front());
-    to_close_.pop_front();
+    changed.wait(lock, [this] { return stopping || !queue.empty(); });
+    if (queue.empty()) break;  // stopping, and nothing left
+    auto connection = std::move(queue.front());
+    queue.pop_front();
     lock.unlock();
     connection->close();
     connection.reset();
     lock.lock();
   }
+  finished = true;
+  changed.notify_all();
 }
 
 bool SessionCore::wait_connected(std::chrono::milliseconds timeout) const {
@@ -673,17 +674,22 @@ void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConn
     std::lock_guard lock(mutex_);
     while (!retired_.empty()) close_retired_locked(retired_.front().generation);
   }
-  {
-    std::lock_guard lock(closer_mutex_);
-    closer_stopping_ = true;
-  }
-  closer_wakeup_.notify_one();
   const auto self = std::this_thread::get_id();
   auto join_or_detach = [self](std::thread& thread) {
     if (!thread.joinable()) return;
     if (thread.get_id() == self) thread.detach();
     else thread.join();
   };
+  {
+    // Lost sessions' handles: closed on the server if that can be done soon; otherwise the closer
+    // finishes on its own (the server expires those sessions anyway).
+    std::unique_lock lock(closer_->mutex);
+    closer_->stopping = true;
+    closer_->changed.notify_all();
+    if (!closer_->changed.wait_for(lock, std::chrono::seconds(5), [this] { return closer_->finished; }) &&
+        closer_thread_.joinable())
+      closer_thread_.detach();
+  }
   join_or_detach(closer_thread_);
   // Every contender has been told; timers still pending (heartbeat, deadline, acquisition
   // timeouts, reconnection) have nothing left to do.

@@ -150,7 +150,6 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void send_heartbeat(std::uint64_t generation);
   void close_in_background(std::shared_ptr<ZooKeeperConnection> connection);
   void close_retired_locked(std::uint64_t generation);
-  void run_closer();
   BootClock::time_point deadline_locked() const;
   std::chrono::milliseconds margin_for(std::chrono::milliseconds timeout) const;
   std::chrono::milliseconds effective_timeout() const;
@@ -209,10 +208,18 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     std::unique_ptr<boost::asio::steady_timer> close_timer;
   };
   std::vector<RetiredConnection> retired_;  // guarded by mutex_
-  std::mutex closer_mutex_;
-  std::condition_variable closer_wakeup_;
-  std::list<std::shared_ptr<ZooKeeperConnection>> to_close_;  // guarded by closer_mutex_
-  bool closer_stopping_ = false;                              // guarded by closer_mutex_
+  // Closes lost sessions' handles one after the other on a thread of its own. zookeeper_close
+  // can block for seconds (a partition, a handle that never was a session), so at close() the
+  // session waits for it only so long; it is shared with its thread, which may finish later.
+  struct Closer {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::list<std::shared_ptr<ZooKeeperConnection>> queue;  // guarded by mutex
+    bool stopping = false;                                  // guarded by mutex
+    bool finished = false;                                  // guarded by mutex
+    void run();
+  };
+  std::shared_ptr<Closer> closer_ = std::make_shared<Closer>();
   std::thread closer_thread_;
   // close(): the first caller ends the session; the others wait for it (or, on the session's own
   // threads, which it may be waiting for, return at once). Guarded by mutex_.

@@ -2,6 +2,12 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
 #include <fstream>
 #include <mutex>
 #include <vector>
@@ -45,6 +51,70 @@ TEST(Session, DefaultTickTimeGivesTheDocumentedBudget) {
   ASSERT_EQ(session.negotiated_timeout(), 10000ms);
   EXPECT_EQ(session.lead_time(), 2500ms);
   EXPECT_EQ(session.silence_tolerance(), 10000ms - 2500ms - 2000ms);
+}
+
+// Something that is not a ZooKeeper server answers on the port (an HTTP server): its bytes make an
+// absurd "handshake". The session refuses it, keeps trying until the connect timeout, and says
+// what it found there.
+TEST(Session, ANonZooKeeperEndpointIsRefusedWithinTheConnectTimeout) {
+  // A web server's answer to bytes it does not understand: read as a handshake, " 400" is a
+  // session timeout of 540,291,120 ms.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const int port = acceptor.local_endpoint().port();
+  std::vector<std::shared_ptr<boost::asio::ip::tcp::socket>> answered;
+  std::function<void()> accept_next = [&] {
+    acceptor.async_accept([&](boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+      if (ec) return;
+      auto client = std::make_shared<boost::asio::ip::tcp::socket>(std::move(socket));
+      static const std::string reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+      boost::asio::write(*client, boost::asio::buffer(reply), ec);
+      answered.push_back(client);
+      accept_next();
+    });
+  };
+  accept_next();
+  std::jthread server([&io](std::stop_token stop) {
+    while (!stop.stop_requested()) io.run_for(50ms);
+  });
+  auto options = session_options(fmt::format("127.0.0.1:{}", port), 4000ms);
+  options.connect_timeout = 3s;
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    Session session(options);
+    FAIL() << "a session was made with an HTTP server (negotiated timeout "
+           << session.negotiated_timeout().count() << " ms)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::connect_timeout);
+    EXPECT_NE(std::string(e.what()).find("ZooKeeper server?"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, testenv::scaled(10s));
+}
+
+// The C client gives each silent server 2/3 of the timeout before the next: with two silent ones
+// first, the session is established only after about 4/3 of its timeout. Its clock starts then,
+// not when the connection was opened, so it is not declared lost on arrival.
+TEST(Session, ASlowFirstConnectIsNotLostOnArrival) {
+  testenv::Proxy silent_a(testenv::shared_server()), silent_b(testenv::shared_server());
+  silent_a.blackhole();
+  silent_b.blackhole();
+  zoo_deterministic_conn_order(1);  // in the order given (process-wide: restored below)
+  auto options = session_options(
+      fmt::format("{},{},{}", silent_a.address(), silent_b.address(), testenv::shared_server()), 3000ms);
+  options.connect_timeout = testenv::scaled(20s);
+  std::optional<Session> session;
+  try {
+    session.emplace(options);
+  } catch (...) {
+    zoo_deterministic_conn_order(0);
+    throw;
+  }
+  zoo_deterministic_conn_order(0);
+  const auto id = session->id();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(session->metrics().sessions_lost, 0u);
+  EXPECT_EQ(session->id(), id);
+  EXPECT_EQ(session->state(), SessionState::connected);
 }
 
 TEST(Session, MalformedConnectStringIsRefusedByName) {
