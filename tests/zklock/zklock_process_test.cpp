@@ -682,6 +682,20 @@ TEST_F(ZklockTest, BrokenStderrDoesNotSkipStoppingTheJob) {
   ::close(broken[1]);
 }
 
+// The job gets the descriptors zklock was given, and none that zklock (or its ZooKeeper client)
+// opened for itself: with zklock's server socket a job could write into zklock's session.
+TEST_F(ZklockTest, JobInheritsOnlyTheDescriptorsZklockWasGiven) {
+  int given[2];
+  ASSERT_EQ(::pipe(given), 0);  // without close-on-exec: passed down like any inherited descriptor
+  const Outcome outcome = run_to_end(zklock({path_, "-c", "ls -l /proc/$$/fd"}));
+  ::close(given[0]);
+  ::close(given[1]);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr(fmt::format(" {} -> pipe:", given[1])));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("socket:")));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("anon_inode:")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors before the job
 

@@ -1,5 +1,6 @@
 #include "job.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -101,9 +102,23 @@ std::vector<std::string> environment_with(
   return environment;
 }
 
+std::vector<int> open_descriptors() {
+  std::vector<int> descriptors;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (!directory) return descriptors;
+  while (const dirent* entry = ::readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != ::dirfd(directory)) descriptors.push_back(fd);
+  }
+  ::closedir(directory);
+  return descriptors;
+}
+
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
-Job Job::start(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+Job Job::start(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+               const std::vector<int>& passed_on) {
   if (argv.empty()) throw start_error("", ENOENT);
   const ResolvedCommand command = resolve_command(argv.front());
   if (command.error) throw start_error(argv.front(), command.error);
@@ -116,8 +131,10 @@ Job Job::start(const std::vector<std::string>& argv, const std::vector<std::stri
   const bool give_terminal = zklock_owns_terminal();
 
   // Everything the child needs is allocated here, before fork.
+  std::string passed_list;
+  for (int fd : passed_on) passed_list += (passed_list.empty() ? "" : ",") + std::to_string(fd);
   std::vector<std::string> keeper_args = {std::string(keeper_argv0), std::to_string(sockets[1]),
-                                          give_terminal ? "1" : "0", command.path};
+                                          give_terminal ? "1" : "0", passed_list, command.path};
   keeper_args.insert(keeper_args.end(), argv.begin(), argv.end());
   std::vector<char*> argv_pointers;
   for (std::string& arg : keeper_args) argv_pointers.push_back(arg.data());

@@ -28,6 +28,10 @@ class JobStartError : public std::runtime_error {
 std::vector<std::string> environment_with(
     const std::vector<std::pair<std::string, std::string>>& overrides);
 
+// The descriptors open now. Called first in main, these are the ones zklock was given: the job
+// gets them too, and no other (none the ZooKeeper client opened without close-on-exec).
+std::vector<int> open_descriptors();
+
 // Marks zklock as the reaper of orphaned descendants. The keeper normally takes the job's orphans;
 // should the keeper itself die, its orphans come to zklock rather than to init, so that zklock can
 // still find, stop and reap them.
@@ -40,8 +44,10 @@ class Job {
   // Resolves argv[0] (searched in $PATH), then starts the keeper, which starts the command with
   // `environment` in a new process group, with stdin/stdout/stderr inherited and an empty signal
   // mask. If zklock owns the terminal, the job's group becomes the terminal's foreground group.
+  // Of zklock's descriptors beyond stdin, stdout and stderr only `passed_on` reach the command.
   // Throws JobStartError (126 not executable, 127 not found).
-  static Job start(const std::vector<std::string>& argv, const std::vector<std::string>& environment);
+  static Job start(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                   const std::vector<int>& passed_on);
 
   Job(Job&& other) noexcept;
   Job& operator=(Job&&) = delete;

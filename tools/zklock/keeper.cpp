@@ -1,5 +1,6 @@
 #include "keeper.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,12 +11,14 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "exit_status.hpp"
 #include "process_tree.hpp"
@@ -69,17 +72,39 @@ void report(int socket, KeeperReport::Kind kind, int value) {
   ::_exit(exit_code::not_found);
 }
 
+// Closes what zklock opened for itself and did not mark close-on-exec (the ZooKeeper client's
+// sockets and pipes): only what zklock was given, and the keeper's socket, stay.
+void close_descriptors_not_passed(std::string_view passed_list, int socket) {
+  std::vector<int> keep = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, socket};
+  while (!passed_list.empty()) {
+    const std::size_t comma = passed_list.find(',');
+    keep.push_back(std::atoi(std::string(passed_list.substr(0, comma)).c_str()));
+    passed_list.remove_prefix(comma == std::string_view::npos ? passed_list.size() : comma + 1);
+  }
+  std::vector<int> to_close;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (!directory) return;
+  while (const dirent* entry = ::readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != ::dirfd(directory) && std::find(keep.begin(), keep.end(), fd) == keep.end()) to_close.push_back(fd);
+  }
+  ::closedir(directory);
+  for (int fd : to_close) ::close(fd);
+}
+
 }  // namespace
 
 int keeper_main(int argc, char** argv) {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
-  if (argc < 5) return exit_code::internal;
+  if (argc < 6) return exit_code::internal;
   const int socket = std::atoi(argv[1]);
   const bool take_terminal = std::string_view(argv[2]) == "1";
-  const char* path = argv[3];
-  char** job_argv = argv + 4;
+  close_descriptors_not_passed(argv[3], socket);
+  const char* path = argv[4];
+  char** job_argv = argv + 5;
   ::fcntl(socket, F_SETFD, FD_CLOEXEC);
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 

@@ -28,8 +28,10 @@ struct KeeperReport {
   int value;
 };
 
-// argv: zklock-keeper SOCKET_FD TAKE_TERMINAL(0|1) PATH ARG0 [ARGS...]; the job gets the keeper's
-// environment. Returns the keeper's exit code.
+// argv: zklock-keeper SOCKET_FD TAKE_TERMINAL(0|1) PASSED_FDS PATH ARG0 [ARGS...], PASSED_FDS a
+// comma-separated list (maybe empty) of the descriptors beyond 0-2 the job may have; the keeper
+// closes every other one it inherited. The job gets the keeper's environment. Returns the keeper's
+// exit code.
 int keeper_main(int argc, char** argv);
 
 }  // namespace zklock

@@ -144,8 +144,11 @@ class Inbox {
 
 class Zklock {
  public:
-  Zklock(const CliOptions& options, SignalReceiver& signals)
-      : options_(options), signals_(signals), inbox_(std::make_shared<Inbox>()) {}
+  Zklock(const CliOptions& options, SignalReceiver& signals, std::vector<int> given_descriptors)
+      : options_(options),
+        signals_(signals),
+        given_descriptors_(std::move(given_descriptors)),
+        inbox_(std::make_shared<Inbox>()) {}
 
   int list();
   int run();
@@ -170,6 +173,7 @@ class Zklock {
 
   const CliOptions& options_;
   SignalReceiver& signals_;
+  const std::vector<int> given_descriptors_;  // beyond 0-2; what the job may inherit
   std::shared_ptr<Inbox> inbox_;
   std::unique_ptr<zkr::Session> session_;
   zkr::Subscription state_subscription_;
@@ -425,7 +429,7 @@ int Zklock::run_under_lock(zkr::HeldLock& held) {
 
   std::optional<Job> job;
   try {
-    job.emplace(Job::start(argv, environment));
+    job.emplace(Job::start(argv, environment, given_descriptors_));
   } catch (const JobStartError& error) {
     say("{}", error.what());
     held.release();
@@ -611,6 +615,7 @@ void open_standard_descriptors() {
 
 int zklock_main(int argc, char** argv) {
   open_standard_descriptors();
+  std::vector<int> given_descriptors = open_descriptors();
   // Before any thread exists: every thread inherits the mask (see signals.hpp).
   block_handled_signals();
 
@@ -644,7 +649,7 @@ int zklock_main(int argc, char** argv) {
 
   try {
     SignalReceiver signals;
-    Zklock zklock(options, signals);
+    Zklock zklock(options, signals, std::move(given_descriptors));
     return options.mode == Mode::list ? zklock.list() : zklock.run();
   } catch (const ExitRequest& request) {
     return request.code;
