@@ -181,6 +181,7 @@ Job::Job(Job&& other) noexcept
       owns_terminal_(std::exchange(other.owns_terminal_, false)),
       keeper_gone_(other.keeper_gone_),
       no_child_left_(other.no_child_left_),
+      left_processes_behind_(other.left_processes_behind_),
       wait_status_(other.wait_status_) {}
 
 Job::~Job() {
@@ -229,6 +230,7 @@ void Job::read_reports() {
   while (::recv(socket_, &report, sizeof report, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof report)) {
     if (report.kind == KeeperReport::exited && !wait_status_) {
       wait_status_ = report.value;
+      left_processes_behind_ = report.descendants_left;
       reclaim_terminal();
     }
   }

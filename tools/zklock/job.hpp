@@ -73,6 +73,8 @@ class Job {
   bool exited() const noexcept { return wait_status_.has_value(); }
   int wait_status() const { return wait_status_.value(); }
   bool keeper_failed() const noexcept { return keeper_gone_ && !wait_status_; }
+  // Whether, when the command exited, processes it started were still running.
+  bool left_processes_behind() const noexcept { return left_processes_behind_; }
   // True once no process of the job is left: the keeper exits only when its tree is empty, and
   // zklock, a subreaper, has no child left either.
   bool tree_gone();
@@ -90,6 +92,7 @@ class Job {
   bool owns_terminal_ = false;
   bool keeper_gone_ = false;
   bool no_child_left_ = false;
+  bool left_processes_behind_ = false;
   std::optional<int> wait_status_;
 };
 

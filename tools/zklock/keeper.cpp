@@ -34,8 +34,8 @@ using namespace std::chrono_literals;
 // How long the keeper keeps killing before it gives up on processes that survive SIGKILL.
 constexpr auto kill_bound = 30s;
 
-void report(int socket, KeeperReport::Kind kind, int value) {
-  const KeeperReport message{kind, value};
+void report(int socket, KeeperReport::Kind kind, int value, bool descendants_left = false) {
+  const KeeperReport message{kind, value, descendants_left};
   // zklock may be gone; then nobody is listening and that is fine (MSG_NOSIGNAL: no SIGPIPE).
   while (::send(socket, &message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
   }
@@ -157,7 +157,7 @@ int keeper_main(int argc, char** argv) {
       }
       const bool had_status = job_status.has_value();
       const bool no_child_left = reap_children(job, job_status);
-      if (job_status && !had_status) report(socket, KeeperReport::exited, *job_status);
+      if (job_status && !had_status) report(socket, KeeperReport::exited, *job_status, !no_child_left);
       if (no_child_left) return 0;  // the job and every descendant are gone
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {

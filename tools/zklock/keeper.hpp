@@ -22,10 +22,11 @@ struct KeeperReport {
   enum Kind : int {
     started = 1,      // value: the job's pid (also its process group)
     exec_failed = 2,  // value: the errno of execve; the keeper exits after it
-    exited = 3,       // value: the job's wait status; its descendants may still run
+    exited = 3,       // value: the job's wait status; descendants_left: whether any still runs
   };
   Kind kind;
   int value;
+  bool descendants_left = false;
 };
 
 // argv: zklock-keeper SOCKET_FD TAKE_TERMINAL(0|1) PASSED_FDS PATH ARG0 [ARGS...], PASSED_FDS a

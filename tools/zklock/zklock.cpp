@@ -441,7 +441,7 @@ int Zklock::run_under_lock(zkr::HeldLock& held) {
   // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
   // processes it left behind, in its group or not) still works under the lock: stop it here, the
   // one place that does, before releasing.
-  if (!outcome.lost && !job->tree_gone() && options_.verbose()) {
+  if (!outcome.lost && job->left_processes_behind() && options_.verbose()) {
     say("the job left processes behind; sending {}", signal_label(options_.kill_signal));
   }
   if (!stop_job(*job, options_.kill_signal, options_.kill_after)) {
