@@ -221,6 +221,9 @@ void Job::signal_tree(int signal, std::vector<pid_t>* already) const {
 
 void Job::kill_everything() {
   if (pid_ > 0) ::kill(-pid_, SIGKILL);
+  // Named as well as walked: should /proc show no children, the keeper still goes, and its orphans
+  // come to zklock.
+  if (!keeper_gone_ && keeper_ > 0) ::kill(keeper_, SIGKILL);
   for (pid_t pid : descendants_of(::getpid())) ::kill(pid, SIGKILL);
 }
 

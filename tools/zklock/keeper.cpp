@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -99,8 +100,16 @@ int keeper_main(int argc, char** argv) {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_BLOCK, &all, nullptr);
-  if (argc < 6) return exit_code::internal;
-  const int socket = std::atoi(argv[1]);
+  const int socket = argc >= 6 ? std::atoi(argv[1]) : -1;
+  struct stat socket_info {};
+  if (::fstat(socket, &socket_info) != 0 || !S_ISSOCK(socket_info.st_mode)) {
+    const std::string_view message = "zklock-keeper: started by zklock only\n";
+    [[maybe_unused]] auto written = ::write(STDERR_FILENO, message.data(), message.size());
+    return exit_code::usage;
+  }
+  // zklock may have died while the keeper started: then the job must not start at all.
+  pollfd zklock_gone{socket, POLLIN, 0};
+  if (::poll(&zklock_gone, 1, 0) > 0 && (zklock_gone.revents & (POLLHUP | POLLERR))) return 0;
   const bool take_terminal = std::string_view(argv[2]) == "1";
   close_descriptors_not_passed(argv[3], socket);
   const char* path = argv[4];
