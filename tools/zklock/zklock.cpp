@@ -507,13 +507,13 @@ bool Zklock::stop_job(Job& job, int signal, std::chrono::milliseconds grace) {
     std::vector<pid_t> signalled;
     bool insisted = false;
     const auto deadline = Clock::now() + grace;
-    while (!insisted && Clock::now() < deadline) {
+    do {  // at least once, even with no grace at all
       job.signal_tree(signal, &signalled);
       // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
       job.signal_tree(SIGCONT);
       insisted = wait_a_little(job, std::min<Clock::duration>(group_poll_interval, deadline - Clock::now()));
       if (job.tree_gone()) return true;
-    }
+    } while (!insisted && Clock::now() < deadline);
   }
   if (options_.verbose()) say("sending SIGKILL to every process of the job");
   const auto deadline = Clock::now() + after_sigkill_bound;
@@ -528,8 +528,9 @@ bool Zklock::stop_job(Job& job, int signal, std::chrono::milliseconds grace) {
 // Waits up to `step` for a signal, a keeper report or an inbox event. True if the user sent INT or
 // TERM meanwhile: already waiting for the job to stop, insisting means "now".
 bool Zklock::wait_a_little(Job& job, Clock::duration step) {
-  const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::ceil<std::chrono::milliseconds>(step),
-                                   job.keeper_socket());
+  // Never negative: wait_for would take that for "no timeout".
+  const auto timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(step), 0ms);
+  const Readiness ready = wait_for(signals_, inbox_->wakeup(), timeout, job.keeper_socket());
   if (ready.wakeup) handle_inbox();
   bool insisted = false;
   if (ready.signal) {
