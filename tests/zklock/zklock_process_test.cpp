@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -156,9 +158,10 @@ class ZklockTest : public ::testing::Test {
     return run_to_end(zklock(argv));
   }
 
-  // Contenders --list reports (0 if it fails).
-  int contender_count() const {
-    const Outcome outcome = list({"--json"});
+  // Contenders --list reports (-1 if it fails).
+  int contender_count() const { return contender_count(path_); }
+  int contender_count(const std::string& path) const {
+    const Outcome outcome = run_to_end(zklock({"--list", path, "--json"}));
     if (outcome.exit_code != 0) return -1;
     int count = 0;
     for (std::size_t at = 0; (at = outcome.output.find("\"node\":", at)) != std::string::npos; ++at) ++count;
@@ -483,6 +486,235 @@ TEST_F(ZklockTest, DeletedLockNodeStopsTheJobWithKillAfterTheGrace) {
   EXPECT_EQ(holder.wait(scaled(30s)), 75);
   EXPECT_THAT(holder.read_all(scaled(5s)), HasSubstr("lock node deleted"));
   EXPECT_NE(::kill(-job.pid, 0), 0) << "the job's group outlived zklock";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The job's whole tree: descendants that left the job's group or session
+
+// A job whose descendants escape its process group: one under coreutils timeout (which moves to a
+// group of its own), one under setsid (a session of its own), one started by a shell with job
+// control (`set -m`: a group of its own). All append to `file` until stopped. Prints "job <pid>",
+// "timed <pid>", "detached <pid>", "monitored <pid>" and "node <lock node>".
+// `then` runs after starting them.
+std::string escaping_job(const std::filesystem::path& file, const std::string& then = "wait") {
+  return fmt::format(
+      "echo \"job $$\"; "
+      "timeout 60 sh -c 'echo \"timed $$\"; while :; do date +%s%N >> {0}; sleep 0.05; done' & "
+      "setsid sh -c 'echo \"detached $$\"; while :; do date +%s%N >> {0}; sleep 0.05; done' & "
+      "bash -c 'set -m; (while :; do date +%s%N >> {0}; sleep 0.05; done) & echo \"monitored $!\"; wait' & "
+      "echo \"node $ZKLOCK_NODE\"; {1}",
+      file.string(), then);
+}
+
+// Reads lines until one starting with each prefix was seen; the first such line of each.
+std::map<std::string, std::string> lines_starting_with(Process& process, const std::vector<std::string>& prefixes,
+                                                       std::chrono::milliseconds timeout) {
+  std::map<std::string, std::string> found;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (found.size() < prefixes.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left <= 0ms) break;
+    const auto line = process.read_line(left);
+    if (!line) break;
+    for (const std::string& prefix : prefixes) {
+      if (line->starts_with(prefix) && !found.contains(prefix)) found[prefix] = *line;
+    }
+  }
+  return found;
+}
+
+// The escaping job's processes, killed at the end of the test whatever happened.
+struct EscapedProcesses {
+  std::vector<pid_t> pids;
+  EscapedProcesses() = default;
+  EscapedProcesses(const EscapedProcesses&) = delete;
+  EscapedProcesses& operator=(const EscapedProcesses&) = delete;
+  ~EscapedProcesses() {
+    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  }
+  std::vector<pid_t> alive() const {
+    std::vector<pid_t> out;
+    for (pid_t pid : pids) {
+      if (process_exists(pid)) out.push_back(pid);
+    }
+    return out;
+  }
+};
+
+// Starts the escaping job under `holder`, waits until every part of it runs and writes; returns
+// the lock node.
+std::string start_escaping_job(Process& holder, const std::filesystem::path& file, EscapedProcesses& escaped) {
+  const auto lines = lines_starting_with(holder, {"job ", "timed ", "detached ", "monitored ", "node "}, scaled(30s));
+  for (const char* prefix : {"job ", "timed ", "detached ", "monitored "}) {
+    if (lines.contains(prefix)) {
+      escaped.pids.push_back(static_cast<pid_t>(number_after(lines.at(prefix), prefix)));
+    }
+  }
+  EXPECT_EQ(lines.size(), 5u) << "the job did not start all its parts";
+  EXPECT_TRUE(eventually([&] { return std::filesystem::exists(file) && std::filesystem::file_size(file) > 0; }, 10s));
+  return lines.contains("node ") ? lines.at("node ").substr(5) : std::string();
+}
+
+bool stops_growing(const std::filesystem::path& file) {
+  const auto before = std::filesystem::file_size(file);
+  std::this_thread::sleep_for(scaled(300ms));
+  return std::filesystem::file_size(file) == before;
+}
+
+TEST_F(ZklockTest, DescendantsThatLeftTheGroupAreStoppedOnLoss) {
+  TempDir dir;
+  const auto file = dir.file("writes");
+  Process holder(zklock({path_, "-c", escaping_job(file)}), merged_output());
+  EscapedProcesses escaped;
+  const std::string node = start_escaping_job(holder, file, escaped);
+  ASSERT_FALSE(node.empty());
+  ASSERT_EQ(escaped.alive().size(), 4u);
+
+  const Outcome deleted = run_to_end({python, scripts_dir + "/kazoo_lock.py", servers_, node, "delete"});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_EQ(holder.wait(scaled(30s)), 75);
+  // Stopped before zklock exited, not afterwards.
+  EXPECT_THAT(escaped.alive(), ::testing::IsEmpty()) << "descendants outlived zklock";
+  EXPECT_TRUE(stops_growing(file));
+}
+
+TEST_F(ZklockTest, DescendantsThatLeftTheGroupAreStoppedWhenTheCommandExits) {
+  TempDir dir;
+  const auto file = dir.file("writes");
+  // The command itself exits once its escaped children run; they must not keep the lock's work going.
+  Process holder(zklock({path_, "-c",
+                         escaping_job(file, fmt::format("while [ ! -s {} ]; do sleep 0.01; done; sleep 0.2; exit 5",
+                                                         file.string()))}),
+                 merged_output());
+  EscapedProcesses escaped;
+  start_escaping_job(holder, file, escaped);
+  EXPECT_EQ(holder.wait(scaled(30s)), 5);
+  EXPECT_THAT(escaped.alive(), ::testing::IsEmpty()) << "descendants outlived zklock";
+  EXPECT_TRUE(stops_growing(file));
+  EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+}
+
+// SIGKILL cannot be caught: something that outlives zklock must stop the whole tree. Killing
+// zklock's whole process group (as a supervisor might) must not take that something with it.
+TEST_F(ZklockTest, ZklockKilledTakesTheJobsWholeTreeWithIt) {
+  for (const bool whole_group : {false, true}) {
+    SCOPED_TRACE(whole_group ? "kill -9 -PGID" : "kill -9 PID");
+    TempDir dir;
+    const auto file = dir.file("writes");
+    Process holder(zklock({zkr::testenv::unique_path(), "-c", escaping_job(file)}), merged_output());
+    EscapedProcesses escaped;
+    start_escaping_job(holder, file, escaped);
+    ASSERT_EQ(escaped.alive().size(), 4u);
+
+    if (whole_group) {
+      holder.signal(SIGKILL);
+    } else {
+      ::kill(holder.pid(), SIGKILL);
+    }
+    EXPECT_EQ(holder.wait(scaled(30s)), 128 + SIGKILL);
+    EXPECT_TRUE(eventually([&] { return escaped.alive().empty(); }, 10s))
+        << "still alive: " << ::testing::PrintToString(escaped.alive());
+    EXPECT_TRUE(stops_growing(file));
+  }
+}
+
+// Signals zklock neither forwards nor expects must not end it (and so orphan the job's lock).
+TEST_F(ZklockTest, OtherFatalSignalsDoNotEndZklock) {
+  Process holder(zklock({path_, "-c", "echo ready; while :; do sleep 0.05; done"}), merged_output());
+  ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+  for (int signal : {SIGALRM, SIGVTALRM, SIGPROF, SIGPOLL, SIGPWR, SIGXFSZ, SIGSTKFLT, SIGRTMIN + 3}) {
+    ::kill(holder.pid(), signal);
+  }
+  EXPECT_FALSE(holder.wait(scaled(500ms))) << "zklock died of a signal it does not handle";
+  holder.signal(SIGTERM);
+  EXPECT_EQ(holder.wait(scaled(30s)), 128 + SIGTERM);
+  EXPECT_EQ(contender_count(), 0);
+}
+
+// zklock (with its keeper) frozen past the session while the job runs to its end: at thaw the
+// job's exit and the loss are both pending. The lock was lost while the job ran: exit 75, not the
+// job's 0.
+TEST_F(ZklockTest, JobEndAndLossPendingTogetherGiveTheLostCode) {
+  Process holder(zklock({path_, "-c", fmt::format("echo ready; sleep {}", scaled_seconds(1s))}), merged_output());
+  ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+  holder.freeze();  // zklock's group; the job runs on in its own and ends
+  const Outcome waiter = run_to_end(zklock({"-w", scaled_seconds(60s), path_, "echo", "waiter ran"}));
+  EXPECT_EQ(waiter.exit_code, 0) << waiter.output;
+  holder.thaw();
+  EXPECT_EQ(holder.wait(scaled(30s)), 75);
+  EXPECT_THAT(holder.read_all(scaled(5s)), HasSubstr("lost the lock"));
+}
+
+// stderr broken (reader gone: EPIPE) or closed: messages fail, but the job is still stopped
+// before the session can expire and the waiter be granted, and zklock exits with the lost code.
+TEST_F(ZklockTest, BrokenStderrDoesNotSkipStoppingTheJob) {
+  int broken[2];
+  ASSERT_EQ(::pipe(broken), 0);
+  ::close(broken[0]);
+  const std::string to_broken_pipe = fmt::format("2>&{}", broken[1]);
+  // By default the first message (and failed write) comes with the loss, while the job runs;
+  // verbose (the library's log too), from the start. (-E1 only fills the argument's place.)
+  for (const auto& [redirect, verbose] : {std::pair{to_broken_pipe, false}, std::pair{to_broken_pipe, true},
+                                          std::pair{std::string("2>&-"), true}}) {
+    SCOPED_TRACE(redirect + (verbose ? " -v" : ""));
+    const std::string path = zkr::testenv::unique_path();
+    TempDir dir;
+    const auto log = dir.file("log");
+    zkr::testenv::Proxy proxy(servers_);
+    Process holder({"/bin/sh", "-c", "exec \"$@\" " + redirect, "sh", zklock_binary, verbose ? "-v" : "-E1", "--zk", proxy.address(),
+                    "--session-timeout", scaled_seconds(4s), "--kill-after", scaled_seconds(200ms), path, "-c",
+                    // The job's own stderr works: a shell writing to a broken one dies of SIGPIPE.
+                    fmt::format("exec 2>/dev/null; trap 'echo holder-stopped >> {0}; exit 0' TERM; echo ready; "
+                                "while :; do sleep 0.05; done",
+                                log.string())},
+                   merged_output());
+    ASSERT_TRUE(holder.wait_for_line("ready", scaled(30s)));
+    Process waiter(zklock({"-w", scaled_seconds(60s), path, "-c",
+                           fmt::format("echo waiter-granted >> {0}; echo granted", log.string())}),
+                   merged_output());
+    ASSERT_TRUE(eventually([&] { return contender_count(path) == 2; }, 30s));
+    proxy.blackhole();
+    EXPECT_TRUE(waiter.wait_for_line("granted", scaled(60s)));
+    EXPECT_EQ(read_file(log), "holder-stopped\nwaiter-granted\n");
+    EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+    proxy.pass();
+    EXPECT_EQ(holder.wait(scaled(60s)), 75);
+  }
+  ::close(broken[1]);
+}
+
+// The job gets the descriptors zklock was given, and none that zklock (or its ZooKeeper client)
+// opened for itself: with zklock's server socket a job could write into zklock's session.
+TEST_F(ZklockTest, JobInheritsOnlyTheDescriptorsZklockWasGiven) {
+  int given[2];
+  ASSERT_EQ(::pipe(given), 0);  // without close-on-exec: passed down like any inherited descriptor
+  // The shell lists what it has, which is what zklock, exec'd in its place, is given.
+  std::vector<std::string> argv = {"/bin/sh", "-c", "ls -l /proc/$$/fd; echo job; exec \"$@\"", "sh"};
+  for (const std::string& arg : zklock({path_, "-c", "ls -l /proc/$$/fd"})) argv.push_back(arg);
+  const Outcome outcome = run_to_end(argv);
+  ::close(given[0]);
+  ::close(given[1]);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+
+  // "N -> target" of each listing.
+  std::set<std::string> zklock_was_given, job_has;
+  std::istringstream lines(outcome.output);
+  bool in_job = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "job") in_job = true;
+    const auto arrow = line.find(" -> ");
+    if (arrow == std::string::npos) continue;
+    const std::string descriptor = line.substr(line.rfind(' ', arrow - 1) + 1);
+    (in_job ? job_has : zklock_was_given).insert(descriptor);
+  }
+  ASSERT_FALSE(zklock_was_given.empty()) << outcome.output;
+  ASSERT_FALSE(job_has.empty()) << outcome.output;
+  bool has_given_pipe = false;
+  for (const std::string& descriptor : job_has) {
+    has_given_pipe |= descriptor.starts_with(fmt::format("{} -> pipe:", given[1]));
+    EXPECT_TRUE(zklock_was_given.contains(descriptor)) << "the job got " << descriptor << ", zklock's own";
+  }
+  EXPECT_TRUE(has_given_pipe) << outcome.output;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -306,9 +306,12 @@ std::string help_text() {
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
 runs in its own process group. If the lock is lost (session expired, or the session monitor's
-deadline passed, or the lock node was deleted), the whole group gets the kill signal, then SIGKILL
-after the grace period, and zklock exits with the lost code. The job is always stopped before the
-lock is released.
+deadline passed, or the lock node was deleted), the job - the command and every process it
+started, even those that left its group or session (setsid, timeout) - gets the kill signal, then
+SIGKILL after the grace period, and zklock exits with the lost code. The job is always stopped
+before the lock is released; processes it leaves behind when it exits are stopped too. A small
+keeper process (zklock-keeper) stays between zklock and the job: if zklock is killed, it kills the
+whole job.
 
 Options (they stop at LOCKPATH; '--' may stand before COMMAND):
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
@@ -345,13 +348,16 @@ The command's environment gets:
   ZKLOCK_SESSION_ID      the ZooKeeper session id (hex)
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits
-for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL.
-A signal while still waiting for the lock withdraws from the queue and exits 128+signal.
+for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL
+to every process of the job. A signal while still waiting for the lock withdraws from the queue
+and exits 128+signal. Other signals that would end zklock by default (ALRM, PROF, PWR, real-time
+signals...) are ignored.
 
 Exit status:
   the command's status (128+N if it was killed by signal N)
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
-  75 (or -L N)  the lock was lost while the command ran; the command was stopped
+  75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
+                the loss came); the command was stopped
   64            usage error: bad option, value or lock path
   69            the ensemble could not be reached within the connect timeout
   77            authentication or ACL refusal

@@ -1,20 +1,26 @@
 #include "job.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "exit_status.hpp"
+#include "keeper.hpp"
+#include "process_tree.hpp"
 
 extern char** environ;
 
@@ -68,22 +74,16 @@ bool zklock_owns_terminal() {
   return ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
 }
 
-// Runs in the forked child: async-signal-safe calls only.
-[[noreturn]] void exec_child(const char* path, char* const argv[], char* const envp[],
-                             pid_t parent, bool take_terminal, int report_fd) {
+// Runs in the forked child of a multi-threaded zklock: async-signal-safe calls only.
+[[noreturn]] void exec_keeper(char* const argv[], char* const envp[], int keeper_socket) {
+  // A group of its own: whatever kills zklock's group (a supervisor's SIGKILL) leaves the keeper
+  // to clean up. It blocks SIGTTOU, so from this background group it can still hand the job the
+  // terminal.
   ::setpgid(0, 0);
-  // Still with zklock's signal mask (SIGTTOU blocked), so this cannot stop us.
-  if (take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // zklock may have died before prctl took effect; then nobody would ever stop us.
-  if (::getppid() != parent) ::_exit(exit_code::signal_base + SIGKILL);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execve(path, argv, envp);
-  const int error = errno;
-  [[maybe_unused]] auto written = ::write(report_fd, &error, sizeof error);
-  ::_exit(exit_code::not_found);
+  // The keeper's end of the socket is the one descriptor it inherits on purpose.
+  ::fcntl(keeper_socket, F_SETFD, 0);
+  ::execve("/proc/self/exe", argv, envp);
+  ::_exit(exit_code::cannot_execute);
 }
 
 }  // namespace
@@ -102,93 +102,158 @@ std::vector<std::string> environment_with(
   return environment;
 }
 
+std::vector<int> open_descriptors() {
+  std::vector<int> descriptors;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (!directory) return descriptors;
+  while (const dirent* entry = ::readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != ::dirfd(directory)) descriptors.push_back(fd);
+  }
+  ::closedir(directory);
+  return descriptors;
+}
+
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
-Job Job::start(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+Job Job::start(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+               const std::vector<int>& passed_on) {
   if (argv.empty()) throw start_error("", ENOENT);
   const ResolvedCommand command = resolve_command(argv.front());
   if (command.error) throw start_error(argv.front(), command.error);
 
+  int sockets[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
+    throw JobStartError(exit_code::cannot_execute,
+                        fmt::format("{}: cannot start: {}", argv.front(), std::strerror(errno)));
+  }
+  const bool give_terminal = zklock_owns_terminal();
+
   // Everything the child needs is allocated here, before fork.
+  std::string passed_list;
+  for (int fd : passed_on) passed_list += (passed_list.empty() ? "" : ",") + std::to_string(fd);
+  std::vector<std::string> keeper_args = {std::string(keeper_argv0), std::to_string(sockets[1]),
+                                          give_terminal ? "1" : "0", passed_list, command.path};
+  keeper_args.insert(keeper_args.end(), argv.begin(), argv.end());
   std::vector<char*> argv_pointers;
-  for (const std::string& arg : argv) argv_pointers.push_back(const_cast<char*>(arg.c_str()));
+  for (std::string& arg : keeper_args) argv_pointers.push_back(arg.data());
   argv_pointers.push_back(nullptr);
   std::vector<char*> envp_pointers;
   for (const std::string& variable : environment) envp_pointers.push_back(const_cast<char*>(variable.c_str()));
   envp_pointers.push_back(nullptr);
 
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) throw start_error(argv.front(), errno);
-  const bool give_terminal = zklock_owns_terminal();
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
+  const pid_t keeper = ::fork();
+  if (keeper < 0) {
     const int error = errno;
-    ::close(report[0]);
-    ::close(report[1]);
+    ::close(sockets[0]);
+    ::close(sockets[1]);
     throw JobStartError(exit_code::cannot_execute,
                         fmt::format("{}: cannot fork: {}", argv.front(), std::strerror(error)));
   }
-  if (pid == 0) {
-    ::close(report[0]);
-    exec_child(command.path.c_str(), argv_pointers.data(), envp_pointers.data(), parent,
-               give_terminal, report[1]);
-  }
-  ::close(report[1]);
-  // Both sides set the group, so that it exists before either signals it.
-  ::setpgid(pid, pid);
-  if (give_terminal) ::tcsetpgrp(STDIN_FILENO, pid);
-  Job job(pid, give_terminal);
+  if (keeper == 0) exec_keeper(argv_pointers.data(), envp_pointers.data(), sockets[1]);
+  ::close(sockets[1]);
+  Job job(keeper, sockets[0], give_terminal);
 
-  int exec_error = 0;
+  // The first report: the command started, or could not be executed.
+  KeeperReport first{};
   ssize_t got;
   do {
-    got = ::read(report[0], &exec_error, sizeof exec_error);
+    got = ::recv(job.socket_, &first, sizeof first, 0);
   } while (got < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (got == static_cast<ssize_t>(sizeof exec_error)) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    job.wait_status_ = status;
-    job.reclaim_terminal();
-    throw start_error(argv.front(), exec_error);
+  if (got == static_cast<ssize_t>(sizeof first) && first.kind == KeeperReport::started) {
+    job.pid_ = first.value;
+    return job;
   }
-  return job;
+  // The keeper is exiting (or could not start); the destructor reaps it.
+  job.reclaim_terminal();
+  if (got == static_cast<ssize_t>(sizeof first) && first.kind == KeeperReport::exec_failed) {
+    throw start_error(argv.front(), first.value);
+  }
+  throw JobStartError(exit_code::cannot_execute,
+                      fmt::format("{}: cannot start: zklock's keeper process did not start", argv.front()));
 }
 
 Job::Job(Job&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)),
+    : keeper_(std::exchange(other.keeper_, -1)),
+      pid_(std::exchange(other.pid_, -1)),
+      socket_(std::exchange(other.socket_, -1)),
       owns_terminal_(std::exchange(other.owns_terminal_, false)),
+      keeper_gone_(other.keeper_gone_),
+      no_child_left_(other.no_child_left_),
+      left_processes_behind_(other.left_processes_behind_),
       wait_status_(other.wait_status_) {}
 
-// Normally the group is long gone by now; this is the last line of defence for the invariant that
-// no process of the job outlives zklock's hold on the lock.
 Job::~Job() {
-  if (pid_ > 0 && group_alive()) signal_group(SIGKILL);
+  if (keeper_ > 0) {
+    using namespace std::chrono_literals;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!tree_gone() && std::chrono::steady_clock::now() < deadline) {
+      kill_everything();
+      std::this_thread::sleep_for(10ms);
+    }
+  }
   reclaim_terminal();
+  if (socket_ >= 0) ::close(socket_);
 }
 
 void Job::signal_group(int signal) const {
   if (pid_ > 0) ::kill(-pid_, signal);
 }
 
-bool Job::group_alive() const {
-  if (pid_ <= 0) return false;
-  return ::kill(-pid_, 0) == 0 || errno == EPERM;
+void Job::signal_tree(int signal, std::vector<pid_t>* already) const {
+  const auto done = [&](pid_t pid) {
+    if (!already) return false;
+    if (std::find(already->begin(), already->end(), pid) != already->end()) return true;
+    already->push_back(pid);
+    return false;
+  };
+  // -pid_ stands for the group in `already`.
+  if (pid_ > 0 && !done(-pid_)) ::kill(-pid_, signal);
+  for (pid_t pid : descendants_of(::getpid())) {
+    // The keeper blocks what it can; only SIGCONT (it may be stopped too) is for it.
+    if (pid == keeper_ && signal != SIGCONT) continue;
+    // The group's members had it with the group: a shell's trap would run twice.
+    if (pid_ > 0 && ::getpgid(pid) == pid_) continue;
+    if (!done(pid)) ::kill(pid, signal);
+  }
 }
 
-bool Job::reap() {
-  while (true) {
-    int status = 0;
-    const pid_t reaped = ::waitpid(-1, &status, WNOHANG);
-    if (reaped <= 0) break;
-    if (reaped == pid_) {
-      wait_status_ = status;
+void Job::kill_everything() {
+  if (pid_ > 0) ::kill(-pid_, SIGKILL);
+  // Named as well as walked: should /proc show no children, the keeper still goes, and its orphans
+  // come to zklock.
+  if (!keeper_gone_ && keeper_ > 0) ::kill(keeper_, SIGKILL);
+  for (pid_t pid : descendants_of(::getpid())) ::kill(pid, SIGKILL);
+}
+
+void Job::read_reports() {
+  if (socket_ < 0) return;
+  KeeperReport report{};
+  while (::recv(socket_, &report, sizeof report, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof report)) {
+    if (report.kind == KeeperReport::exited && !wait_status_) {
+      wait_status_ = report.value;
+      left_processes_behind_ = report.descendants_left;
       reclaim_terminal();
     }
   }
-  return exited();
+}
+
+bool Job::poll() {
+  read_reports();
+  std::optional<int> keeper_status;
+  no_child_left_ = reap_children(keeper_, keeper_status);
+  if (keeper_status) {
+    keeper_gone_ = true;
+    read_reports();  // what it said just before exiting
+    reclaim_terminal();
+  }
+  return exited() || keeper_gone_;
+}
+
+bool Job::tree_gone() {
+  poll();
+  return keeper_gone_ && no_child_left_;
 }
 
 void Job::reclaim_terminal() {

@@ -28,6 +28,9 @@ void block_handled_signals() {
   sigset_t set = received_signals();
   sigaddset(&set, SIGTTOU);
   sigaddset(&set, SIGPIPE);
+  for (int fatal : {SIGALRM, SIGVTALRM, SIGPROF, SIGPOLL, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ}) sigaddset(&set, fatal);
+  // glibc keeps the few real-time signals it uses internally out of any mask on its own.
+  for (int realtime = SIGRTMIN; realtime <= SIGRTMAX; ++realtime) sigaddset(&set, realtime);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
@@ -66,9 +69,10 @@ void Wakeup::drain() {
   [[maybe_unused]] auto got = ::read(fd_, &count, sizeof count);
 }
 
-Readiness wait_for(const SignalReceiver& signals, const Wakeup& wakeup, std::chrono::milliseconds timeout) {
-  pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {wakeup.fd(), POLLIN, 0}};
-  const int result = ::poll(fds, 2, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
+Readiness wait_for(const SignalReceiver& signals, const Wakeup& wakeup, std::chrono::milliseconds timeout,
+                   int also) {
+  pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {wakeup.fd(), POLLIN, 0}, {also, POLLIN, 0}};
+  const int result = ::poll(fds, also >= 0 ? 3 : 2, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
   Readiness ready;
   if (result > 0) {
     ready.signal = fds[0].revents & POLLIN;

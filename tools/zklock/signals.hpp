@@ -12,9 +12,11 @@ namespace zklock {
 inline constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM};
 
 // Blocks the forwarded signals and SIGCHLD (received through SignalReceiver), SIGTTOU (so that
-// handing the terminal back works from a background group) and SIGPIPE (a closed stderr must not
-// kill zklock while its job runs). Call first in main, before any thread exists: threads inherit
-// the mask, so no library thread can take these signals. The job starts with an empty mask.
+// handing the terminal back works from a background group), SIGPIPE (a broken stderr must not kill
+// zklock while its job runs) and every other signal whose default action would end zklock without
+// stopping its job (SIGALRM, SIGPROF, SIGPWR, real-time signals...: zklock has no use for them, so
+// they stay pending, unheard). Call first in main, before any thread exists: threads inherit the
+// mask, so no library thread can take these signals. The job starts with an empty mask.
 void block_handled_signals();
 
 // A signalfd for the signals blocked above (except SIGTTOU and SIGPIPE).
@@ -51,7 +53,9 @@ struct Readiness {
   bool signal = false;
   bool wakeup = false;
 };
-// Waits until either descriptor is readable or the timeout passes (negative: no timeout).
-Readiness wait_for(const SignalReceiver& signals, const Wakeup& wakeup, std::chrono::milliseconds timeout);
+// Waits until either descriptor (or `also`, if not -1) is readable or the timeout passes (negative:
+// no timeout).
+Readiness wait_for(const SignalReceiver& signals, const Wakeup& wakeup, std::chrono::milliseconds timeout,
+                   int also = -1);
 
 }  // namespace zklock

@@ -3,9 +3,11 @@
 // The main thread does everything that matters: it waits with poll() on a signalfd and on an
 // eventfd that the library's callback thread pokes (lock lost, acquisition done, session state).
 // Callbacks only record what happened and poke the eventfd; they never act.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,7 @@
 #include "contender_report.hpp"
 #include "exit_status.hpp"
 #include "job.hpp"
+#include "keeper.hpp"
 #include "signals.hpp"
 
 namespace zklock {
@@ -57,9 +60,24 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+// Writes a whole message to stderr, or as much as stderr takes. Never throws and never blocks on
+// a closed reader (SIGPIPE is blocked: EPIPE): a broken stderr must not cost the job's orderly stop.
+void write_to_stderr(std::string_view text) noexcept {
+  while (!text.empty()) {
+    const ssize_t written = ::write(STDERR_FILENO, text.data(), text.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
 template <typename... Args>
-void say(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(stderr, "zklock: {}\n", printable(fmt::format(format, std::forward<Args>(args)...)));
+void say(fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    write_to_stderr(fmt::format("zklock: {}\n", printable(fmt::format(format, std::forward<Args>(args)...))));
+  } catch (...) {
+    // Out of memory while formatting a message: carry on without it.
+  }
 }
 
 // Thrown to leave with an exit code once the reason has been printed. Never thrown while a job
@@ -126,8 +144,11 @@ class Inbox {
 
 class Zklock {
  public:
-  Zklock(const CliOptions& options, SignalReceiver& signals)
-      : options_(options), signals_(signals), inbox_(std::make_shared<Inbox>()) {}
+  Zklock(const CliOptions& options, SignalReceiver& signals, std::vector<int> given_descriptors)
+      : options_(options),
+        signals_(signals),
+        given_descriptors_(std::move(given_descriptors)),
+        inbox_(std::make_shared<Inbox>()) {}
 
   int list();
   int run();
@@ -137,16 +158,22 @@ class Zklock {
   void connect();
   void check_lead_time() const;
   zkr::HeldLock acquire();
+  struct Supervised {
+    int exit_code;
+    bool lost;  // the lock was lost and the job stopped for it
+  };
   int run_under_lock(zkr::HeldLock& held);
-  int supervise(Job& job);
-  bool stop_group(Job& job, int signal, std::chrono::milliseconds grace);
-  bool wait_until_group_gone(Job& job, Clock::duration timeout);
+  Supervised supervise(Job& job);
+  bool stop_job(Job& job, int signal, std::chrono::milliseconds grace);
+  bool wait_a_little(Job& job, Clock::duration step);
+  bool lost_while_job_ran(const zkr::HeldLock& held);
   void handle_inbox();
   [[noreturn]] void fail(std::error_code error, const std::string& message) const;
   std::string job_description() const;
 
   const CliOptions& options_;
   SignalReceiver& signals_;
+  const std::vector<int> given_descriptors_;  // beyond 0-2; what the job may inherit
   std::shared_ptr<Inbox> inbox_;
   std::unique_ptr<zkr::Session> session_;
   zkr::Subscription state_subscription_;
@@ -215,7 +242,6 @@ void Zklock::connect() {
       while (const auto signal = signals_.next()) {
         if (*signal == SIGCHLD) continue;
         if (!options_.quiet()) say("interrupted by {} while connecting to {}", signal_label(*signal), options_.servers);
-        std::fflush(stderr);
         std::_Exit(exit_code::signal_base + *signal);
       }
     }
@@ -337,7 +363,6 @@ zkr::HeldLock Zklock::acquire() {
     if (ready.wakeup) handle_inbox();
     if (interrupted_by && Clock::now() - interrupted_at > cancel_bound) {
       say("interrupted by {}; the lock wait did not end, leaving anyway", signal_label(*interrupted_by));
-      std::fflush(stderr);
       std::_Exit(exit_code::signal_base + *interrupted_by);
     }
   }
@@ -379,10 +404,12 @@ int Zklock::run() {
   return code;
 }
 
-// INVARIANT: the job is stopped before the lock is released, on every path. This function is the
-// only one that starts a job, and it releases the lock only after the job's whole process group is
-// gone (or after SIGKILL, if the group will not go away). Should anything throw in between, the
-// Job's destructor SIGKILLs the group before `held`, declared outside, is destroyed.
+// INVARIANT: the job - the command and every process descending from it, whatever process group
+// or session it moved to - is gone before the lock is released, on every path. This function is
+// the only one that starts a job, and every path through it passes stop_job() before
+// held.release(). Should anything throw in between, the Job's destructor SIGKILLs the whole tree
+// (and waits for it, bounded) before `held`, declared outside, is destroyed. Should zklock itself
+// die, the keeper (keeper.hpp) kills the tree.
 int Zklock::run_under_lock(zkr::HeldLock& held) {
   held.on_lost([inbox = inbox_](zkr::LossReason reason) { inbox->post_lost(reason); });
   if (const auto reason = held.loss_reason()) {
@@ -402,88 +429,142 @@ int Zklock::run_under_lock(zkr::HeldLock& held) {
 
   std::optional<Job> job;
   try {
-    job.emplace(Job::start(argv, environment));
+    job.emplace(Job::start(argv, environment, given_descriptors_));
   } catch (const JobStartError& error) {
     say("{}", error.what());
     held.release();
     return error.exit_code();
   }
 
-  int code = supervise(*job);
+  const Supervised outcome = supervise(*job);
 
-  // The command has exited, or was stopped after the loss. Processes it left in its group still
-  // work under the lock: stop them too before releasing.
-  job->reap();
-  if (job->group_alive()) {
-    if (options_.verbose()) say("the job left processes in its group; sending {}", signal_label(options_.kill_signal));
-    if (!stop_group(*job, options_.kill_signal, options_.kill_after)) {
-      say("warning: processes of the job's group {} survive SIGKILL; releasing the lock anyway", job->pid());
+  // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
+  // processes it left behind, in its group or not) still works under the lock: stop it here, the
+  // one place that does, before releasing.
+  if (!outcome.lost && job->left_processes_behind() && options_.verbose()) {
+    say("the job left processes behind; sending {}", signal_label(options_.kill_signal));
+  }
+  if (!stop_job(*job, options_.kill_signal, options_.kill_after)) {
+    say("warning: processes of the job survive SIGKILL; releasing the lock anyway");
+  }
+
+  bool lost = outcome.lost;
+  if (!lost && lost_while_job_ran(held)) {
+    lost = true;
+    if (!options_.quiet()) {
+      const auto reason = inbox_->lost() ? inbox_->lost() : held.loss_reason();
+      say("lost the lock on {} ({}) while the job ran", options_.lock_path,
+          reason ? zkr::to_string(*reason) : "its node is gone");
     }
   }
+  const int code = lost ? options_.lost_exit_code : outcome.exit_code;
   const bool still_held = !held.lost();
   held.release();
   if (options_.verbose() && still_held) say("released {}", options_.lock_path);
   return code;
 }
 
-// Waits for the command to exit while passing signals on, and stops it if the lock is lost.
-int Zklock::supervise(Job& job) {
+// Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
+// then stops the job).
+Zklock::Supervised Zklock::supervise(Job& job) {
   int termination_requests = 0;
-  while (!job.reap()) {
+  while (!job.poll()) {
     if (const auto reason = inbox_->lost()) {
       if (!options_.quiet()) {
         say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, zkr::to_string(*reason),
             signal_label(options_.kill_signal));
       }
-      if (!stop_group(job, options_.kill_signal, options_.kill_after)) {
-        say("warning: processes of the job's group {} survive SIGKILL", job.pid());
-      }
-      return options_.lost_exit_code;
+      return {options_.lost_exit_code, true};
     }
-    const Readiness ready = wait_for(signals_, inbox_->wakeup(), -1ms);
+    const Readiness ready = wait_for(signals_, inbox_->wakeup(), -1ms, job.keeper_socket());
     if (ready.wakeup) handle_inbox();
     if (!ready.signal) continue;
     while (const auto signal = signals_.next()) {
       if (*signal == SIGCHLD) continue;
       if (*signal == SIGINT || *signal == SIGTERM) ++termination_requests;
-      const int forwarded = termination_requests >= 2 ? SIGKILL : *signal;
-      if (options_.verbose()) say("passing {} to the job", signal_label(forwarded));
-      job.signal_group(forwarded);
+      if (termination_requests >= 2) {
+        if (options_.verbose()) say("passing SIGKILL to the job and every process it started");
+        job.signal_tree(SIGKILL);
+        continue;
+      }
+      if (options_.verbose()) say("passing {} to the job", signal_label(*signal));
+      job.signal_group(*signal);
     }
   }
-  return exit_code_from_wait_status(job.wait_status());
+  if (job.keeper_failed()) {
+    say("zklock's keeper process died; the job was killed");
+    return {exit_code::internal, false};
+  }
+  return {exit_code_from_wait_status(job.wait_status()), false};
 }
 
-// Sends `signal` to the job's group, SIGKILL after `grace`. False if processes remain even then.
-bool Zklock::stop_group(Job& job, int signal, std::chrono::milliseconds grace) {
-  job.reap();
-  if (!job.group_alive()) return true;
-  job.signal_group(signal);
-  // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
-  if (signal != SIGKILL) job.signal_group(SIGCONT);
-  if (signal != SIGKILL && wait_until_group_gone(job, grace)) return true;
-  if (options_.verbose()) say("sending SIGKILL to the job");
-  job.signal_group(SIGKILL);
-  return wait_until_group_gone(job, after_sigkill_bound);
+// Sends `signal` to every process of the job's tree, SIGKILL after `grace`; returns once no process
+// of the job is left (true) or the bound after SIGKILL passed (false). Processes that appear while
+// it waits (forked, or escaped from their group) get the signal too.
+bool Zklock::stop_job(Job& job, int signal, std::chrono::milliseconds grace) {
+  if (job.tree_gone()) return true;
+  if (signal != SIGKILL) {
+    std::vector<pid_t> signalled;
+    bool insisted = false;
+    const auto deadline = Clock::now() + grace;
+    do {  // at least once, even with no grace at all
+      job.signal_tree(signal, &signalled);
+      // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
+      job.signal_tree(SIGCONT);
+      insisted = wait_a_little(job, std::min<Clock::duration>(group_poll_interval, deadline - Clock::now()));
+      if (job.tree_gone()) return true;
+    } while (!insisted && Clock::now() < deadline);
+  }
+  if (options_.verbose()) say("sending SIGKILL to every process of the job");
+  const auto deadline = Clock::now() + after_sigkill_bound;
+  while (Clock::now() < deadline) {
+    job.kill_everything();
+    wait_a_little(job, group_poll_interval);
+    if (job.tree_gone()) return true;
+  }
+  return false;
 }
 
-bool Zklock::wait_until_group_gone(Job& job, Clock::duration timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (true) {
-    job.reap();
-    if (!job.group_alive()) return true;
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    const auto step = std::min<Clock::duration>(group_poll_interval, deadline - now);
-    const Readiness ready =
-        wait_for(signals_, inbox_->wakeup(), std::chrono::ceil<std::chrono::milliseconds>(step));
-    if (ready.wakeup) handle_inbox();
-    if (!ready.signal) continue;
-    while (const auto received = signals_.next()) {
-      // The user is already waiting for the job to stop: insisting means "now".
-      if (*received == SIGINT || *received == SIGTERM) job.signal_group(SIGKILL);
+// Waits up to `step` for a signal, a keeper report or an inbox event. True if the user sent INT or
+// TERM meanwhile: already waiting for the job to stop, insisting means "now".
+bool Zklock::wait_a_little(Job& job, Clock::duration step) {
+  // Never negative: wait_for would take that for "no timeout".
+  const auto timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(step), 0ms);
+  const Readiness ready = wait_for(signals_, inbox_->wakeup(), timeout, job.keeper_socket());
+  if (ready.wakeup) handle_inbox();
+  bool insisted = false;
+  if (ready.signal) {
+    while (const auto received = signals_.next()) insisted |= *received == SIGINT || *received == SIGTERM;
+  }
+  return insisted;
+}
+
+// After the job ended: was the lock lost while it ran? The job's exit and the loss can be pending
+// together (zklock frozen past the session, then thawed): the session monitor may not have run yet
+// when the exit is read, so ask the server whether our node still stands, in our session. While
+// the ensemble cannot answer, wait for it or for the monitor's verdict (bounded by the session
+// timeout, after which the monitor has surely spoken).
+bool Zklock::lost_while_job_ran(const zkr::HeldLock& held) {
+  const auto deadline = Clock::now() + session_->negotiated_timeout();
+  const std::string node_name = held.node_path().substr(held.node_path().rfind('/') + 1);
+  while (!inbox_->lost() && !held.lost()) {
+    try {
+      for (const zkr::ContenderInfo& contender : zkr::list_contenders(*session_, options_.lock_path)) {
+        if (contender.node == node_name) return contender.session_id != held.session_id();
+      }
+      return true;
+    } catch (const zkr::Error& error) {
+      if (Clock::now() >= deadline) return true;
+      if (options_.verbose()) say("cannot yet confirm the lock was held to the end: {}", error.what());
+      const Readiness ready = wait_for(signals_, inbox_->wakeup(), 100ms);
+      if (ready.wakeup) handle_inbox();
+      if (ready.signal) {
+        while (signals_.next()) {
+        }
+      }
     }
   }
+  return true;
 }
 
 int Zklock::list() {
@@ -510,12 +591,32 @@ void route_library_log_to_stderr() {
         constexpr std::string_view names[] = {"error", "warning", "info", "debug"};
         // The C client's lines end with a newline of their own.
         while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
-        fmt::print(stderr, "zklock: [{}] {}\n", names[static_cast<int>(level)], message);
+        try {
+          write_to_stderr(fmt::format("zklock: [{}] {}\n", names[static_cast<int>(level)], message));
+        } catch (...) {
+          // Formatting failed (out of memory): the line is lost, the callback thread carries on.
+        }
       },
       zkr::LogLevel::info);
 }
 
+// A closed stdin, stdout or stderr would be taken by the next descriptor zklock opens (a ZooKeeper
+// socket, say), and messages meant for stderr would go there.
+void open_standard_descriptors() {
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      const int null = ::open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+      if (null >= 0 && null != fd) {
+        ::dup2(null, fd);
+        ::close(null);
+      }
+    }
+  }
+}
+
 int zklock_main(int argc, char** argv) {
+  open_standard_descriptors();
+  std::vector<int> given_descriptors = open_descriptors();
   // Before any thread exists: every thread inherits the mask (see signals.hpp).
   block_handled_signals();
 
@@ -544,13 +645,12 @@ int zklock_main(int argc, char** argv) {
     return exit_code::usage;
   }
   if (options.verbose()) route_library_log_to_stderr();
-  // Children the job leaves behind come to zklock when their parent dies, so that they can be
-  // reaped and the job's group can be seen to be empty.
+  // Should the keeper die, the job's processes come to zklock, which can still stop and reap them.
   become_subreaper();
 
   try {
     SignalReceiver signals;
-    Zklock zklock(options, signals);
+    Zklock zklock(options, signals, std::move(given_descriptors));
     return options.mode == Mode::list ? zklock.list() : zklock.run();
   } catch (const ExitRequest& request) {
     return request.code;
@@ -563,4 +663,7 @@ int zklock_main(int argc, char** argv) {
 }  // namespace
 }  // namespace zklock
 
-int main(int argc, char** argv) { return zklock::zklock_main(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc > 0 && argv[0] == zklock::keeper_argv0) return zklock::keeper_main(argc, argv);
+  return zklock::zklock_main(argc, argv);
+}
