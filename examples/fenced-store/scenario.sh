@@ -55,7 +55,7 @@ wait_for 10 "the store did not write its port file" test -s "$work/port"
 port=$(cat "$work/port")
 echo "scenario: store on 127.0.0.1:$port, lock $lock_path"
 
-"$writer" "$servers" "$lock_path" "$port" report A --session-timeout 2 --pause-before-write >"$work/writer-a.log" 2>&1 &
+"$writer" "$servers" "$lock_path" "$port" report A --session-timeout 2 --tick-time 0.1 --pause-before-write >"$work/writer-a.log" 2>&1 &
 writer_a_pid=$!
 wait_for 30 "writer A did not take the lock and pause" is_stopped "$writer_a_pid"
 cat "$work/writer-a.log"
@@ -63,7 +63,7 @@ cat "$work/writer-a.log"
 # A is frozen with the lock: B waits until A's session expires on the server, then writes.
 status=0
 b_wait=$(awk -v k="$scale" 'BEGIN { printf "%d", 30 * k }')
-"$writer" "$servers" "$lock_path" "$port" report B --session-timeout 2 --wait "$b_wait" >"$work/writer-b.log" 2>&1 || status=$?
+"$writer" "$servers" "$lock_path" "$port" report B --session-timeout 2 --tick-time 0.1 --wait "$b_wait" >"$work/writer-b.log" 2>&1 || status=$?
 cat "$work/writer-b.log"
 [ "$status" -eq 0 ] || fail "writer B exited $status, expected 0 (accepted)"
 

@@ -2,6 +2,7 @@
 //
 // Usage: zkr_fenced_writer SERVERS LOCKPATH STORE_PORT KEY VALUE [options]
 //   --session-timeout SECS   requested session timeout (default 4)
+//   --tick-time SECS         the servers' tickTime (default 2, ZooKeeper's default)
 //   --wait SECS              give up waiting for the lock after SECS (default 30)
 //   --pause-before-write     stop this process (SIGSTOP) between taking the lock and writing,
 //                            as a long GC pause would; resumes on SIGCONT
@@ -30,7 +31,7 @@ int usage(std::string_view problem) {
   fmt::print(stderr, "zkr_fenced_writer: {}\n", problem);
   fmt::print(stderr,
              "usage: zkr_fenced_writer SERVERS LOCKPATH STORE_PORT KEY VALUE [--session-timeout SECS] "
-             "[--wait SECS] [--pause-before-write]\n");
+             "[--tick-time SECS] [--wait SECS] [--pause-before-write]\n");
   return kUsage;
 }
 
@@ -52,26 +53,28 @@ int main(int argc, char** argv) {
   if (argc < 6) return usage("missing arguments");
   const std::string servers = argv[1], lock_path = argv[2], key = argv[4], value = argv[5];
   unsigned short store_port = 0;
-  double session_timeout_s = 4, wait_s = 30;
+  double session_timeout_s = 4, tick_time_s = 2, wait_s = 30;
   bool pause_before_write = false;
   try {
     store_port = static_cast<unsigned short>(std::stoul(argv[3]));
     for (int i = 6; i < argc; ++i) {
       std::string_view arg = argv[i];
       if (arg == "--session-timeout" && i + 1 < argc) session_timeout_s = std::stod(argv[++i]);
+      else if (arg == "--tick-time" && i + 1 < argc) tick_time_s = std::stod(argv[++i]);
       else if (arg == "--wait" && i + 1 < argc) wait_s = std::stod(argv[++i]);
       else if (arg == "--pause-before-write") pause_before_write = true;
       else return usage(fmt::format("unknown option '{}'", arg));
     }
   } catch (const std::exception&) {
-    return usage("STORE_PORT, --session-timeout and --wait take numbers");
+    return usage("STORE_PORT, --session-timeout, --tick-time and --wait take numbers");
   }
-  if (session_timeout_s <= 0 || wait_s < 0) return usage("timeouts must be positive");
+  if (session_timeout_s <= 0 || tick_time_s <= 0 || wait_s < 0) return usage("timeouts must be positive");
 
   try {
     zkr::SessionOptions options;
     options.servers = servers;
     options.session_timeout = std::chrono::milliseconds(static_cast<long>(session_timeout_s * 1000));
+    options.ensemble_tick_time = std::chrono::milliseconds(static_cast<long>(tick_time_s * 1000));
     zkr::Session session(options);
     zkr::Lock lock(session, lock_path, {.owner_data = fmt::format("fenced writer '{}'", value)});
 

@@ -40,7 +40,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 }
 
 start() {  # start NAME
-  "$scheduler" "$servers" "$election" "$1" "$journal" --interval 0.1 --session-timeout 2 \
+  "$scheduler" "$servers" "$election" "$1" "$journal" --interval 0.1 --session-timeout 2 --tick-time 0.1 \
     >>"$work/$1.log" 2>&1 &
   pids[$1]=$!
 }

@@ -7,6 +7,7 @@
 // with the token check of fence.hpp) can refuse anything a deposed leader still sends.
 //
 // Usage: zkr_scheduler SERVERS ELECTION_PATH NAME JOURNAL [--interval SECS] [--session-timeout SECS]
+//                      [--tick-time SECS (the servers' tickTime, default 2)]
 // Runs until SIGINT or SIGTERM, then resigns (the next instance leads at once) and exits 0.
 #include <signal.h>
 
@@ -31,7 +32,8 @@ namespace {
 int usage(std::string_view problem) {
   fmt::print(stderr, "zkr_scheduler: {}\n", problem);
   fmt::print(stderr,
-             "usage: zkr_scheduler SERVERS ELECTION_PATH NAME JOURNAL [--interval SECS] [--session-timeout SECS]\n");
+             "usage: zkr_scheduler SERVERS ELECTION_PATH NAME JOURNAL [--interval SECS] [--session-timeout SECS] "
+             "[--tick-time SECS]\n");
   return 64;
 }
 
@@ -76,18 +78,19 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 5) return usage("missing arguments");
   const std::string servers = argv[1], path = argv[2], name = argv[3], journal = argv[4];
-  double interval_s = 0.2, session_timeout_s = 4;
+  double interval_s = 0.2, session_timeout_s = 4, tick_time_s = 2;
   try {
     for (int i = 5; i < argc; ++i) {
       std::string_view arg = argv[i];
       if (arg == "--interval" && i + 1 < argc) interval_s = std::stod(argv[++i]);
       else if (arg == "--session-timeout" && i + 1 < argc) session_timeout_s = std::stod(argv[++i]);
+      else if (arg == "--tick-time" && i + 1 < argc) tick_time_s = std::stod(argv[++i]);
       else return usage(fmt::format("unknown option '{}'", arg));
     }
   } catch (const std::exception&) {
-    return usage("--interval and --session-timeout take numbers of seconds");
+    return usage("--interval, --session-timeout and --tick-time take numbers of seconds");
   }
-  if (interval_s <= 0 || session_timeout_s <= 0) return usage("durations must be positive");
+  if (interval_s <= 0 || session_timeout_s <= 0 || tick_time_s <= 0) return usage("durations must be positive");
 
   // SIGINT/SIGTERM are taken synchronously by sigwait below; block them before any thread starts.
   sigset_t stop_signals;
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
     zkr::SessionOptions options;
     options.servers = servers;
     options.session_timeout = std::chrono::milliseconds(static_cast<long>(session_timeout_s * 1000));
+    options.ensemble_tick_time = std::chrono::milliseconds(static_cast<long>(tick_time_s * 1000));
     zkr::Session session(options);
 
     Scheduler scheduler(name, journal, std::chrono::milliseconds(static_cast<long>(interval_s * 1000)));

@@ -94,6 +94,19 @@ TEST(ZklockOptions, ServersFromEnvironmentUnlessGiven) {
   EXPECT_EQ(parse({"/a", "true"}, "").servers, "127.0.0.1:2181");
 }
 
+TEST(ZklockOptions, TickTimeFromOptionElseEnvironmentElseTwoSeconds) {
+  EXPECT_EQ(parse({"/a", "true"}).tick_time, 2s);
+  EXPECT_EQ(parse_command_line({"zklock", "/a", "true"}, nullptr, "0.1").tick_time, 100ms);
+  EXPECT_EQ(parse_command_line({"zklock", "--tick-time", "3", "/a", "true"}, nullptr, "0.1").tick_time, 3s);
+  EXPECT_THAT(usage_error({"--tick-time", "0", "/a", "true"}), HasSubstr("--tick-time"));
+  try {
+    parse_command_line({"zklock", "/a", "true"}, nullptr, "soon");
+    ADD_FAILURE() << "a bad $ZKLOCK_TICK_TIME was accepted";
+  } catch (const UsageError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("$ZKLOCK_TICK_TIME"));
+  }
+}
+
 TEST(ZklockOptions, SharedAndExclusive) {
   EXPECT_EQ(parse({"-s", "/a", "true"}).kind, LockKind::read);
   EXPECT_EQ(parse({"-x", "/a", "true"}).kind, LockKind::write);

@@ -36,6 +36,9 @@ using zkr::testenv::Process;
 using zkr::testenv::scaled;
 
 const std::string zklock_binary = ZKLOCK_BINARY;
+// Every zklock these tests start talks to testenv's servers, whose tickTime this is.
+const bool tick_time_set = ::setenv("ZKLOCK_TICK_TIME",
+                                    fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0).c_str(), 1) == 0;
 const std::string scripts_dir = ZKLOCK_TEST_SCRIPTS;
 constexpr auto python = "/usr/bin/python3";
 

@@ -32,6 +32,7 @@ po::options_description option_table() {
       ("exclusive,x", po::bool_switch())
       ("session-timeout", text())
       ("connect-timeout", text())
+      ("tick-time", text())
       ("kill-after,k", text())
       ("kill-signal", text())
       ("lost-exit-code,L", text())
@@ -158,7 +159,8 @@ std::string format_duration(std::chrono::nanoseconds duration) {
   return fmt::format("{:g}s", seconds);
 }
 
-CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers) {
+CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
+                              const char* env_tick_time) {
   po::options_description table = option_table();
   bool saw_double_dash = false;
   const std::size_t lock_path_index = find_lock_path(argv, table, saw_double_dash);
@@ -250,6 +252,19 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
       throw UsageError(fmt::format("invalid value '{}' for --connect-timeout: must be above 0", *value));
     }
   }
+  {
+    const auto value = text("tick-time");
+    const char* source = value ? "--tick-time" : "$ZKLOCK_TICK_TIME";
+    const std::optional<std::string> given = value ? value : env_tick_time && *env_tick_time
+                                                                 ? std::optional<std::string>(env_tick_time)
+                                                                 : std::nullopt;
+    if (given) {
+      options.tick_time = whole_milliseconds(parse_seconds(*given, source));
+      if (options.tick_time <= std::chrono::milliseconds::zero()) {
+        throw UsageError(fmt::format("invalid value '{}' for {}: must be above 0", *given, source));
+      }
+    }
+  }
   if (auto value = text("kill-after")) {
     options.kill_after = whole_milliseconds(parse_seconds(*value, "--kill-after"));
   }
@@ -326,6 +341,9 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
       --session-timeout SECS    requested session timeout (default 10); the server may
                                 negotiate another, which is the one used
       --connect-timeout SECS    how long to try to reach the ensemble (default 15)
+      --tick-time SECS          the servers' tickTime (default: $ZKLOCK_TICK_TIME, else 2);
+                                the loss is declared early enough for a follower that tells
+                                the leader of the session half a tick late
   -k, --kill-after SECS         grace between the kill signal and SIGKILL (default 5)
       --kill-signal SIG         signal sent to the job when the lock is lost (default TERM)
   -L, --lost-exit-code N        exit code when the lock was lost while the job ran (default 75)

@@ -33,6 +33,7 @@ struct CliOptions {
 
   std::chrono::milliseconds session_timeout{10'000};
   std::chrono::milliseconds connect_timeout{15'000};
+  std::chrono::milliseconds tick_time{2'000};  // the ensemble's tickTime (--tick-time, $ZKLOCK_TICK_TIME)
   std::chrono::milliseconds kill_after{5'000};
   int kill_signal = 15;  // SIGTERM
   int lost_exit_code = 75;
@@ -60,7 +61,8 @@ class UsageError : public std::runtime_error {
 // ("--" may stand before it) or "-c SHELL-COMMAND". `env_servers` is $ZKLOCK_SERVERS (or null).
 // Checks values (ranges, signal names) but not the lock path or host list: those are checked by
 // the library's validators in the caller, which knows the exact rules. Throws UsageError.
-CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers);
+CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
+                              const char* env_tick_time = nullptr);
 
 // "2", "0.5", "1.25s": non-negative seconds, at most a day. Throws UsageError naming `option`.
 std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option);

@@ -194,6 +194,7 @@ zkr::SessionOptions Zklock::session_options() const {
   session.servers = options_.servers;
   session.session_timeout = options_.session_timeout;
   session.connect_timeout = options_.connect_timeout;
+  session.ensemble_tick_time = options_.tick_time;
   // Lost must be declared early enough for the job to be stopped (stop signal, grace, SIGKILL)
   // before the server could expire the session and grant the lock elsewhere.
   session.safety_margin = options_.kill_after + 1s;
@@ -289,7 +290,7 @@ void Zklock::check_lead_time() const {
   if (lead_time < needed && !options_.quiet()) {
     say("warning: --kill-after {} plus 1s for stopping the job exceeds the lead time of {} that the "
         "session gives (negotiated session timeout {}); the job might outlive the lock: raise "
-        "--session-timeout or lower --kill-after",
+        "--session-timeout, lower --kill-after, or give the servers' --tick-time if it is below 2s",
         format_duration(options_.kill_after), format_duration(lead_time),
         format_duration(session_->negotiated_timeout()));
   }
@@ -622,7 +623,8 @@ int zklock_main(int argc, char** argv) {
 
   CliOptions options;
   try {
-    options = parse_command_line(std::vector<std::string>(argv, argv + argc), std::getenv("ZKLOCK_SERVERS"));
+    options = parse_command_line(std::vector<std::string>(argv, argv + argc), std::getenv("ZKLOCK_SERVERS"),
+                                 std::getenv("ZKLOCK_TICK_TIME"));
   } catch (const UsageError& error) {
     say("{} (see zklock --help)", error.what());
     return exit_code::usage;
