@@ -185,6 +185,72 @@ TEST_F(PartitionTest, FollowerIsolatedWithDebianDefaults) {
   expect_lead(run(lab, kFollowerIsolated, kSessionMs, 60s), std::chrono::milliseconds(kSessionMs / 4));
 }
 
+// zklock on a partitioned holder: told of the loss, it stops its job, which winds down for two
+// seconds (a TERM trap that keeps writing). The link heals meanwhile, so a close of the lost session
+// would reach the server and hand the lock over at once. The next zklock's job must start only after
+// the first job's last write.
+#ifdef ZKLOCK_BINARY
+TEST_F(FastPartitionTest, ZklocksJobStopsBeforeTheNextJobStartsEvenIfTheLinkHealsMeanwhile) {
+  NetLab lab(options());
+  const int leader = lab.leader();
+  ASSERT_GE(leader, 0);
+  const int follower = leader == 0 ? 1 : 0;
+  std::string others;
+  for (int i = 0; i < lab.servers(); ++i)
+    if (i != follower) others += (others.empty() ? "" : ",") + lab.server_address(i);
+  const std::string path = unique_path("zklock-heal");
+  const auto work = std::filesystem::temp_directory_path() / path.substr(path.rfind('/') + 1);
+  std::filesystem::create_directories(work);
+  const std::string first_log = (work / "first.log").string(), second_log = (work / "second.log").string();
+  const std::string tick = fmt::format("{:g}", lab.options().tick_ms / 1000.0);
+  Process::Options options;
+  options.merge_stderr = true;
+  options.new_process_group = true;
+  auto first = lab.spawn(
+      0,
+      {ZKLOCK_BINARY, "--zk", lab.server_address(follower), "--tick-time", tick, "--session-timeout", "6",
+       "--kill-after", "2.5", path, "bash", "-c",
+       fmt::format("trap 'end=$(($(date +%s)+2)); while [ $(date +%s) -lt $end ]; do date +%s%N >> {0}; sleep 0.05; "
+                   "done; exit 0' TERM; echo started; while :; do date +%s%N >> {0}; sleep 0.05; done",
+                   first_log)},
+      options);
+  ASSERT_TRUE(first->wait_for_line("started", scaled(60s)));
+  auto second = lab.spawn(1,
+                          {ZKLOCK_BINARY, "--zk", others, "--tick-time", tick, "--session-timeout", "6", path,
+                           "bash", "-c", fmt::format("date +%s%N > {}", second_log)},
+                          options);
+  std::this_thread::sleep_for(1s);  // the second zklock queues
+
+  lab.cut("c0", fmt::format("s{}", follower));
+  ASSERT_TRUE(first->wait_for_line("zklock: lost the lock", scaled(30s)));
+  std::this_thread::sleep_for(500ms);
+  lab.heal();  // the job is still winding down
+  const auto first_status = first->wait(scaled(30s));
+  ASSERT_TRUE(first_status);
+  EXPECT_EQ(*first_status, 75);
+  const auto second_status = second->wait(scaled(30s));
+  ASSERT_TRUE(second_status);
+  EXPECT_EQ(*second_status, 0);
+
+  long long last_write = 0, second_start = 0;
+  {
+    std::ifstream in(first_log);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) last_write = std::stoll(line);
+    std::ifstream(second_log) >> second_start;
+  }
+  std::filesystem::remove_all(work);
+  ASSERT_NE(last_write, 0);
+  ASSERT_NE(second_start, 0);
+  const double lead_ms = (second_start - last_write) / 1e6;
+  std::cout << fmt::format("zklock, link healed while its job stopped: next job started {:.0f} ms after the "
+                           "first job's last write",
+                           lead_ms)
+            << std::endl;
+  EXPECT_GT(second_start, last_write) << "the next job started while the first one still wrote";
+}
+#endif
+
 // Name resolution inside a lab host: `ip netns exec` shows /etc/netns/<namespace>/hosts and
 // resolv.conf as /etc/hosts and /etc/resolv.conf, and the resolver reads them on every lookup.
 // The resolv.conf points at a name server that is not there (in the host's own namespace), so a

@@ -123,5 +123,21 @@ TEST_F(SoakCheckerTest, CountsOrphansAndOverlapsAndRefusals) {
   EXPECT_TRUE(report.races_exercised());
 }
 
+// Client 0 is told it lost the lock and is still stopping (STOPPING, then END at 4 s) when client
+// 1 is granted at 3 s, without any freeze or forced expiry of client 0: the lead time failed.
+TEST_F(SoakCheckerTest, FindsAStoppingJobOverlappingTheNextGrant) {
+  const std::string stopping =
+      "1000000000 0 ATTEMPT a=1\n1000000000 0 GRANT a=1 token=100 node=n session=1\n"
+      "2500000000 0 STOPPING a=1 ms=1500\n4000000000 0 END a=1 token=100 how=lost reason=session_lost\n";
+  write("client-0.log", stopping);
+  write("client-1.log", clean_grant(1, 200, 3, 5, 0, 2));
+  write("store.journal", journal(1, "READ", 1, "r2", 200, true, 0) + journal(2, "WRITE", 1, "w2", 200, true, 1) +
+                             "6000 FINAL counter 1 200\n");
+  const auto report = check_run(dir);
+  EXPECT_EQ(report.graceful_stops, 1u);
+  EXPECT_EQ(report.stopping_job_overlaps, 1u) << format_report(report);
+  EXPECT_FALSE(report.must_be_zero_all_zero());
+}
+
 }  // namespace
 }  // namespace zkr::soak

@@ -21,6 +21,7 @@ struct Grant {
   std::int64_t start = 0;
   std::int64_t end = 0;
   std::string how = "open";
+  bool stopped_gracefully = false;  // told lost, the job took a while to stop (STOPPING)
 };
 
 struct Interval {
@@ -125,6 +126,9 @@ CheckReport check_run(const std::filesystem::path& run_dir) {
         close_open(at, "unknown");
         grants.push_back({client, std::stoll(fields["token"]), at, 0, "open"});
         open_grant = grants.size() - 1;
+      } else if (event == "STOPPING") {
+        ++report.graceful_stops;
+        if (open_grant) grants[*open_grant].stopped_gracefully = true;
       } else if (event == "END") {
         close_open(at, fields["how"]);
       } else if (event == "KILLED") {
@@ -169,6 +173,7 @@ CheckReport check_run(const std::filesystem::path& run_dir) {
         const Grant& earlier = other->token < grant.token ? *other : grant;
         if (!intersects(frozen_or_expired[earlier.client], earlier.start - 2 * session_timeout_ns, earlier.end)) {
           ++report.overlaps_without_freeze_or_expiry;
+          if (earlier.stopped_gracefully) ++report.stopping_job_overlaps;
           note(report, fmt::format("overlap without a freeze or expiry: client {} token {} [{} .. {}] and client {} "
                                    "token {} [{} .. {}]",
                                    other->client, other->token, other->start, other->end, grant.client, grant.token,
@@ -288,6 +293,7 @@ std::string format_report(const CheckReport& r) {
   out += fmt::format("  accepted stale writes         {}\n", r.accepted_stale_writes);
   out += fmt::format("  lost acknowledged updates     {}\n", r.lost_acknowledged_updates);
   out += fmt::format("  orphan nodes                  {}\n", r.orphan_nodes);
+  out += fmt::format("  stopping job overlapping the next grant {}\n", r.stopping_job_overlaps);
   out += "must be above zero under freezes:\n";
   out += fmt::format("  overlapping beliefs (pairs)   {} (grants involved: {})\n", r.overlapping_beliefs,
                      r.grants_in_overlaps);
@@ -296,6 +302,7 @@ std::string format_report(const CheckReport& r) {
   out += "for the record:\n";
   out += fmt::format("  overlaps w/o freeze or expiry {}\n", r.overlaps_without_freeze_or_expiry);
   out += fmt::format("  late grant records            {}\n", r.late_grant_records);
+  out += fmt::format("  graceful stops after a loss   {}\n", r.graceful_stops);
   out += fmt::format("  acknowledged writes           {}\n", r.acknowledged_writes);
   out += fmt::format("  accepted writes               {}\n", r.accepted_writes);
   out += fmt::format("  final counter                 {}\n", r.final_counter);

@@ -183,6 +183,9 @@ class SoakClient {
     options.connect_timeout = 30s;
     zkr::Session session(options);
     note_session(session);
+    // A job told of the loss stops gracefully, taking up to half the lead time it was given: the
+    // next grant must still come after it stopped.
+    graceful_stop_max_ms_ = static_cast<int>(session.lead_time().count() / 2);
     // Runs on the session's callback thread, at the latest inside ~Session: captures nothing that
     // dies before the session does.
     auto subscription = session.on_state_change([this, &session](zkr::SessionState state) {
@@ -223,7 +226,7 @@ class SoakClient {
     const int steps = uniform(1, 3);
     for (int step = 0; step < steps; ++step) {
       if (stop_.stop_requested()) return "stopped";
-      if (held.lost()) return "lost";
+      if (held.lost()) return stop_gracefully();
       // Check, then pause, then act: a freeze here is a holder that wakes up after losing.
       std::this_thread::sleep_for(std::chrono::milliseconds(uniform(0, options_.hold_max_ms)));
       auto value = store_op(token, "READ", fmt::format("READ counter {} {} {}", token, options_.id, next_op_id()));
@@ -234,7 +237,15 @@ class SoakClient {
                     fmt::format("WRITE counter {} {} {} {}", token, next, options_.id, next_op_id()), next))
         return "fenced";
     }
-    return held.lost() ? "lost" : "released";
+    return held.lost() ? stop_gracefully() : "released";
+  }
+
+  // Still believing, the job winds down (flushes, cleans up) before it lets go of the lock.
+  std::string stop_gracefully() {
+    const int ms = uniform(0, graceful_stop_max_ms_);
+    log_.event("STOPPING", "a={} ms={}", attempt_, ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return "lost";
   }
 
   // Sends one request and logs it with its answer. The counter's value (READ) or the value written
@@ -268,6 +279,7 @@ class SoakClient {
   StoreConnection store_;
   std::mt19937_64 random_;
   std::uint64_t attempt_ = 0;
+  int graceful_stop_max_ms_ = 0;
   std::uint64_t ops_ = 0;
 };
 

@@ -70,6 +70,7 @@ enum class FaultKind {
   expire_session,
   kill_leader,
   freeze_leader,
+  freeze_follower,
   quorum_loss,
 };
 
@@ -85,6 +86,7 @@ std::string_view name_of(FaultKind kind) {
     case FaultKind::expire_session: return "expire_session";
     case FaultKind::kill_leader: return "kill_leader";
     case FaultKind::freeze_leader: return "freeze_leader";
+    case FaultKind::freeze_follower: return "freeze_follower";
     case FaultKind::quorum_loss: return "quorum_loss";
   }
   return "unknown";
@@ -96,7 +98,7 @@ const std::vector<FaultKind> kRound = {
     FaultKind::freeze_client_long, FaultKind::kill_client,       FaultKind::blackhole_client,
     FaultKind::blackhole_client, FaultKind::reset_client,        FaultKind::drop_reply,
     FaultKind::expire_session,   FaultKind::expire_session,      FaultKind::kill_leader,
-    FaultKind::freeze_leader,    FaultKind::quorum_loss,
+    FaultKind::freeze_leader,    FaultKind::freeze_follower,     FaultKind::quorum_loss,
 };
 
 // The driver's own view of the ensemble, through the plain C client.
@@ -364,6 +366,23 @@ void SoakRun::inject(FaultKind kind) {
       std::this_thread::sleep_for(duration);
       cluster_->thaw(leader);
       server_frozen_[static_cast<std::size_t>(leader)] = false;
+      end_fault(kind, target);
+      break;
+    }
+    case FaultKind::freeze_follower: {
+      // A paused server that clients talk to: its clients hear nothing and are told lost by their
+      // deadline; the leader expires their sessions. Longer than a session.
+      const int leader = current_leader();
+      const int follower = leader < 0 ? draw_index(options_.servers)
+                                      : (leader + 1 + draw_index(options_.servers - 1)) % options_.servers;
+      const auto duration = std::max(draw(0.5, 2.0), timeout() + Milliseconds(options_.tick_ms));
+      const std::string target = fmt::format("server-{}", follower);
+      begin_fault(kind, target, duration);
+      cluster_->freeze(follower);
+      server_frozen_[static_cast<std::size_t>(follower)] = true;
+      std::this_thread::sleep_for(duration);
+      cluster_->thaw(follower);
+      server_frozen_[static_cast<std::size_t>(follower)] = false;
       end_fault(kind, target);
       break;
     }
