@@ -64,8 +64,7 @@ std::string character_problem(std::string_view path) {
       return fmt::format("contains U+{:04X} at byte {}: a UTF-16 surrogate, which UTF-8 may not encode",
                          static_cast<std::uint32_t>(decoded.code_point), at + 1);
     if (decoded.length == 0)
-      return fmt::format("is not valid UTF-8: byte 0x{:02X} at byte {}", static_cast<unsigned char>(path[at]),
-                         at + 1);
+      return fmt::format("is not valid UTF-8 at byte {} (0x{:02X})", at + 1, static_cast<unsigned char>(path[at]));
     if (const char* why = refused_character(decoded.code_point))
       return fmt::format("contains U+{:04X} at byte {}: {}", static_cast<std::uint32_t>(decoded.code_point),
                          at + 1, why);
