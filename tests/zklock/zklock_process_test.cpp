@@ -698,6 +698,12 @@ TEST_F(ZklockTest, ChildNamedAlmostLikeAContenderIsNoHolder) {
   EXPECT_EQ(json.exit_code, 0) << json.output;
   EXPECT_THAT(json.output, HasSubstr(R"("contenders":[])"));
   EXPECT_THAT(json.output, HasSubstr(R"("not_contenders":["report-lock-0000000000"])"));
+  // The library's log says so too (zklock shows it with -v), once per listing.
+  const Outcome verbose = list({"-v"});
+  EXPECT_EQ(verbose.exit_code, 0) << verbose.output;
+  const std::string warning = "1 child is not named like a contender node, never a holder: 'report-lock-0000000000'";
+  EXPECT_THAT(verbose.output, HasSubstr(warning));
+  EXPECT_EQ(verbose.output.find(warning), verbose.output.rfind(warning));
 
   // A path whose component would be read as a contender of its parent is refused outright.
   const Outcome refused = run_to_end(zklock({path_ + "/lock-0000000000", "echo", "ran"}));
