@@ -1,10 +1,14 @@
 // Who holds and who waits: read by anyone, participant or not.
+#include <algorithm>
 #include <future>
 #include <map>
+
+#include <fmt/format.h>
 
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
+#include "log.hpp"
 
 namespace zkr {
 namespace detail {
@@ -16,7 +20,9 @@ constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
 struct Listing {
   std::mutex mutex;
   std::promise<std::error_code> done;
+  bool exists = true;
   std::vector<ContenderName> names;
+  std::vector<std::string> not_contenders;
   std::map<std::string, std::pair<std::string, NodeStat>> details;  // by child name
   std::size_t outstanding = 0;
   bool finished = false;
@@ -28,10 +34,8 @@ struct Listing {
   }
 };
 
-}  // namespace
-
-std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,
-                                           int max_holders) {
+// Who is under `path`, and what else is. Throws Error.
+PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::string& path, int max_holders) {
   if (auto problem = path_problem(path); !problem.empty())
     throw Error(make_error_code(errc::invalid_path), "list contenders of", path, problem);
   const auto wait = core->options().connect_timeout;
@@ -47,10 +51,15 @@ std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& c
     std::weak_ptr<SessionCore> weak_core = core;
     core->get_children(generation, path, [listing, weak_core, generation, path](int rc, std::vector<std::string> children) {
       std::lock_guard guard(listing->mutex);
-      if (rc == kNoNode) return listing->finish({});
+      if (rc == kNoNode) {
+        listing->exists = false;
+        return listing->finish({});
+      }
       if (rc != kOk) return listing->finish(zookeeper_error(rc));
-      for (const auto& child : children)
+      for (auto& child : children) {
         if (auto name = parse_contender_name(child)) listing->names.push_back(std::move(*name));
+        else listing->not_contenders.push_back(std::move(child));
+      }
       sort_by_sequence(listing->names);
       if (listing->names.empty()) return listing->finish({});
       auto session = weak_core.lock();
@@ -73,6 +82,20 @@ std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& c
   if (auto ec = future.get()) throw Error(ec, "list contenders of", path);
 
   std::lock_guard guard(listing->mutex);
+  PathListing result;
+  result.exists = listing->exists;
+  result.not_contenders = std::move(listing->not_contenders);
+  std::sort(result.not_contenders.begin(), result.not_contenders.end());
+  if (!result.not_contenders.empty()) {
+    // Someone put them there (a path named below this one, a tool, a hand): say so, once per listing.
+    constexpr std::size_t kNamed = 5;
+    std::string named;
+    for (std::size_t i = 0; i < std::min(kNamed, result.not_contenders.size()); ++i)
+      named += fmt::format("{}'{}'", i ? ", " : "", result.not_contenders[i]);
+    const std::size_t count = result.not_contenders.size();
+    log(LogLevel::warning, "list contenders of {}: {} {} not named like a contender node, never a holder: {}{}",
+        path, count, count == 1 ? "child is" : "children are", named, count > kNamed ? ", ..." : "");
+  }
   std::vector<ContenderName> present;
   for (const auto& name : listing->names)
     if (listing->details.count(name.name)) present.push_back(name);
@@ -92,13 +115,25 @@ std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& c
     rows.push_back(std::move(row));
   }
   std::stable_partition(rows.begin(), rows.end(), [](const ContenderInfo& r) { return r.holds; });
-  return rows;
+  result.contenders = std::move(rows);
+  return result;
+}
+
+}  // namespace
+
+std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,
+                                           int max_holders) {
+  return list_path(core, path, max_holders).contenders;
 }
 
 }  // namespace detail
 
 std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path, int max_holders) {
   return detail::list_contenders(session.core(), std::string(path), max_holders);
+}
+
+PathListing list_lock_path(Session& session, std::string_view path, int max_holders) {
+  return detail::list_path(session.core(), std::string(path), max_holders);
 }
 
 }  // namespace zkr

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <limits>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -10,15 +12,75 @@
 
 namespace zkr {
 
+namespace {
+
+// A decoded UTF-8 sequence: its code point and length, or length 0 if the bytes at `at` are not
+// UTF-8 (overlong forms, surrogates, past U+10FFFF, truncated, stray continuation bytes).
+struct Utf8Char {
+  char32_t code_point = 0;
+  std::size_t length = 0;
+  bool surrogate = false;  // well-formed apart from encoding U+D800-U+DFFF
+};
+
+Utf8Char decode_utf8(std::string_view text, std::size_t at) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[at + k]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return {lead, 1};
+  std::size_t length = 0;
+  char32_t code_point = 0;
+  char32_t minimum = 0;
+  if ((lead & 0xE0) == 0xC0) length = 2, code_point = lead & 0x1F, minimum = 0x80;
+  else if ((lead & 0xF0) == 0xE0) length = 3, code_point = lead & 0x0F, minimum = 0x800;
+  else if ((lead & 0xF8) == 0xF0) length = 4, code_point = lead & 0x07, minimum = 0x10000;
+  else return {};
+  if (at + length > text.size()) return {};
+  for (std::size_t k = 1; k < length; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return {};
+    code_point = (code_point << 6) | (byte(k) & 0x3F);
+  }
+  if (code_point < minimum || code_point > 0x10FFFF) return {};
+  if (code_point >= 0xD800 && code_point <= 0xDFFF) return {code_point, length, true};
+  return {code_point, length};
+}
+
+// Why the server refuses this character in a path, or nullptr. The server decodes the path as
+// UTF-8 into UTF-16 and refuses U+0000-U+001F, U+007F-U+009F, U+D800-U+F8FF and U+FFF0-U+FFFF
+// code units; a character past U+FFFF becomes a surrogate pair, so it is refused as well.
+const char* refused_character(char32_t c) {
+  if (c == 0) return "a NUL character";
+  if (c < 0x20 || c == 0x7F) return "a control character";
+  if (c >= 0x80 && c <= 0x9F) return "a C1 control character";
+  if (c >= 0xE000 && c <= 0xF8FF) return "a private-use character, which the server refuses";
+  if (c >= 0xFFF0 && c <= 0xFFFF) return "a special or noncharacter (U+FFF0-U+FFFF), which the server refuses";
+  if (c > 0xFFFF) return "a character outside the Basic Multilingual Plane, which the server refuses";
+  return nullptr;
+}
+
+// The first character of path the server would refuse, described with its (1-based) byte position.
+std::string character_problem(std::string_view path) {
+  for (std::size_t at = 0; at < path.size();) {
+    const Utf8Char decoded = decode_utf8(path, at);
+    if (decoded.surrogate)
+      return fmt::format("contains U+{:04X} at byte {}: a UTF-16 surrogate, which UTF-8 may not encode",
+                         static_cast<std::uint32_t>(decoded.code_point), at + 1);
+    if (decoded.length == 0)
+      return fmt::format("is not valid UTF-8 at byte {} (0x{:02X})", at + 1, static_cast<unsigned char>(path[at]));
+    if (const char* why = refused_character(decoded.code_point))
+      return fmt::format("contains U+{:04X} at byte {}: {}", static_cast<std::uint32_t>(decoded.code_point),
+                         at + 1, why);
+    at += decoded.length;
+  }
+  return {};
+}
+
+}  // namespace
+
 std::string path_problem(std::string_view path) {
   if (path.empty()) return "is empty";
   if (path.front() != '/') return "is not absolute (must start with '/')";
   if (path == "/") return "is the root (a recipe needs a path of its own)";
   if (path.back() == '/') return "ends with '/'";
-  for (unsigned char c : path) {
-    if (c == 0) return "contains a NUL character";
-    if (c < 0x20 || c == 0x7f) return "contains a control character";
-  }
+  if (auto problem = character_problem(path); !problem.empty()) return problem;
   std::size_t start = 1;
   while (start <= path.size()) {
     std::size_t end = path.find('/', start);
@@ -26,6 +88,10 @@ std::string path_problem(std::string_view path) {
     std::string_view component = path.substr(start, end - start);
     if (component.empty()) return "has an empty component ('//')";
     if (component == "." || component == "..") return "has a '.' or '..' component";
+    // Recipes create the whole path: such a node would be taken for a contender of its parent.
+    if (parse_contender_name(component))
+      return fmt::format("has a component '{}' named like a contender node (a lock on its parent would "
+                         "take it for a holder)", component);
     start = end + 1;
   }
   if (path == "/zookeeper" || path.starts_with("/zookeeper/"))
@@ -132,51 +198,113 @@ namespace {
 
 struct Marker {
   std::string_view text;
-  ContenderScheme scheme;
   ContenderRole role;
 };
 
-// Longest markers first so that "__rlock__" is not read as "__lock__" or "-lock-".
-constexpr Marker kMarkers[] = {
-    {"__rlock__", ContenderScheme::kazoo, ContenderRole::read},
-    {"__lock__", ContenderScheme::kazoo, ContenderRole::exclusive},
-    {"__READ__", ContenderScheme::zkrecipes_or_curator, ContenderRole::read},
-    {"__WRIT__", ContenderScheme::zkrecipes_or_curator, ContenderRole::write},
-    {"-latch-", ContenderScheme::zkrecipes_or_curator, ContenderRole::latch},
-    {"lock-", ContenderScheme::zkrecipes_or_curator, ContenderRole::exclusive},
+// After "_c_<uuid>-" (ours, Curator's protected form) or alone (Curator's unprotected form).
+constexpr Marker kProtectedMarkers[] = {
+    {"lock-", ContenderRole::exclusive},
+    {"__READ__", ContenderRole::read},
+    {"__WRIT__", ContenderRole::write},
+    {"latch-", ContenderRole::latch},
+};
+// Curator's recipes write only the protected form; these bare ones were accepted before and still are.
+constexpr Marker kUnprotectedMarkers[] = {
+    {"lock-", ContenderRole::exclusive},
+    {"__READ__", ContenderRole::read},
+    {"__WRIT__", ContenderRole::write},
+};
+// After kazoo's 32 hex digits.
+constexpr Marker kKazooMarkers[] = {
+    {"__lock__", ContenderRole::exclusive},
+    {"__rlock__", ContenderRole::read},
 };
 
-constexpr std::size_t kSequenceDigits = 10;
+constexpr std::string_view kProtectedPrefix = "_c_";
+constexpr std::size_t kUuidLength = 36;
+constexpr std::size_t kKazooIdLength = 32;
 
-}  // namespace
+bool is_lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
-std::optional<ContenderName> parse_contender_name(std::string_view child) {
-  if (child.size() <= kSequenceDigits) return std::nullopt;
-  std::string_view digits = child.substr(child.size() - kSequenceDigits);
-  std::string_view head = child.substr(0, child.size() - kSequenceDigits);
-  // The server formats the counter with "%010d": ten characters, a '-' first once it has wrapped.
-  std::int64_t sequence = 0;
-  {
-    std::string_view number = digits;
-    bool negative = number.front() == '-';
-    if (negative) number.remove_prefix(1);
-    if (number.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-    std::int64_t value = 0;
-    std::from_chars(number.data(), number.data() + number.size(), value);
-    sequence = negative ? -value : value;
+// "0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f", as Java's and Boost's UUID to-string write it.
+bool is_uuid(std::string_view text) {
+  if (text.size() != kUuidLength) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool dash_here = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash_here ? text[i] != '-' : !is_lower_hex(text[i])) return false;
   }
-  for (const Marker& marker : kMarkers) {
-    if (!head.ends_with(marker.text)) continue;
-    std::string_view guid = head.substr(0, head.size() - marker.text.size());
-    if (guid.ends_with('-')) guid.remove_suffix(1);  // the separator after "_c_<uuid>"
-    return ContenderName{std::string(child), marker.scheme, marker.role, std::string(guid), sequence};
+  return true;
+}
+
+bool is_kazoo_id(std::string_view text) {
+  return text.size() == kKazooIdLength && std::all_of(text.begin(), text.end(), is_lower_hex);
+}
+
+// The server appends its signed 32-bit counter formatted "%010d": "0000000042", "-000000005",
+// "-2147483648". Anything else (other widths, a '+', out of range) is not one.
+std::optional<std::int32_t> parse_sequence(std::string_view suffix) {
+  if (suffix.size() != 10 && suffix.size() != 11) return std::nullopt;
+  std::int64_t value = 0;
+  const bool negative = suffix.front() == '-';
+  const std::string_view digits = negative ? suffix.substr(1) : suffix;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
+  if (negative) value = -value;
+  if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
+    return std::nullopt;
+  const auto sequence = static_cast<std::int32_t>(value);
+  if (fmt::format("{:010d}", sequence) != suffix) return std::nullopt;  // the one text "%010d" gives
+  return sequence;
+}
+
+template <std::size_t N>
+std::optional<ContenderName> parse_after_id(std::string_view child, std::string_view id, std::string_view rest,
+                                            ContenderScheme scheme, const Marker (&markers)[N]) {
+  for (const Marker& marker : markers) {
+    if (!rest.starts_with(marker.text)) continue;
+    if (auto sequence = parse_sequence(rest.substr(marker.text.size())))
+      return ContenderName{std::string(child), scheme, marker.role, std::string(id), *sequence};
   }
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<ContenderName> parse_contender_name(std::string_view child) {
+  if (child.starts_with(kProtectedPrefix)) {
+    const std::size_t id_end = kProtectedPrefix.size() + kUuidLength;  // "_c_<uuid>"
+    if (child.size() <= id_end || !is_uuid(child.substr(kProtectedPrefix.size(), kUuidLength)) ||
+        child[id_end] != '-')
+      return std::nullopt;
+    return parse_after_id(child, child.substr(0, id_end), child.substr(id_end + 1),
+                          ContenderScheme::zkrecipes_or_curator, kProtectedMarkers);
+  }
+  if (child.size() > kKazooIdLength && is_kazoo_id(child.substr(0, kKazooIdLength)))
+    return parse_after_id(child, child.substr(0, kKazooIdLength), child.substr(kKazooIdLength),
+                          ContenderScheme::kazoo, kKazooMarkers);
+  return parse_after_id(child, {}, child, ContenderScheme::zkrecipes_or_curator, kUnprotectedMarkers);
+}
+
+// Queue order is creation order. The counter is a signed 32-bit int that wraps from 2^31-1 to
+// -2^31 (and later from -1 to 0), so numeric order is wrong across a wrap. The sequences are placed
+// on the 2^32 circle and read starting after the widest empty arc: when all of them lie within 2^31
+// of each other (contenders created less than 2^31 counter steps apart), that is creation order
+// whatever wrapped, and without a wrap it is plain numeric order. Every client that sees the same
+// children computes the same order.
 void sort_by_sequence(std::vector<ContenderName>& contenders) {
+  const auto on_circle = [](const ContenderName& c) { return static_cast<std::uint32_t>(c.sequence); };
   std::stable_sort(contenders.begin(), contenders.end(),
-                   [](const ContenderName& a, const ContenderName& b) { return a.sequence < b.sequence; });
+                   [&](const ContenderName& a, const ContenderName& b) { return on_circle(a) < on_circle(b); });
+  if (contenders.size() < 2) return;
+  std::size_t first = 0;
+  std::uint32_t widest = 0;
+  for (std::size_t i = 0; i < contenders.size(); ++i) {
+    const std::size_t next = (i + 1) % contenders.size();
+    const std::uint32_t gap = on_circle(contenders[next]) - on_circle(contenders[i]);  // mod 2^32
+    if (gap > widest) widest = gap, first = next;
+  }
+  std::rotate(contenders.begin(), contenders.begin() + static_cast<std::ptrdiff_t>(first), contenders.end());
 }
 
 std::string default_owner_data() {

@@ -106,6 +106,16 @@ struct ContenderInfo {
 std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path,
                                            int max_holders = 1);
 
+// What is under a lock path, for operators: list_contenders() tells a path that does not exist
+// (or whose chroot does not) from one that is free only through this.
+struct PathListing {
+  bool exists = false;
+  std::vector<ContenderInfo> contenders;    // as list_contenders()
+  std::vector<std::string> not_contenders;  // other children, sorted: never holders, never waited for
+};
+// Throws Error as list_contenders(). Logs a warning naming the children that are not contenders.
+PathListing list_lock_path(Session& session, std::string_view path, int max_holders = 1);
+
 using AcquireHandler = std::function<void(std::error_code, HeldLock)>;
 
 class ReadWriteLock;

@@ -10,10 +10,14 @@
 
 namespace zkr {
 
-// A znode path a recipe may use: absolute, no trailing '/', no empty, '.' or '..' component, no NUL
-// or control characters, not under /zookeeper. Returns errc::invalid_path (or nothing).
+// A znode path a recipe may use: absolute, no trailing '/', no empty, '.' or '..' component, nothing
+// the server refuses (bytes that are not UTF-8; U+0000-U+001F, U+007F-U+009F, U+E000-U+F8FF,
+// U+FFF0-U+FFFF and characters past U+FFFF), no component named like a contender node (see
+// parse_contender_name: it would be taken for a holder of its parent), not under /zookeeper.
+// Returns errc::invalid_path (or nothing).
 std::error_code validate_path(std::string_view path) noexcept;
-// Why validate_path refused path, as a short phrase ("is not absolute", ...); empty if valid.
+// Why validate_path refused path, as a short phrase ("is not absolute", "contains U+0085 at byte 7:
+// a C1 control character", ...; byte positions count from 1); empty if valid.
 std::string path_problem(std::string_view path);
 
 struct ServerList {
@@ -32,18 +36,23 @@ struct ContenderName {
   std::string name;       // the child name as stored
   ContenderScheme scheme;
   ContenderRole role;
-  std::string guid;       // the part before the marker, may be empty
-  std::int64_t sequence;  // numeric 10-digit suffix
+  std::string guid;       // "_c_<uuid>" or kazoo's 32 hex digits; empty for the unprotected form
+  std::int64_t sequence;  // the server's signed 32-bit counter, sign included
 };
 
-// Recognises the node names the peers write:
-//   ours/Curator:  "_c_<uuid>-lock-0000000012", "_c_<uuid>-__READ__0000000012", "..__WRIT__..",
-//                  "_c_<uuid>-latch-0000000012"
-//   kazoo:         "<32 hex>__lock__0000000012", "<32 hex>__rlock__0000000012"
-// Anything else is not a contender.
+// Recognises exactly the node names the peers write, and nothing else:
+//   ours/Curator:  "_c_<uuid>-lock-<seq>", "_c_<uuid>-__READ__<seq>", "_c_<uuid>-__WRIT__<seq>",
+//                  "_c_<uuid>-latch-<seq>", <uuid> in the lowercase 8-4-4-4-12 form;
+//                  unprotected: "lock-<seq>", "__READ__<seq>", "__WRIT__<seq>"
+//   kazoo:         "<32 lowercase hex>__lock__<seq>", "<32 lowercase hex>__rlock__<seq>"
+// <seq> is what the server appends to a sequential node: its signed 32-bit counter formatted
+// "%010d" ("0000000042"; "-2147483648" once it has wrapped). Anything else under a lock path
+// ("report-lock-0000000000", "block-0000000000") is not a contender: never a holder, never waited for.
 std::optional<ContenderName> parse_contender_name(std::string_view child);
 
-// Sorts by the numeric sequence (never as text: the counter wraps and restarts).
+// Sorts into queue order: creation order, by the numeric sequence (never as text), read across the
+// counter's wrap from 2^31-1 to -2^31 as long as the contenders lie within 2^31 of each other (see
+// docs/recipes.md, "Sequence numbers"). Stable among equal sequences.
 void sort_by_sequence(std::vector<ContenderName>& contenders);
 
 // "host:pid", the default owner data of a lock node.

@@ -29,27 +29,62 @@ TEST(ZklockReport, JsonStringsAreEscaped) {
   EXPECT_EQ(json_string("bad\xff"), R"("bad\ufffd")");
 }
 
+zkr::PathListing listing(std::vector<zkr::ContenderInfo> contenders, std::vector<std::string> others = {}) {
+  zkr::PathListing result;
+  result.exists = true;
+  result.contenders = std::move(contenders);
+  result.not_contenders = std::move(others);
+  return result;
+}
+
+TEST(ZklockReport, TerminalEscapes) {
+  EXPECT_EQ(escape_for_terminal("plain caf\xc3\xa9 \xe4\xb8\xad"), "plain caf\xc3\xa9 \xe4\xb8\xad");
+  EXPECT_EQ(escape_for_terminal("a\nb\x1b[31m\x7f"), "a\\x0ab\\x1b[31m\\x7f");
+  // C1 controls (U+0080-U+009F; U+009B is CSI) as both their UTF-8 bytes; U+00A0 is not one.
+  EXPECT_EQ(escape_for_terminal("a\xc2\x9b" "31m\xc2\x80\xc2\x9f\xc2\xa0"), "a\\xc2\\x9b31m\\xc2\\x80\\xc2\\x9f\xc2\xa0");
+  // Bytes that are not UTF-8: alone, truncated, overlong, a surrogate.
+  EXPECT_EQ(escape_for_terminal("\x9b\xff\xc3"), "\\x9b\\xff\\xc3");
+  EXPECT_EQ(escape_for_terminal("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");
+}
+
 TEST(ZklockReport, Text) {
-  const std::string text = format_contenders_text(
-      "/locks/a", {contender("_c_x-lock-0000000003", 42, true, "host:1:job"),
-                   contender("_c_y-lock-0000000004", 43, false, "line\nbreak")});
+  const std::string text = format_listing_text(
+      "/locks/a", listing({contender("_c_x-lock-0000000003", 42, true, "host:1:job"),
+                           contender("_c_y-lock-0000000004", 43, false, "line\nbreak\xc2\x9b")}));
   EXPECT_THAT(text, HasSubstr("/locks/a: 1 holder, 1 waiter"));
   EXPECT_THAT(text, HasSubstr("holder"));
   EXPECT_THAT(text, HasSubstr("waiter"));
   EXPECT_THAT(text, HasSubstr("0x1234abcd"));
   EXPECT_THAT(text, HasSubstr("host:1:job"));
-  EXPECT_THAT(text, HasSubstr("line?break"));  // one line per contender
+  EXPECT_THAT(text, HasSubstr("line?break? "));  // one line per contender, no control sequence
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4);
-  EXPECT_EQ(format_contenders_text("/locks/a", {}), "/locks/a: free (no holder, no waiters)\n");
+  EXPECT_EQ(format_listing_text("/locks/a", listing({})), "/locks/a: free (no holder, no waiters)\n");
+}
+
+TEST(ZklockReport, OtherChildrenAreShownAsNotContenders) {
+  EXPECT_EQ(format_listing_text("/q", listing({}, {"config", "report-lock-0000000000"})),
+            "/q: free (no holder, no waiters)\nnot a contender: config\nnot a contender: report-lock-0000000000\n");
+  const std::string text = format_listing_text("/q", listing({contender("_c_x-lock-0000000003", 42, true, "o")}, {"x"}));
+  EXPECT_THAT(text, HasSubstr("/q: 1 holder, 0 waiters"));
+  EXPECT_THAT(text, ::testing::EndsWith("\nnot a contender: x\n"));
+  EXPECT_EQ(format_listing_json("/q", listing({}, {"config", "a\"b"})),
+            R"({"path":"/q","exists":true,"contenders":[],"not_contenders":["config","a\"b"]})" "\n");
+}
+
+TEST(ZklockReport, MissingPathIsNotFree) {
+  zkr::PathListing missing;  // exists = false
+  EXPECT_EQ(format_listing_text("/q", missing), "/q: does not exist\n");
+  EXPECT_THAT(format_listing_text("/q", missing, "/app"), HasSubstr("/q: does not exist (under the chroot /app"));
+  EXPECT_EQ(format_listing_json("/q", missing), R"({"path":"/q","exists":false,"contenders":[],"not_contenders":[]})" "\n");
 }
 
 TEST(ZklockReport, Json) {
-  EXPECT_EQ(format_contenders_json("/a", {contender("_c_x-lock-0000000003", 42, true, "o")}),
-            R"({"path":"/a","contenders":[{"node":"_c_x-lock-0000000003","sequence":3,"token":42,)"
+  EXPECT_EQ(format_listing_json("/a", listing({contender("_c_x-lock-0000000003", 42, true, "o")})),
+            R"({"path":"/a","exists":true,"contenders":[{"node":"_c_x-lock-0000000003","sequence":3,"token":42,)"
             R"("session_id":"0x1234abcd","owner":"o","since":"2023-11-14T22:13:20.123Z","holds":true,)"
-            R"("role":"exclusive","scheme":"zkrecipes"}]})"
+            R"("role":"exclusive","scheme":"zkrecipes"}],"not_contenders":[]})"
             "\n");
-  EXPECT_EQ(format_contenders_json("/a", {}), "{\"path\":\"/a\",\"contenders\":[]}\n");
+  EXPECT_EQ(format_listing_json("/a", listing({})), "{\"path\":\"/a\",\"exists\":true,\"contenders\":[],\"not_contenders\":[]}\n");
 }
 
 }  // namespace

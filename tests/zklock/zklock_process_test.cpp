@@ -913,4 +913,89 @@ TEST_F(ZklockTest, SharesTheLockWithKazoo) {
   EXPECT_THAT(kazoo_try.output, HasSubstr("busy"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Input: names under a lock path, paths the server refuses, --list of what does not exist
+
+// "zklock /q/report-lock-0000000000 true" leaves a container under /q whose name ends like a
+// contender's: it is reported, never taken for a holder of /q.
+TEST_F(ZklockTest, ChildNamedAlmostLikeAContenderIsNoHolder) {
+  const std::string stray = path_ + "/report-lock-0000000000";
+  EXPECT_EQ(run_to_end(zklock({stray, "true"})).exit_code, 0);
+  const Outcome nonblocking = run_to_end(zklock({"-n", path_, "echo", "ran"}));
+  EXPECT_EQ(nonblocking.exit_code, 0) << nonblocking.output;
+  EXPECT_THAT(nonblocking.output, HasSubstr("ran"));
+
+  const Outcome text = list();
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr(path_ + ": free"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("not a contender.*report-lock-0000000000"));
+  const Outcome json = list({"--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr(R"("contenders":[])"));
+  EXPECT_THAT(json.output, HasSubstr(R"("not_contenders":["report-lock-0000000000"])"));
+  // The library's log says so too (zklock shows it with -v), once per listing.
+  const Outcome verbose = list({"-v"});
+  EXPECT_EQ(verbose.exit_code, 0) << verbose.output;
+  const std::string warning = "1 child is not named like a contender node, never a holder: 'report-lock-0000000000'";
+  EXPECT_THAT(verbose.output, HasSubstr(warning));
+  EXPECT_EQ(verbose.output.find(warning), verbose.output.rfind(warning));
+
+  // A path whose component would be read as a contender of its parent is refused outright.
+  const Outcome refused = run_to_end(zklock({path_ + "/lock-0000000000", "echo", "ran"}));
+  EXPECT_EQ(refused.exit_code, 64) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("contender"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("ran")));
+}
+
+// The server refuses these paths (ZBADARGUMENTS); zklock refuses them first, as usage errors
+// naming the character, and never writes a raw C1 control or a stray byte to the terminal.
+TEST_F(ZklockTest, PathsTheServerRefusesExit64NamingTheCharacter) {
+  const std::pair<std::string, std::string> cases[] = {
+      {path_ + "/a\xc2\x9b" "31m", "U+009B"},  // C1 CSI: an escape sequence on many terminals
+      {path_ + "/a\xc2\x85", "U+0085"},
+      {path_ + "/a\xff", "0xFF"},
+      {path_ + "/a\xed\xa0\x80", "U+D800"},
+      {path_ + "/a\xef\xbf\xbe", "U+FFFE"},
+  };
+  for (const auto& [bad, character] : cases) {
+    for (const bool listing : {false, true}) {
+      const Outcome outcome =
+          run_to_end(listing ? zklock({"--list", bad}) : zklock({bad, "echo", "ran"}));
+      EXPECT_EQ(outcome.exit_code, 64) << outcome.output;
+      EXPECT_THAT(outcome.output, HasSubstr(character));
+      EXPECT_THAT(outcome.output, Not(HasSubstr("ran")));
+      EXPECT_THAT(outcome.output, Not(HasSubstr("\xc2\x9b")));
+      EXPECT_THAT(outcome.output, Not(HasSubstr("\xc2\x85")));
+      EXPECT_THAT(outcome.output, Not(HasSubstr("\xff")));
+      EXPECT_THAT(outcome.output, Not(HasSubstr("\xed\xa0\x80")));
+    }
+  }
+  const Outcome escaped = run_to_end(zklock({path_ + "/a\xc2\x9b" "31m", "true"}));
+  EXPECT_THAT(escaped.output, HasSubstr("/a\\xc2\\x9b31m"));
+}
+
+// Monitoring built on "--list --json" must not read a missing path (or chroot) as "free".
+TEST_F(ZklockTest, ListOfAPathOrChrootThatDoesNotExistSaysSo) {
+  const Outcome text = list();
+  EXPECT_EQ(text.exit_code, 66) << text.output;
+  EXPECT_THAT(text.output, HasSubstr(path_ + ": does not exist"));
+  EXPECT_THAT(text.output, Not(HasSubstr("free")));
+  const Outcome json = list({"--json"});
+  EXPECT_EQ(json.exit_code, 66) << json.output;
+  EXPECT_THAT(json.output, HasSubstr(R"("exists":false)"));
+
+  const std::string missing_chroot = servers_ + path_ + "-chroot";
+  const Outcome chrooted = run_to_end(zklock({"--list", "/jobs"}, missing_chroot));
+  EXPECT_EQ(chrooted.exit_code, 66) << chrooted.output;
+  EXPECT_THAT(chrooted.output, HasSubstr("does not exist"));
+  EXPECT_THAT(chrooted.output, HasSubstr(path_ + "-chroot"));
+
+  // Once it exists, even with nobody in it: free, exit 0.
+  EXPECT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
+  const Outcome free = list({"--json"});
+  EXPECT_EQ(free.exit_code, 0) << free.output;
+  EXPECT_THAT(free.output, HasSubstr(R"("exists":true)"));
+  EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
+}
+
 }  // namespace

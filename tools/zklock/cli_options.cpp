@@ -353,7 +353,8 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
                                 session state changes on stderr
   -q, --quiet                   print nothing but fatal errors
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
-                                session, owner data, since when; then exit
+                                session, owner data, since when; then exit (66 if LOCKPATH
+                                does not exist)
       --json                    with --list: print JSON instead of a table
   -h, --help                    print this help and exit
   -V, --version                 print the version and exit
@@ -377,6 +378,7 @@ Exit status:
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
                 the loss came); the command was stopped
   64            usage error: bad option, value or lock path
+  66            with --list: LOCKPATH (or the chroot) does not exist
   69            the ensemble could not be reached within the connect timeout
   77            authentication or ACL refusal
   126 / 127     the command could not be executed / was not found

@@ -26,7 +26,8 @@ std::string session_hex(std::int64_t session_id) {
   return fmt::format("{:#x}", static_cast<std::uint64_t>(session_id));
 }
 
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not one.
+// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not one (overlong forms,
+// surrogates and code points past U+10FFFF included).
 std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char lead = byte(i);
@@ -35,18 +36,60 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
   for (std::size_t k = 1; k < length; ++k) {
     if ((byte(i + k) & 0xC0) != 0x80) return 0;
   }
-  if (length == 2 && lead < 0xC2) return 0;  // overlong
+  if (length == 2 && lead < 0xC2) return 0;                                  // overlong
+  if (length == 3 && lead == 0xE0 && byte(i + 1) < 0xA0) return 0;          // overlong
+  if (length == 3 && lead == 0xED && byte(i + 1) >= 0xA0) return 0;         // surrogate
+  if (length == 4 && lead == 0xF0 && byte(i + 1) < 0x90) return 0;          // overlong
+  if (length == 4 && (lead > 0xF4 || (lead == 0xF4 && byte(i + 1) >= 0x90))) return 0;  // past U+10FFFF
   return length;
 }
 
-// Owner data is free text written by any client: keep a table row on one line.
+// True for a sequence a terminal may act on: a C0 control, DEL, or a C1 control (U+0080-U+009F,
+// which UTF-8 writes as 0xC2 0x80-0x9F).
+bool is_control(std::string_view sequence) {
+  const auto lead = static_cast<unsigned char>(sequence[0]);
+  if (sequence.size() == 1) return lead < 0x20 || lead == 0x7f;
+  return sequence.size() == 2 && lead == 0xC2 && static_cast<unsigned char>(sequence[1]) <= 0x9F;
+}
+
+// Calls keep(sequence) for each valid, non-control UTF-8 sequence and replace(bytes) for each
+// control sequence or byte that is not UTF-8.
+template <typename Keep, typename Replace>
+void for_each_sequence(std::string_view text, Keep keep, Replace replace) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_sequence_length(text, i);
+    const std::string_view sequence = text.substr(i, length == 0 ? 1 : length);
+    if (length == 0 || is_control(sequence)) replace(sequence);
+    else keep(sequence);
+    i += sequence.size();
+  }
+}
+
+// Owner data is free text written by any client: keep a table row on one line and in one column.
 std::string printable(std::string_view text) {
   std::string out;
-  for (char c : text) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  for_each_sequence(text, [&](std::string_view sequence) { out += sequence; },
+                    [&](std::string_view) { out += '?'; });
   return out.empty() ? "-" : out;
 }
 
+std::string json_array(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + json_string(items[i]);
+  return out + "]";
+}
+
 }  // namespace
+
+std::string escape_for_terminal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for_each_sequence(text, [&](std::string_view sequence) { out += sequence; },
+                    [&](std::string_view bytes) {
+                      for (unsigned char c : bytes) out += fmt::format("\\x{:02x}", c);
+                    });
+  return out;
+}
 
 std::string format_utc(std::chrono::system_clock::time_point time) {
   using namespace std::chrono;
@@ -90,8 +133,9 @@ std::string json_string(std::string_view text) {
   return out;
 }
 
-std::string format_contenders_text(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders) {
-  if (contenders.empty()) return fmt::format("{}: free (no holder, no waiters)\n", path);
+namespace {
+
+std::string contenders_table(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders) {
   std::size_t holders = 0;
   for (const auto& contender : contenders) holders += contender.holds ? 1 : 0;
   std::string out = fmt::format("{}: {} holder{}, {} waiter{}\n", path, holders, holders == 1 ? "" : "s",
@@ -107,10 +151,26 @@ std::string format_contenders_text(std::string_view path, const std::vector<zkr:
   return out;
 }
 
-std::string format_contenders_json(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders) {
-  std::string out = fmt::format("{{\"path\":{},\"contenders\":[", json_string(path));
+}  // namespace
+
+std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot) {
+  if (!listing.exists) {
+    if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
+    return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
+  }
+  const auto& contenders = listing.contenders;
+  std::string out;
+  if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters)\n", path);
+  else out = contenders_table(path, contenders);
+  for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
+  return out;
+}
+
+std::string format_listing_json(std::string_view path, const zkr::PathListing& listing) {
+  std::string out = fmt::format("{{\"path\":{},\"exists\":{},\"contenders\":[", json_string(path),
+                                listing.exists ? "true" : "false");
   bool first = true;
-  for (const auto& contender : contenders) {
+  for (const auto& contender : listing.contenders) {
     if (!first) out += ',';
     first = false;
     out += fmt::format(
@@ -121,7 +181,7 @@ std::string format_contenders_json(std::string_view path, const std::vector<zkr:
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
         json_string(role_name(contender.role)), json_string(scheme_name(contender.scheme)));
   }
-  out += "]}\n";
+  out += fmt::format("],\"not_contenders\":{}}}\n", json_array(listing.not_contenders));
   return out;
 }
 

@@ -12,15 +12,23 @@
 namespace zklock {
 
 // A table, one line per contender (holders first, then waiters in queue order), preceded by a
-// header line; "PATH: free" when there is nobody.
-std::string format_contenders_text(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders);
+// header line; "PATH: free" when there is nobody; then one "not a contender: NAME" line per other
+// child. "PATH: does not exist" when it does not (`chroot`, if any, is named: it may be the one
+// missing).
+std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot = {});
 
-// {"path": ..., "contenders": [{"node", "sequence", "token", "session_id", "owner", "since",
-// "holds", "role", "scheme"}, ...]} on one line, followed by a newline.
-std::string format_contenders_json(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders);
+// {"path": ..., "exists": true|false, "contenders": [{"node", "sequence", "token", "session_id",
+// "owner", "since", "holds", "role", "scheme"}, ...], "not_contenders": [NAME, ...]} on one line,
+// followed by a newline.
+std::string format_listing_json(std::string_view path, const zkr::PathListing& listing);
 
 // A JSON string literal (quotes included); invalid UTF-8 bytes become U+FFFD.
 std::string json_string(std::string_view text);
+
+// Text safe to write to a terminal: C0 and C1 controls, DEL and bytes that are not UTF-8 become
+// "\xNN" escapes (a C1 control as the escapes of both its UTF-8 bytes), so that input can neither
+// forge a second line nor send control sequences. Valid UTF-8 otherwise passes unchanged.
+std::string escape_for_terminal(std::string_view text);
 
 // "2024-05-01T12:00:00.123Z"
 std::string format_utc(std::chrono::system_clock::time_point time);

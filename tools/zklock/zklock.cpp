@@ -48,17 +48,10 @@ constexpr auto cancel_bound = 30s;
 constexpr auto after_sigkill_bound = 5s;
 constexpr auto group_poll_interval = 20ms;
 
-// Messages quote user input (option values, paths): control characters are shown escaped, so that
-// input can neither forge a second message line nor send escape sequences to the terminal.
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += static_cast<char>(c);
-  }
-  return out;
-}
+// Messages quote user input (option values, paths): control characters (C1 included) and bytes
+// that are not UTF-8 are shown escaped, so that input can neither forge a second message line nor
+// send escape sequences to the terminal.
+std::string printable(std::string_view text) { return escape_for_terminal(text); }
 
 // Writes a whole message to stderr, or as much as stderr takes. Never throws and never blocks on
 // a closed reader (SIGPIPE is blocked: EPIPE): a broken stderr must not cost the job's orderly stop.
@@ -570,20 +563,22 @@ bool Zklock::lost_while_job_ran(const zkr::HeldLock& held) {
 
 int Zklock::list() {
   connect();
-  std::vector<zkr::ContenderInfo> contenders;
+  zkr::PathListing listing;
   try {
-    contenders = zkr::list_contenders(*session_, options_.lock_path);
+    listing = zkr::list_lock_path(*session_, options_.lock_path);
   } catch (const zkr::Error& error) {
-    if (error.code() != zkr::zk_errc::no_node) {
-      fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
-    }
+    fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
-  const std::string report = options_.json ? format_contenders_json(options_.lock_path, contenders)
-                                           : format_contenders_text(options_.lock_path, contenders);
+  std::error_code ignored;
+  const auto servers = zkr::parse_servers(options_.servers, ignored);
+  const std::string report = options_.json
+                                 ? format_listing_json(options_.lock_path, listing)
+                                 : format_listing_text(options_.lock_path, listing, servers ? servers->chroot : "");
   std::fwrite(report.data(), 1, report.size(), stdout);
   std::fflush(stdout);
   session_->close();
-  return 0;
+  // Not "free": monitoring must not take a missing path (or chroot) for an unlocked one.
+  return listing.exists ? 0 : exit_code::no_such_path;
 }
 
 void route_library_log_to_stderr() {
