@@ -128,7 +128,8 @@ TEST_F(LifecycleTest, HoldersAreToldBeforeTheirNodesGoOnANormalClose) {
 // handler. (Under AddressSanitizer this used to be a use after free.)
 TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
   finishes_within(30s, "destroying the Session in a state listener", [&] {
-    auto session = std::make_unique<Session>(session_options(servers));
+    testenv::Proxy proxy(servers);
+    auto session = std::make_unique<Session>(session_options(proxy.address()));
     std::promise<void> destroyed;
     Subscription subscription = session->on_state_change([&](SessionState state) {
       if (state != SessionState::closed && session) {
@@ -136,9 +137,12 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
         destroyed.set_value();
       }
     });
-    // The server expires the session: the listener hears "lost" and destroys the Session.
+    // The server expires the session (cut off first, so that it cannot reconnect in between): the
+    // listener hears "lost" and destroys the Session.
     auto id = session->core()->client_id();
+    proxy.blackhole();
     testenv::expire_session(servers, id.session_id, id.password);
+    proxy.reset();
     ASSERT_EQ(destroyed.get_future().wait_for(testenv::scaled(15s)), std::future_status::ready);
   });
   finishes_within(30s, "destroying the Session in an async handler", [&] {
@@ -154,7 +158,8 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
     ASSERT_EQ(destroyed.get_future().wait_for(testenv::scaled(15s)), std::future_status::ready);
   });
   finishes_within(30s, "destroying the Session in on_lost", [&] {
-    auto session = std::make_unique<Session>(session_options(servers));
+    testenv::Proxy proxy(servers);
+    auto session = std::make_unique<Session>(session_options(proxy.address()));
     Lock lock(*session, path + "/lost");
     auto held = std::make_unique<HeldLock>(lock.acquire());
     std::promise<void> destroyed;
@@ -164,7 +169,9 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
       destroyed.set_value();
     });
     auto id = session->core()->client_id();
+    proxy.blackhole();
     testenv::expire_session(servers, id.session_id, id.password);
+    proxy.reset();
     ASSERT_EQ(destroyed.get_future().wait_for(testenv::scaled(15s)), std::future_status::ready);
   });
 }
