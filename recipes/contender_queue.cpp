@@ -529,7 +529,8 @@ void Contender::lose_locked(LossReason reason) {
   lost_callbacks_.clear();
   core_->post_callback([self = shared_from_this(), callbacks = std::move(callbacks), reason] {
     self->lost_source_.request_stop();
-    for (const auto& callback : callbacks) callback(reason);
+    // One callback that throws does not keep the loss from the others.
+    for (const auto& callback : callbacks) SessionCore::run_user_callback([&] { callback(reason); });
   });
 }
 

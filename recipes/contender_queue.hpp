@@ -47,6 +47,10 @@ struct QueueDecision {
 };
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
 
+// The lease limit a semaphore records in its path node's data ("max_leases=N"), or nullopt if
+// the data is no such record (semaphore.cpp). Recipes of one holder refuse such a path.
+std::optional<int> semaphore_limit_of(std::string_view parent_data);
+
 // The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-").
 std::string_view node_marker(ContenderRole role);
 

@@ -5,6 +5,8 @@
 #include <future>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
@@ -84,14 +86,40 @@ Lock::~Lock() = default;
 
 namespace {
 
+// Why an acquisition was refused, written by the parent check (under the session mutex) and read
+// after the outcome.
+struct RefusalDetail {
+  std::mutex mutex;
+  std::string text;
+};
+
+std::string detail_of(const std::shared_ptr<RefusalDetail>& refusal) {
+  std::lock_guard lock(refusal->mutex);
+  return refusal->text;
+}
+
 ContenderRequest make_request(const std::string& path, const LockOptions& options, ContenderRole role,
-                              std::chrono::nanoseconds timeout) {
+                              std::chrono::nanoseconds timeout,
+                              std::shared_ptr<RefusalDetail> refusal = std::make_shared<RefusalDetail>()) {
   ContenderRequest request;
   request.parent = path;
   request.policy = {role, 1};
   request.owner_data = options.owner_data;
   request.acl = options.acl;
   request.timeout = timeout;
+  // A semaphore's path counts our node as one of its N leases, and we would count its leases as
+  // our predecessors: neither recipe's promise would hold. The semaphore records its limit in the
+  // path node; refuse a path that carries one (the semaphore refuses a path without one).
+  request.check_parent = [refusal = std::move(refusal)](const std::string& data) -> std::error_code {
+    const auto limit = detail::semaphore_limit_of(data);
+    if (!limit) return {};
+    std::lock_guard lock(refusal->mutex);
+    refusal->text = fmt::format(
+        "the path belongs to a semaphore (it records max_leases={}); a lock, read/write lock or election "
+        "cannot share it",
+        *limit);
+    return make_error_code(errc::limit_mismatch);
+  };
   return request;
 }
 
@@ -115,18 +143,22 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
 }
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
-  std::error_code ec;
-  auto held = try_acquire_for(timeout, std::move(stop), ec);
-  if (ec && !is_give_up(ec)) throw Error(ec, "acquire lock", path_);
-  return held;
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = detail::await_contender(
+      core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), refusal),
+      std::move(stop));
+  if (result && !is_give_up(result)) throw Error(result, "acquire lock", path_, detail_of(refusal));
+  if (result) return std::nullopt;
+  return HeldLock(std::move(contender));
 }
 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
 HeldLock Lock::acquire(std::stop_token stop) {
-  auto [result, contender] =
-      detail::await_contender(core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1)), std::move(stop));
-  if (result) throw Error(result, "acquire lock", path_);
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = detail::await_contender(
+      core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1), refusal), std::move(stop));
+  if (result) throw Error(result, "acquire lock", path_, detail_of(refusal));
   return HeldLock(std::move(contender));
 }
 
