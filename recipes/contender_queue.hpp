@@ -43,7 +43,12 @@ struct QueuePolicy {
 struct QueueDecision {
   bool holds = false;
   std::size_t blocker = 0;      // index of the node to watch when !holds and !watch_children
-  bool watch_children = false;  // watch the parent's children instead (first waiter, max_holders > 1)
+  bool watch_children = false;  // watch the parent's children instead (first two waiters, max_holders > 1)
+  // Semaphore waiters further back also watch the node before their blocker (see decide()).
+  bool watch_second = false;
+  std::size_t second_blocker = 0;
+  // This waiter is the first one: it tells the waiters behind it by touching its node.
+  bool first_waiter = false;
 };
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
 
@@ -128,8 +133,11 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
   void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
   void watch_children_locked();
+  void watch_second_blocker_locked(const std::string& node);
+  bool first_sight_of_touch_locked(const std::string& node, std::int32_t version);
   void grant_locked();
   void touch_locked();
+  void touch_as_first_waiter_locked();
   void watch_own_node_locked();
   void schedule_own_node_watch_locked();
   void remove_node_locked();
@@ -157,9 +165,10 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::string node_path_;
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
-  // The touched predecessor that last sent us to re-check (name, data version): a second look at
+  // The touched nodes we watch that sent us to re-check (name, data version): a second look at
   // the same touch waits on the watch instead of re-checking forever.
-  std::pair<std::string, std::int32_t> last_touch_seen_;
+  std::vector<std::pair<std::string, std::int32_t>> touches_seen_;
+  bool first_waiter_touch_sent_ = false;  // for the current node
   FencingToken token_;
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;
