@@ -28,6 +28,11 @@ constexpr int kClosing = static_cast<int>(zk_errc::closing);
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;
+// A request the server refuses by dropping the connection (one larger than its jute.maxbuffer,
+// say) would be resent after every reconnect, and the session would flap until declared lost,
+// taking every other recipe on it down. An acquisition or release whose step met this many
+// dropped connections in a row, with no reply in between, gives up instead.
+constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
@@ -239,6 +244,7 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
   phase_ = Phase::checking;
+  if (rc == kOk) drops_in_a_row_ = 0;
   if (rc == kOk && parent_problem_) {
     complete_locked(parent_problem_);
     remove_node_locked();
@@ -264,6 +270,7 @@ void Contender::recover_locked() {
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
     if (attempt != contender->attempt_ || contender->phase_ != Phase::recovering) return;
+    if (rc == kOk) contender->drops_in_a_row_ = 0;
     if (rc != kOk && rc != kNoNode) {
       if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
         contender->complete_locked(zookeeper_error(rc));
@@ -474,6 +481,7 @@ void Contender::watch_children_locked() {
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
         if (rc == kOk) {
+          contender->drops_in_a_row_ = 0;
           contender->evaluate_locked(children, true);
         } else if (rc == kNoNode) {
           contender->check_locked();  // the parent went, and our node with it: check queues again
@@ -714,6 +722,14 @@ void Contender::finish_locked() {
 // on a new session), false if rc is a real failure for the caller to report.
 bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   if (rc == kConnectionLoss || rc == kOperationTimeout) {
+    // Every request in flight fails with one drop: count the drop, and decide, once.
+    if (!drop_counted_) {
+      drop_counted_ = true;
+      if (++drops_in_a_row_ > kMaxDropsInARow && phase_ != Phase::held && phase_ != Phase::lost) {
+        give_up_after_drops_locked();
+        return true;
+      }
+    }
     retry_after_reconnect_locked(what);
     return true;
   }
@@ -730,6 +746,24 @@ bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   return false;
 }
 
+// The step never got through (see kMaxDropsInARow): the acquisition fails with connection loss
+// and the step is not sent again. A node we may have is deleted if its name is known (a delete is
+// small); otherwise it goes with the session.
+void Contender::give_up_after_drops_locked() {
+  log(LogLevel::error,
+      "giving up on {} under {}: the connection dropped {} times in a row while its request was in flight (a "
+      "request the server refuses, such as one larger than its jute.maxbuffer?)",
+      phase_ == Phase::releasing ? "a release" : "an acquisition", request_.parent, drops_in_a_row_);
+  complete_locked(make_error_code(zk_errc::connection_loss));
+  retry_ = Retry::none;
+  if (phase_ == Phase::releasing || node_path_.empty()) {
+    abandon_ = true;
+    finish_locked();
+  } else {
+    remove_node_locked();  // one last try with the delete alone; its next drop ends it above
+  }
+}
+
 void Contender::retry_after_reconnect_locked(Retry what) {
   retry_ = what;
   if (core_->usable_locked(generation_)) on_reconnected(generation_);
@@ -737,6 +771,7 @@ void Contender::retry_after_reconnect_locked(Retry what) {
 
 void Contender::on_reconnected(std::uint64_t generation) {
   if (generation != generation_) return;
+  drop_counted_ = false;
   const Retry what = std::exchange(retry_, Retry::none);
   switch (what) {
     case Retry::none: break;
@@ -757,6 +792,7 @@ void Contender::on_reconnected(std::uint64_t generation) {
 }
 
 void Contender::on_new_session(std::uint64_t) {
+  drop_counted_ = false;
   if (phase_ == Phase::waiting_for_session) begin_locked();
 }
 

@@ -146,6 +146,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void finish_locked();
   void retry_after_reconnect_locked(Retry what);
   bool handle_session_trouble_locked(int rc, Retry what);
+  void give_up_after_drops_locked();
   void arm_timeout();
   void cancel_timeout();
   std::string our_name() const;
@@ -169,6 +170,10 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   // the same touch waits on the watch instead of re-checking forever.
   std::vector<std::pair<std::string, std::int32_t>> touches_seen_;
   bool first_waiter_touch_sent_ = false;  // for the current node
+  // Dropped connections met by our requests since the last reply got through (see
+  // kMaxDropsInARow), counted once per drop.
+  int drops_in_a_row_ = 0;
+  bool drop_counted_ = false;
   FencingToken token_;
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;

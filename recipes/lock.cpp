@@ -10,6 +10,7 @@
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 
@@ -76,6 +77,8 @@ Lock::Lock(Session& session, std::string path, LockOptions options)
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
     : core_(session.core()), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+  if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "lock", path_, "owner_data: " + problem);
   // The server would answer "invalid ACL": say what is actually missing.
   if (options_.acl != NodeAcl::open && !core_->options().credentials)
     throw Error(make_error_code(errc::invalid_argument), "lock", path_,

@@ -10,6 +10,7 @@
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 namespace {
@@ -54,6 +55,8 @@ Semaphore::Semaphore(Session& session, std::string path, int max_leases, Semapho
     throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_,
                 fmt::format("max_leases must be at least 1, not {}", max_leases_));
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+  if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_, "owner_data: " + problem);
 }
 
 Semaphore::~Semaphore() = default;

@@ -1004,5 +1004,53 @@ TEST_F(QueueInterleaving, SemaphoreTouchLostWithTheConnectionIsResentAndTheNextW
   ASSERT_TRUE(frozen_waiter.finished(scaled(10s)));
 }
 
+// A request the server answers by dropping the connection, every time it is sent (as it does
+// with one larger than its jute.maxbuffer). Resending it after every reconnect would keep the
+// session flapping forever; the acquisition gives up after a bounded number of drops in a row,
+// deletes its node, and the session serves the other recipes as before.
+TEST_F(QueueInterleaving, ARequestThatDropsTheConnectionEveryTimeFailsAfterABoundedNumberOfResends) {
+  const std::string path = "/locks/refused";
+  auto holder_session = open_session();
+  auto session = open_session();
+  const auto id = session->id();
+  Lock holders(*holder_session, path), refused(*session, path), other(*session, "/locks/other");
+  // Queued behind a holder and a waiter, our contender watches the waiter; when that waiter
+  // leaves, it lists the queue again, and that listing is what the server refuses.
+  HeldLock held_by_other = holders.acquire();
+  BackgroundAcquire leaving(holders, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 2; }));
+  BackgroundAcquire acquire(refused, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->queued(id) == 0; }));
+  constexpr int kFaults = 40;
+  for (int i = 0; i < kFaults; ++i) {
+    Fault drop;
+    drop.op = Op::get_children;
+    drop.path_prefix = path;
+    drop.session = id;
+    drop.rc = kConnectionLoss;
+    drop.drop_connection = true;
+    server->inject(drop);
+  }
+  leaving.cancel();
+  int reconnects = 0;
+  for (; reconnects < kFaults && !acquire.finished(); ++reconnects) {
+    if (!wait_until([&] { return !server->connected(id) || acquire.finished(); })) break;
+    if (acquire.finished()) break;
+    server->reconnect(id);
+  }
+  ASSERT_TRUE(acquire.finished(scaled(10s))) << "the refused request was resent " << reconnects << " times";
+  EXPECT_EQ(acquire.error(), zk_errc::connection_loss);
+  EXPECT_LE(reconnects, 12);
+  EXPECT_GE(reconnects, 5);  // a passing drop or two is not a refusal
+  if (!server->connected(id)) server->reconnect(id);
+  // Its node is gone, the session lives, and another lock on it is granted at once.
+  EXPECT_TRUE(wait_until([&] { return server->children(path).size() == 1; }))
+      << server->children(path).size() << " connected " << server->connected(id) << " state "
+      << static_cast<int>(session->state()) << " reconnects " << reconnects;
+  EXPECT_TRUE(server->session_alive(id));
+  auto held = other.try_acquire_for(scaled(5s));
+  EXPECT_TRUE(held);
+}
+
 }  // namespace
 }  // namespace zkr::fake
