@@ -30,8 +30,8 @@ constexpr int kClosing = static_cast<int>(zk_errc::closing);
 constexpr int kMaxParentRetries = 20;
 // A request the server refuses by dropping the connection (one larger than its jute.maxbuffer,
 // say) would be resent after every reconnect, and the session would flap until declared lost,
-// taking every other recipe on it down. An acquisition or release whose step met this many
-// dropped connections in a row, with no reply in between, gives up instead.
+// taking every other recipe on it down. An acquisition whose requests met this many dropped
+// connections in a row, with no reply in between, gives up instead.
 constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
@@ -504,6 +504,7 @@ void Contender::watch_children_locked() {
 
 void Contender::grant_locked() {
   phase_ = Phase::held;
+  drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
   core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
@@ -722,10 +723,14 @@ void Contender::finish_locked() {
 // on a new session), false if rc is a real failure for the caller to report.
 bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   if (rc == kConnectionLoss || rc == kOperationTimeout) {
-    // Every request in flight fails with one drop: count the drop, and decide, once.
-    if (!drop_counted_) {
+    // Every request in flight fails with one drop: count the drop, and decide, once. Only an
+    // acquisition gives up: a holder keeps its grant, and a release (a small delete) keeps trying
+    // until done or until the session, and the node with it, is gone.
+    const bool acquiring = phase_ == Phase::creating || phase_ == Phase::recovering ||
+                           phase_ == Phase::checking || phase_ == Phase::watching;
+    if (acquiring && !drop_counted_) {
       drop_counted_ = true;
-      if (++drops_in_a_row_ > kMaxDropsInARow && phase_ != Phase::held && phase_ != Phase::lost) {
+      if (++drops_in_a_row_ > kMaxDropsInARow) {
         give_up_after_drops_locked();
         return true;
       }
@@ -746,21 +751,21 @@ bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   return false;
 }
 
-// The step never got through (see kMaxDropsInARow): the acquisition fails with connection loss
-// and the step is not sent again. A node we may have is deleted if its name is known (a delete is
-// small); otherwise it goes with the session.
+// The acquisition's step never got through (see kMaxDropsInARow): it fails with connection
+// loss and the step is not sent again. A node we have is deleted if its name is known (a delete
+// is small); a node whose create's outcome is still unknown goes with the session.
 void Contender::give_up_after_drops_locked() {
   log(LogLevel::error,
-      "giving up on {} under {}: the connection dropped {} times in a row while its request was in flight (a "
-      "request the server refuses, such as one larger than its jute.maxbuffer?)",
-      phase_ == Phase::releasing ? "a release" : "an acquisition", request_.parent, drops_in_a_row_);
+      "giving up an acquisition under {}: the connection dropped {} times in a row while its requests were in "
+      "flight (a request the server refuses, such as one larger than its jute.maxbuffer?)",
+      request_.parent, drops_in_a_row_);
   complete_locked(make_error_code(zk_errc::connection_loss));
   retry_ = Retry::none;
-  if (phase_ == Phase::releasing || node_path_.empty()) {
+  if (node_path_.empty()) {
     abandon_ = true;
     finish_locked();
   } else {
-    remove_node_locked();  // one last try with the delete alone; its next drop ends it above
+    remove_node_locked();
   }
 }
 
