@@ -28,6 +28,11 @@ constexpr int kClosing = static_cast<int>(zk_errc::closing);
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;
+// A request the server refuses by dropping the connection (one larger than its jute.maxbuffer,
+// say) would be resent after every reconnect, and the session would flap until declared lost,
+// taking every other recipe on it down. An acquisition whose requests met this many dropped
+// connections in a row, with no reply in between, gives up instead.
+constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
@@ -56,20 +61,29 @@ std::string_view node_marker(ContenderRole role) {
 // predecessor. A release deletes the holder's node, which wakes exactly its successor, the next
 // holder. A reader waits for the nearest earlier writer only.
 //
-// Semaphore (max_holders = N > 1): indices 0..N-1 hold. Watching the immediate predecessor is not
-// enough here: the waiter at index N must wake when *any* of the N holders leaves, and that need
-// not be its predecessor. So:
-//   - the first waiter (index N) watches the parent's children: one children watch, and it is the
-//     only contender that any release can promote;
-//   - every later waiter (index > N) watches its immediate predecessor, which is itself a waiter.
-//     It becomes the first waiter exactly when that predecessor is deleted (wakes it) or promoted
-//     to holder. A promotion deletes nothing, so a contender granted with max_holders > 1 "touches"
-//     its own node (rewrites its data, bumping the version): the data watch of its successor fires
-//     and the successor moves up to the children watch. A successor whose get_data already shows
-//     a touched predecessor (version > 0: promoted before the watch was set) re-checks at once.
-// Each release therefore wakes the first waiter and, through the touch, the next one: at most two
-// wake-ups per release whatever the queue length, plus one for the first waiter on every arrival
-// or departure elsewhere in the queue (its children watch fires on any change).
+// Semaphore (max_holders = N > 1): indices 0..N-1 hold. A waiter's place moves up whenever any
+// node ahead of it goes, and a promotion deletes nothing; the wake-ups must also not depend on
+// any one waiter's process, which may be dead or frozen while its session (and node) lives on.
+//   - The first two waiters (indices N and N+1) watch the parent's children: any release wakes
+//     both. If the first waiter's process is gone, the second still wakes, moves up, and is
+//     granted on the next release: a dead or frozen waiter never makes the one behind it sleep.
+//   - Every later waiter (index k > N+1) watches its two predecessors (k-1 and k-2), both
+//     waiters. It must move up into the children-watching pair exactly when those two move up
+//     (one becomes the first waiter, the other is granted). Both tell it, each by "touching" its
+//     node (a data rewrite that fires the watch): a contender touches when it becomes the first
+//     waiter and when it is granted. One of the two is enough, so one dead or frozen
+//     predecessor does not stop the chain; two dead neighbours in a row can delay the waiters
+//     behind them until one of their sessions ends.
+//   - A waiter whose watch shows an already touched predecessor (version > 0: it moved before
+//     the watch was set) checks again at once, once per touch.
+// A release therefore wakes the two children watchers, and through their touches the next two
+// waiters: a constant number of wake-ups whatever the queue length, plus two for every arrival or
+// departure elsewhere in the queue (the children watches fire on any change).
+//
+// The grant touch is two conditional rewrites (to version 1, then to 2), so that a granted
+// semaphore node always has version 2 or more and a first waiter's touch (to version 1 only)
+// never does: the listing tells a lease holder from a node that is entitled but whose owner has
+// not taken the lease (a dead waiter's node, or one a moment before its owner notices).
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy) {
   if (policy.role == ContenderRole::read) {
     for (std::size_t i = index; i-- > 0;)
@@ -78,8 +92,17 @@ QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index
   }
   const auto limit = static_cast<std::size_t>(std::max(policy.max_holders, 1));
   if (index < limit) return {true, 0, false};
-  if (limit > 1 && index == limit) return {false, 0, true};
-  return {false, index - 1, false};
+  if (limit == 1) return {false, index - 1, false};
+  QueueDecision waiting;
+  if (index <= limit + 1) {
+    waiting.watch_children = true;
+    waiting.first_waiter = index == limit;
+    return waiting;
+  }
+  waiting.blocker = index - 1;
+  waiting.watch_second = true;
+  waiting.second_blocker = index - 2;
+  return waiting;
 }
 
 Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
@@ -130,6 +153,8 @@ void Contender::begin_locked() {
   retry_ = Retry::none;
   node_path_.clear();
   own_watch_ = OwnWatch::none;
+  touches_seen_.clear();
+  first_waiter_touch_sent_ = false;
   guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
   const std::uint64_t attempt = ++attempt_;
   const std::string prefix =
@@ -226,6 +251,7 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
   phase_ = Phase::checking;
+  if (rc == kOk) drops_in_a_row_ = 0;
   if (rc == kOk && parent_problem_) {
     complete_locked(parent_problem_);
     remove_node_locked();
@@ -254,6 +280,7 @@ void Contender::recover_locked() {
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
     if (attempt != contender->attempt_ || contender->phase_ != Phase::recovering) return;
+    if (rc == kOk) contender->drops_in_a_row_ = 0;
     if (rc != kOk && rc != kNoNode) {
       if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
         contender->complete_locked(zookeeper_error(rc));
@@ -352,6 +379,7 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     remove_node_locked();
     return;
   }
+  if (decision.first_waiter && !first_waiter_touch_sent_) touch_as_first_waiter_locked();
   if (decision.watch_children) {
     // A listing that set the children watch is exactly what the watch guards: nothing to redo.
     if (!listing_carries_watch) watch_children_locked();
@@ -362,10 +390,13 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   // saves re-listing the children on every hand-off.
   const std::size_t our_index = static_cast<std::size_t>(it - queue.begin());
   const std::string blocker = request_.parent + "/" + queue[decision.blocker].name;
+  const std::string second_blocker =
+      decision.watch_second ? request_.parent + "/" + queue[decision.second_blocker].name : std::string();
   queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(decision.blocker));
   const bool granted_by_its_deletion =
       decide(queue, decision.blocker < our_index ? our_index - 1 : our_index, request_.policy).holds;
   watch_locked(blocker, granted_by_its_deletion);
+  if (!second_blocker.empty()) watch_second_blocker_locked(second_blocker);
 }
 
 // Granting on the blocker's deletion alone is safe only while our own node exists: so the own-node
@@ -387,11 +418,7 @@ void Contender::watch_locked(const std::string& blocker, bool granted_by_its_del
         if (rc == kOk && contender->request_.policy.max_holders > 1 && stat.version > 0) {
           // A touched predecessor was promoted before our watch was set (see decide()): look again,
           // once per touch, so that a node touched by someone else cannot keep us re-checking.
-          auto seen = std::make_pair(blocker, stat.version);
-          if (seen != contender->last_touch_seen_) {
-            contender->last_touch_seen_ = std::move(seen);
-            contender->check_locked();
-          }
+          if (contender->first_sight_of_touch_locked(blocker, stat.version)) contender->check_locked();
           return;
         }
         if (rc == kOk) return;  // watch set; wait for it
@@ -415,6 +442,44 @@ void Contender::watch_locked(const std::string& blocker, bool granted_by_its_del
       });
 }
 
+// A semaphore waiter's second watch, on the node before its blocker (see decide()), set with
+// the same attempt as the first: whichever fires first re-checks, and the other is then stale.
+void Contender::watch_second_blocker_locked(const std::string& node) {
+  const std::uint64_t attempt = attempt_;
+  std::weak_ptr<Contender> self = weak_from_this();
+  core_->get_data(
+      generation_, node,
+      [self, attempt, node](int rc, std::string, NodeStat stat) {
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        if (rc == kOk) {
+          if (stat.version > 0 && contender->first_sight_of_touch_locked(node, stat.version))
+            contender->check_locked();
+        } else if (rc == kNoNode) {
+          contender->check_locked();
+        }
+        // Anything else reaches the blocker's watch too, which handles it.
+      },
+      [self, attempt](NodeEvent) {
+        auto contender = self.lock();
+        if (!contender) return;
+        ++contender->core_->wakeups;
+        std::unique_lock lock(contender->core_->mutex());
+        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+        contender->check_locked();
+      });
+}
+
+bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_t version) {
+  auto seen = std::make_pair(node, version);
+  if (std::find(touches_seen_.begin(), touches_seen_.end(), seen) != touches_seen_.end()) return false;
+  if (touches_seen_.size() >= 8) touches_seen_.erase(touches_seen_.begin());  // only recent ones matter
+  touches_seen_.push_back(std::move(seen));
+  return true;
+}
+
 // The first waiter of a semaphore (see decide()). The listing returned with the watch is
 // evaluated at once, so nothing that happens between the listing and the watch goes unseen.
 void Contender::watch_children_locked() {
@@ -429,6 +494,7 @@ void Contender::watch_children_locked() {
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
         if (rc == kOk) {
+          contender->drops_in_a_row_ = 0;
           contender->evaluate_locked(children, true);
         } else if (rc == kNoNode) {
           contender->check_locked();  // the parent went, and our node with it: check queues again
@@ -454,6 +520,7 @@ void Contender::grant_locked() {
   // have given away: the session is declared lost instead (which queues us again).
   if (!core_->alive_by_deadline_locked(generation_)) return;
   phase_ = Phase::held;
+  drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
   core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
@@ -483,12 +550,15 @@ void Contender::schedule_own_node_watch_locked() {
   });
 }
 
-// Rewrites our node's data so that the data watch of our successor fires: a promotion deletes
-// nothing, and the successor must learn that it is now the first waiter (see decide()). Sent
-// before the own-node watch, which the server therefore registers after this change.
+// Rewrites our node's data so that the data watches of the waiters behind us fire: a promotion
+// deletes nothing, and they must learn that they move up (see decide()). Two conditional
+// rewrites in one pipeline leave the node at version 2 whether or not our first-waiter touch
+// (to version 1) got there first: version 2 marks a granted semaphore node for the listing.
+// Resent after a connection loss, both simply fail with a bad version if they took effect. Sent
+// before the own-node watch, which the server therefore registers after these changes.
 void Contender::touch_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->set_data(generation_, node_path_, request_.owner_data, -1, [self](int rc, NodeStat) {
+  auto on_reply = [self](int rc, NodeStat) {
     if (rc == kOk || rc == kNoNode || rc == kBadVersion) return;
     auto contender = self.lock();
     if (!contender) return;
@@ -497,6 +567,29 @@ void Contender::touch_locked() {
     // A touch lost to a connection drop is resent, with the own-node watch sent behind it, once
     // the same session is back; a lost session deletes the node, which wakes the successor anyway.
     contender->handle_session_trouble_locked(rc, Retry::touch);
+  };
+  core_->set_data(generation_, node_path_, request_.owner_data, 0, on_reply);
+  core_->set_data(generation_, node_path_, request_.owner_data, 1, on_reply);
+}
+
+// A semaphore waiter that became the first waiter rewrites its node (to version 1, once): the
+// waiter two places behind it watches it and moves up into the children-watching pair, even if
+// the waiter between us is dead or frozen (see decide()).
+void Contender::touch_as_first_waiter_locked() {
+  first_waiter_touch_sent_ = true;
+  std::weak_ptr<Contender> self = weak_from_this();
+  const std::uint64_t generation = generation_;
+  core_->set_data(generation_, node_path_, request_.owner_data, 0, [self, generation](int rc, NodeStat) {
+    if (rc == kOk || rc == kNoNode || rc == kBadVersion) return;
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    if (contender->generation_ != generation ||
+        (contender->phase_ != Phase::checking && contender->phase_ != Phase::watching))
+      return;  // granted (whose touch covers this one), gone, or queueing again
+    // Lost with the connection: look again once it is back, which touches again if still first.
+    contender->first_waiter_touch_sent_ = false;
+    contender->handle_session_trouble_locked(rc, Retry::check);
   });
 }
 
@@ -583,7 +676,8 @@ void Contender::lose_locked(LossReason reason) {
   lost_callbacks_.clear();
   core_->post_callback([self = shared_from_this(), callbacks = std::move(callbacks), reason] {
     self->lost_source_.request_stop();
-    for (const auto& callback : callbacks) callback(reason);
+    // One callback that throws does not keep the loss from the others.
+    for (const auto& callback : callbacks) SessionCore::run_user_callback([&] { callback(reason); });
   });
 }
 
@@ -684,6 +778,18 @@ void Contender::finish_locked() {
 // on a new session), false if rc is a real failure for the caller to report.
 bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   if (rc == kConnectionLoss || rc == kOperationTimeout) {
+    // Every request in flight fails with one drop: count the drop, and decide, once. Only an
+    // acquisition gives up: a holder keeps its grant, and a release (a small delete) keeps trying
+    // until done or until the session, and the node with it, is gone.
+    const bool acquiring = phase_ == Phase::creating || phase_ == Phase::recovering ||
+                           phase_ == Phase::checking || phase_ == Phase::watching;
+    if (acquiring && !drop_counted_) {
+      drop_counted_ = true;
+      if (++drops_in_a_row_ > kMaxDropsInARow) {
+        give_up_after_drops_locked();
+        return true;
+      }
+    }
     retry_after_reconnect_locked(what);
     return true;
   }
@@ -700,6 +806,24 @@ bool Contender::handle_session_trouble_locked(int rc, Retry what) {
   return false;
 }
 
+// The acquisition's step never got through (see kMaxDropsInARow): it fails with connection
+// loss and the step is not sent again. A node we have is deleted if its name is known (a delete
+// is small); a node whose create's outcome is still unknown goes with the session.
+void Contender::give_up_after_drops_locked() {
+  log(LogLevel::error,
+      "giving up an acquisition under {}: the connection dropped {} times in a row while its requests were in "
+      "flight (a request the server refuses, such as one larger than its jute.maxbuffer?)",
+      request_.parent, drops_in_a_row_);
+  complete_locked(make_error_code(zk_errc::connection_loss));
+  retry_ = Retry::none;
+  if (node_path_.empty()) {
+    abandon_ = true;
+    finish_locked();
+  } else {
+    remove_node_locked();
+  }
+}
+
 void Contender::retry_after_reconnect_locked(Retry what) {
   retry_ = what;
   if (core_->usable_locked(generation_)) on_reconnected(generation_);
@@ -707,6 +831,7 @@ void Contender::retry_after_reconnect_locked(Retry what) {
 
 void Contender::on_reconnected(std::uint64_t generation) {
   if (generation != generation_) return;
+  drop_counted_ = false;
   const Retry what = std::exchange(retry_, Retry::none);
   switch (what) {
     case Retry::none: break;
@@ -727,6 +852,7 @@ void Contender::on_reconnected(std::uint64_t generation) {
 }
 
 void Contender::on_new_session(std::uint64_t) {
+  drop_counted_ = false;
   if (phase_ == Phase::waiting_for_session) begin_locked();
 }
 

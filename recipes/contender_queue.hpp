@@ -43,9 +43,18 @@ struct QueuePolicy {
 struct QueueDecision {
   bool holds = false;
   std::size_t blocker = 0;      // index of the node to watch when !holds and !watch_children
-  bool watch_children = false;  // watch the parent's children instead (first waiter, max_holders > 1)
+  bool watch_children = false;  // watch the parent's children instead (first two waiters, max_holders > 1)
+  // Semaphore waiters further back also watch the node before their blocker (see decide()).
+  bool watch_second = false;
+  std::size_t second_blocker = 0;
+  // This waiter is the first one: it tells the waiters behind it by touching its node.
+  bool first_waiter = false;
 };
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
+
+// The lease limit a semaphore records in its path node's data ("max_leases=N"), or nullopt if
+// the data is no such record (semaphore.cpp). Recipes of one holder refuse such a path.
+std::optional<int> semaphore_limit_of(std::string_view parent_data);
 
 // The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-").
 std::string_view node_marker(ContenderRole role);
@@ -124,8 +133,11 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
   void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
   void watch_children_locked();
+  void watch_second_blocker_locked(const std::string& node);
+  bool first_sight_of_touch_locked(const std::string& node, std::int32_t version);
   void grant_locked();
   void touch_locked();
+  void touch_as_first_waiter_locked();
   void watch_own_node_locked();
   void own_node_gone_locked();
   void schedule_own_node_watch_locked();
@@ -135,6 +147,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void finish_locked();
   void retry_after_reconnect_locked(Retry what);
   bool handle_session_trouble_locked(int rc, Retry what);
+  void give_up_after_drops_locked();
   void arm_timeout();
   void cancel_timeout();
   std::string our_name() const;
@@ -157,9 +170,14 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
-  // The touched predecessor that last sent us to re-check (name, data version): a second look at
+  // The touched nodes we watch that sent us to re-check (name, data version): a second look at
   // the same touch waits on the watch instead of re-checking forever.
-  std::pair<std::string, std::int32_t> last_touch_seen_;
+  std::vector<std::pair<std::string, std::int32_t>> touches_seen_;
+  bool first_waiter_touch_sent_ = false;  // for the current node
+  // Dropped connections met by our requests since the last reply got through (see
+  // kMaxDropsInARow), counted once per drop.
+  int drops_in_a_row_ = 0;
+  bool drop_counted_ = false;
   FencingToken token_;
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;

@@ -19,11 +19,16 @@ struct Leadership::Term {
   explicit Term(HeldLock lock) : held(std::move(lock)) {}
 
   // Ends the term: the work is told to stop, then the node is deleted (the next participant
-  // leads once the server has done so). Idempotent.
+  // leads once the server has done so). Idempotent. Stop callbacks on ended_token() are user
+  // code that may call the latch or selector: never call this, or request the stop, with their
+  // mutex held.
   void end() {
     ended.request_stop();
     held.release();
   }
+  // The term is over for the participant's own answers: ended, or lost as far as the session
+  // already knows (the loss is recorded before the callbacks that tell of it run).
+  bool over() const { return ended.stop_requested() || held.lost(); }
 
   HeldLock held;
   std::stop_source ended;
@@ -144,6 +149,8 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     if (ec) {
       if (ec == errc::cancelled) return;
       error = ec;
+      if (ec == errc::limit_mismatch)
+        error_detail = "the path belongs to a semaphore (its node records a lease limit); an election cannot share it";
       phase = Phase::stopped;
       changed.notify_all();
       return;
@@ -161,7 +168,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     std::lock_guard guard(mutex);
     if (term != lost_term) return;  // resigned or closed first
     term.reset();
-    lost_term->end();
+    lost_term->end();  // its stop was requested by begin_term's callback, outside this mutex
     notify_locked(LeadershipEvent::lost, lost_term);
     if (phase == Phase::leading) join_locked();  // at the back, on the session's next connection
     changed.notify_all();
@@ -174,7 +181,9 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     for (const auto& [id, listener] : listeners) snapshot.push_back(listener);
     core->post_callback([snapshot = std::move(snapshot), event, which] {
       const Leadership leadership(which);
-      for (const auto& listener : snapshot) (*listener)(event, leadership);
+      // One listener that throws does not keep the event from the others.
+      for (const auto& listener : snapshot)
+        detail::SessionCore::run_user_callback([&] { (*listener)(event, leadership); });
     });
   }
 
@@ -189,6 +198,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
   std::stop_source wait_stop;
   std::shared_ptr<Term> term;
   std::error_code error;
+  std::string error_detail;  // what the error was about, when the code alone does not say
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Listener>>> listeners;
   std::uint64_t next_listener_id = 1;
 };
@@ -212,20 +222,22 @@ void LeaderLatch::start() {
 }
 
 void LeaderLatch::close() {
-  std::lock_guard guard(state_->mutex);
-  if (state_->phase == State::Phase::closed) return;
-  state_->phase = State::Phase::closed;
-  state_->wait_stop.request_stop();  // a waiting contender deletes its node
-  if (auto ended = std::exchange(state_->term, nullptr)) {
-    ended->end();
-    state_->notify_locked(LeadershipEvent::resigned, ended);
+  std::shared_ptr<Term> ended;
+  {
+    std::lock_guard guard(state_->mutex);
+    if (state_->phase == State::Phase::closed) return;
+    state_->phase = State::Phase::closed;
+    state_->wait_stop.request_stop();  // a waiting contender deletes its node
+    ended = std::exchange(state_->term, nullptr);
+    if (ended) state_->notify_locked(LeadershipEvent::resigned, ended);
+    state_->changed.notify_all();
   }
-  state_->changed.notify_all();
+  if (ended) ended->end();  // outside the mutex: stop callbacks may call the latch
 }
 
 bool LeaderLatch::is_leader() const {
   std::lock_guard guard(state_->mutex);
-  return state_->term && !state_->term->ended.stop_requested();
+  return state_->term && !state_->term->over();
 }
 
 Leadership LeaderLatch::leadership() const {
@@ -243,7 +255,7 @@ std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseco
   else state_->changed.wait_for(guard, stop, timeout, settled);
   switch (state_->phase) {
     case State::Phase::leading: return Leadership(state_->term);
-    case State::Phase::stopped: throw Error(state_->error, "wait for leadership", state_->path);
+    case State::Phase::stopped: throw Error(state_->error, "wait for leadership", state_->path, state_->error_detail);
     case State::Phase::closed:
       throw Error(make_error_code(errc::cancelled), "wait for leadership", state_->path, "the latch was closed");
     default: return std::nullopt;
@@ -268,12 +280,19 @@ Subscription LeaderLatch::on_change(std::function<void(LeadershipEvent, const Le
 }
 
 bool LeaderLatch::resign() {
+  std::shared_ptr<Term> ended;
+  {
+    std::lock_guard guard(state_->mutex);
+    if (state_->phase != State::Phase::leading || !state_->term) return false;
+    ended = std::exchange(state_->term, nullptr);
+  }
+  // Outside the mutex: stop callbacks on ended_token() may call the latch. The term is no longer
+  // ours (is_leader() is false), and nothing else ends it twice.
+  ended->ended.request_stop();
   std::lock_guard guard(state_->mutex);
-  if (state_->phase != State::Phase::leading || !state_->term) return false;
-  auto ended = std::exchange(state_->term, nullptr);
-  ended->end();  // the delete is sent before our new node's create: the next participant leads
+  ended->held.release();  // the delete is sent before our new node's create: the next participant leads
   state_->notify_locked(LeadershipEvent::resigned, ended);
-  state_->join_locked();
+  if (state_->phase == State::Phase::leading) state_->join_locked();  // unless closed meanwhile
   state_->changed.notify_all();
   return true;
 }
@@ -372,7 +391,9 @@ void LeaderSelector::start() {
   if (state_->closed)
     throw Error(make_error_code(errc::cancelled), "start leader selector", state_->path, "the selector was closed");
   if (state_->thread.joinable()) return;
-  state_->thread = std::jthread([state = state_.get()](std::stop_token stop) { state->run(stop); });
+  // The thread keeps the state alive: the selector may be destroyed by its own leadership
+  // function, and the thread then finishes the term on its own.
+  state_->thread = std::jthread([state = state_](std::stop_token stop) { state->run(stop); });
 }
 
 bool LeaderSelector::requeue() {
@@ -388,19 +409,22 @@ void LeaderSelector::close() {
   {
     std::lock_guard guard(state_->mutex);
     state_->closed = true;
-    if (state_->thread.get_id() == std::this_thread::get_id()) {
-      state_->thread.request_stop();  // called from the leadership function: cannot join itself
-      return;
-    }
     thread = std::move(state_->thread);
   }
+  // Outside the mutex: the stop ends the term, whose stop callbacks may call the selector.
   thread.request_stop();
+  if (thread.get_id() == std::this_thread::get_id()) {
+    // Called (or destroyed) from the leadership function: a thread cannot join itself. It ends
+    // the term once the function returns and exits on its own, keeping the state alive.
+    thread.detach();
+    return;
+  }
   if (thread.joinable()) thread.join();
 }
 
 bool LeaderSelector::is_leader() const {
   std::lock_guard guard(state_->mutex);
-  return state_->current && !state_->current->ended.stop_requested();
+  return state_->current && !state_->current->over();
 }
 
 std::uint64_t LeaderSelector::terms() const {

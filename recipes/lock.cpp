@@ -5,9 +5,12 @@
 #include <future>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 
@@ -74,6 +77,8 @@ Lock::Lock(Session& session, std::string path, LockOptions options)
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
     : core_(session.core()), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+  if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "lock", path_, "owner_data: " + problem);
   // The server would answer "invalid ACL": say what is actually missing.
   if (options_.acl != NodeAcl::open && !core_->options().credentials)
     throw Error(make_error_code(errc::invalid_argument), "lock", path_,
@@ -84,14 +89,40 @@ Lock::~Lock() = default;
 
 namespace {
 
+// Why an acquisition was refused, written by the parent check (under the session mutex) and read
+// after the outcome.
+struct RefusalDetail {
+  std::mutex mutex;
+  std::string text;
+};
+
+std::string detail_of(const std::shared_ptr<RefusalDetail>& refusal) {
+  std::lock_guard lock(refusal->mutex);
+  return refusal->text;
+}
+
 ContenderRequest make_request(const std::string& path, const LockOptions& options, ContenderRole role,
-                              std::chrono::nanoseconds timeout) {
+                              std::chrono::nanoseconds timeout,
+                              std::shared_ptr<RefusalDetail> refusal = std::make_shared<RefusalDetail>()) {
   ContenderRequest request;
   request.parent = path;
   request.policy = {role, 1};
   request.owner_data = options.owner_data;
   request.acl = options.acl;
   request.timeout = timeout;
+  // A semaphore's path counts our node as one of its N leases, and we would count its leases as
+  // our predecessors: neither recipe's promise would hold. The semaphore records its limit in the
+  // path node; refuse a path that carries one (the semaphore refuses a path without one).
+  request.check_parent = [refusal = std::move(refusal)](const std::string& data) -> std::error_code {
+    const auto limit = detail::semaphore_limit_of(data);
+    if (!limit) return {};
+    std::lock_guard lock(refusal->mutex);
+    refusal->text = fmt::format(
+        "the path belongs to a semaphore (it records max_leases={}); a lock, read/write lock or election "
+        "cannot share it",
+        *limit);
+    return make_error_code(errc::limit_mismatch);
+  };
   return request;
 }
 
@@ -115,18 +146,22 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
 }
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
-  std::error_code ec;
-  auto held = try_acquire_for(timeout, std::move(stop), ec);
-  if (ec && !is_give_up(ec)) throw Error(ec, "acquire lock", path_);
-  return held;
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = detail::await_contender(
+      core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), refusal),
+      std::move(stop));
+  if (result && !is_give_up(result)) throw Error(result, "acquire lock", path_, detail_of(refusal));
+  if (result) return std::nullopt;
+  return HeldLock(std::move(contender));
 }
 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
 HeldLock Lock::acquire(std::stop_token stop) {
-  auto [result, contender] =
-      detail::await_contender(core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1)), std::move(stop));
-  if (result) throw Error(result, "acquire lock", path_);
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = detail::await_contender(
+      core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1), refusal), std::move(stop));
+  if (result) throw Error(result, "acquire lock", path_, detail_of(refusal));
   return HeldLock(std::move(contender));
 }
 

@@ -10,16 +10,15 @@
 #include <zkr/error.hpp>
 
 #include "contender_queue.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 namespace {
-
 constexpr std::string_view kLimitKey = "max_leases=";
+}  // namespace
 
-std::string limit_record(int max_leases) { return fmt::format("{}{}", kLimitKey, max_leases); }
-
-// The limit in a path node's data, or nullopt if the data is not a limit record.
-std::optional<int> parse_limit(std::string_view data) {
+namespace detail {
+std::optional<int> semaphore_limit_of(std::string_view data) {
   if (!data.starts_with(kLimitKey)) return std::nullopt;
   data.remove_prefix(kLimitKey.size());
   int value = 0;
@@ -27,6 +26,13 @@ std::optional<int> parse_limit(std::string_view data) {
   if (ec != std::errc() || end != data.data() + data.size() || value < 1) return std::nullopt;
   return value;
 }
+}  // namespace detail
+
+namespace {
+
+std::string limit_record(int max_leases) { return fmt::format("{}{}", kLimitKey, max_leases); }
+
+std::optional<int> parse_limit(std::string_view data) { return detail::semaphore_limit_of(data); }
 
 bool is_give_up(std::error_code ec) {
   return ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block;
@@ -49,6 +55,8 @@ Semaphore::Semaphore(Session& session, std::string path, int max_leases, Semapho
     throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_,
                 fmt::format("max_leases must be at least 1, not {}", max_leases_));
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
+  if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_, "owner_data: " + problem);
 }
 
 Semaphore::~Semaphore() = default;

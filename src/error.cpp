@@ -87,8 +87,12 @@ std::error_code zookeeper_error(int rc) noexcept {
 
 static std::string describe(std::error_code ec, std::string_view operation, std::string_view path,
                             std::string_view detail) {
+  // A message quotes at most the start of an absurdly long path (Error::path() keeps all of it).
+  constexpr std::size_t kQuotedPathBytes = 200;
+  std::string shown(path.substr(0, kQuotedPathBytes));
+  if (path.size() > kQuotedPathBytes) shown += fmt::format("... ({} bytes)", path.size());
   std::string text = path.empty() ? fmt::format("{}: {}", operation, ec.message())
-                                  : fmt::format("{} {}: {}", operation, path, ec.message());
+                                  : fmt::format("{} {}: {}", operation, shown, ec.message());
   if (!detail.empty()) text += fmt::format(" ({})", detail);
   return text;
 }

@@ -10,6 +10,8 @@
 
 #include <zkr/error.hpp>
 
+#include "request_limits.hpp"
+
 namespace zkr {
 
 namespace {
@@ -96,8 +98,23 @@ std::string path_problem(std::string_view path) {
   }
   if (path == "/zookeeper" || path.starts_with("/zookeeper/"))
     return "is under /zookeeper, which the server reserves";
+  if (path.size() > detail::kMaxRecipePathBytes)
+    return fmt::format("is {} bytes long: with a node name under it a request would exceed the server's request "
+                       "limit (jute.maxbuffer, {} bytes); a recipe path may have at most {} bytes",
+                       path.size(), detail::kServerRequestLimit, detail::kMaxRecipePathBytes);
   return {};
 }
+
+namespace detail {
+
+std::string request_size_problem(std::size_t path_bytes, std::size_t data_bytes) {
+  if (path_bytes + data_bytes + kRequestAllowance <= kServerRequestLimit) return {};
+  return fmt::format("{} bytes of data under a path of {} bytes would exceed the server's request limit "
+                     "(jute.maxbuffer, {} bytes, including about {} bytes of node name and framing)",
+                     data_bytes, path_bytes, kServerRequestLimit, kRequestAllowance);
+}
+
+}  // namespace detail
 
 std::error_code validate_path(std::string_view path) noexcept {
   try {

@@ -528,18 +528,20 @@ void SessionCore::post_callback(std::function<void()> task) {
   if (callbacks_stopped_) {
     // close() has drained the callback thread; the caller may hold the session mutex, so a late
     // callback (an acquisition attempted on a closed session, say) gets a thread of its own.
-    std::thread(std::move(task)).detach();
+    std::thread([task = std::move(task)] { run_user_callback(task); }).detach();
     return;
   }
-  boost::asio::post(*callbacks_, [task = std::move(task)] {
-    try {
-      task();
-    } catch (const std::exception& e) {
-      log(LogLevel::error, "a user callback threw: {}", e.what());
-    } catch (...) {
-      log(LogLevel::error, "a user callback threw a non-standard exception");
-    }
-  });
+  boost::asio::post(*callbacks_, [task = std::move(task)] { run_user_callback(task); });
+}
+
+void SessionCore::run_user_callback(const std::function<void()>& callback) noexcept {
+  try {
+    callback();
+  } catch (const std::exception& e) {
+    log(LogLevel::error, "a user callback threw: {}", e.what());
+  } catch (...) {
+    log(LogLevel::error, "a user callback threw a non-standard exception");
+  }
 }
 
 void SessionCore::close_in_background(std::shared_ptr<ZooKeeperConnection> connection) {

@@ -130,7 +130,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // True on the session's own worker, callback and closer threads.
   bool on_library_thread() const;
   void post_to_worker(std::function<void()> task);
+  // Runs `task` on the callback thread, guarded as run_user_callback(). A task that runs several
+  // user callbacks guards each of them itself.
   void post_callback(std::function<void()> task);
+  // Runs one user callback; an exception it throws is logged and stops there, so that the other
+  // callbacks of the same event still run.
+  static void run_user_callback(const std::function<void()>& callback) noexcept;
 
   // ---- metrics fed by the recipes ----
   std::atomic<std::uint64_t> wakeups{0}, acquisitions{0}, acquire_timeouts{0},

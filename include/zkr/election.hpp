@@ -83,7 +83,8 @@ class Leadership {
 
   // True once the term is over for any reason: lost, resigned, or the latch/selector closed.
   bool ended() const;
-  // Requested when the term ends for any reason: the token to hand to the leader's work.
+  // Requested when the term ends for any reason: the token to hand to the leader's work. Its stop
+  // callbacks may call the latch or selector (the stop is never requested under their locks).
   std::stop_token ended_token() const;
 
   struct Term;  // implementation; only the latch and the selector make terms
@@ -118,6 +119,8 @@ class LeaderLatch {
   // Idempotent, non-blocking.
   void close();
 
+  // False as soon as the session knows the term is lost (the contender records the loss before
+  // the callbacks that tell of it run, so a busy callback thread does not delay this answer).
   bool is_leader() const;
   // The current term, or an empty Leadership when not leading.
   Leadership leadership() const;
@@ -179,10 +182,13 @@ class LeaderSelector {
   // selector is queued or leading already, or closed.
   bool requeue();
   // Stops: cancels the wait, or requests ended_token() of the running term and waits for the
-  // function to return; deletes the node. Idempotent. Must not be called from the leadership
-  // function.
+  // function to return; deletes the node. Idempotent. Called (or the selector destroyed) from the
+  // leadership function itself, it returns at once: the selector's thread ends the term when
+  // the function returns and then exits on its own.
   void close();
 
+  // False as soon as the session knows the term is lost, even before the callbacks that tell of
+  // the loss have run.
   bool is_leader() const;
   // Terms this selector has led so far.
   std::uint64_t terms() const;

@@ -1,16 +1,29 @@
 // Semaphore: at most N leases held at once on a ZooKeeper path, each with a fencing token.
 //
 // Each acquisition queues an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>"; the first N
-// nodes in sequence order hold a lease. Queue order is kept (first come, first served). A lease
-// is a HeldLock: its token is the czxid of its node, and it is lost, with a callback and a
-// std::stop_token, when the session monitor declares the session lost. The N leases held at one
-// time have different tokens, and a lease granted later has a larger token than every lease
-// granted before it on the path.
+// nodes in sequence order hold a lease. A lease is a HeldLock: its token is the czxid of its
+// node, and it is lost, with a callback and a std::stop_token, when the session monitor declares
+// the session lost. The N leases held at one time have different tokens.
 //
-// Wake-ups without a herd: only the first waiter watches the path's children (any release
-// promotes it); every later waiter watches its own predecessor, and a waiter promoted to a lease
-// rewrites its node once so that its successor moves up. A release wakes at most two waiters
-// whatever the queue length.
+// Order, precisely: contenders become entitled in queue order (first come, first served): a
+// contender is entitled once fewer than N nodes are ahead of it, which happens only after every
+// node ahead of it was entitled, so a lease entitled later has a larger token than every lease
+// entitled before it. Each waiter learns of its entitlement through its own notification, so two
+// waiters entitled by releases a moment apart can see acquire() return in the other order (the
+// later one, with the larger token, first) by at most that notification delay. An entitled node
+// whose owner is dead or frozen keeps its place, and its lease slot, until its session ends.
+//
+// Wake-ups without a herd and without relying on any one waiter: the first two waiters watch the
+// path's children (any release wakes both, so a dead or frozen first waiter cannot hide a release
+// from the second); every later waiter watches the two waiters ahead of it, each of which
+// rewrites its node once when it becomes the first waiter and once when granted, so that the
+// waiters behind move up. A release wakes a constant number of waiters whatever the queue length
+// (measured: at most eight watch notifications; see docs/RELIABILITY.md). Two dead or frozen
+// waiters next to each other can still delay the waiters behind them until one of their sessions
+// ends.
+//
+// contenders() lists a node as holding once its owner took the lease; an entitled node whose
+// owner has not (yet) is listed as waiting, though it counts against N.
 //
 // The limit N is part of the path, not of each participant: the first participant that creates
 // the path records "max_leases=N" in the path node's data, and every acquisition compares its own

@@ -30,19 +30,28 @@ TEST(QueuePolicyTest, LockHolderIsFirstAndWaitersWatchTheirPredecessor) {
   }
 }
 
-TEST(QueuePolicyTest, SemaphoreFirstWaiterWatchesChildrenLaterOnesTheirPredecessor) {
-  auto queue = queue_of("xxxxxx");
+TEST(QueuePolicyTest, SemaphoreFirstTwoWaitersWatchChildrenLaterOnesTheirTwoPredecessors) {
+  auto queue = queue_of("xxxxxxx");
   const QueuePolicy semaphore{ContenderRole::exclusive, 2};
   EXPECT_TRUE(decide(queue, 0, semaphore).holds);
   EXPECT_TRUE(decide(queue, 1, semaphore).holds);
   auto first_waiter = decide(queue, 2, semaphore);
   EXPECT_FALSE(first_waiter.holds);
   EXPECT_TRUE(first_waiter.watch_children);
-  for (std::size_t i = 3; i < queue.size(); ++i) {
+  EXPECT_TRUE(first_waiter.first_waiter);
+  // The second waiter watches the children too: a dead first waiter cannot hide a release from it.
+  auto second_waiter = decide(queue, 3, semaphore);
+  EXPECT_FALSE(second_waiter.holds);
+  EXPECT_TRUE(second_waiter.watch_children);
+  EXPECT_FALSE(second_waiter.first_waiter);
+  for (std::size_t i = 4; i < queue.size(); ++i) {
     auto decision = decide(queue, i, semaphore);
     EXPECT_FALSE(decision.holds);
     EXPECT_FALSE(decision.watch_children);
+    EXPECT_FALSE(decision.first_waiter);
     EXPECT_EQ(decision.blocker, i - 1);
+    EXPECT_TRUE(decision.watch_second);
+    EXPECT_EQ(decision.second_blocker, i - 2);
   }
 }
 

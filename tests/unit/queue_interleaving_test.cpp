@@ -933,12 +933,13 @@ TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateI
   EXPECT_EQ(held.token(), FencingToken(server->node(held.node_path())->stat.czxid));
 }
 
-// Semaphore of 2. The second waiter lists the queue while its predecessor is still a waiter; the
-// predecessor is promoted (a promotion deletes nothing: it touches its node) before the second
-// waiter's watch on it is set. The watch alone would then wait for a change that already
-// happened; the second waiter must see the touched version, move up to the first-waiter place, and
-// be granted at the next release.
-TEST_F(QueueInterleaving, SemaphoreWaiterWhosePredecessorWasPromotedBeforeItsWatchMovesUp) {
+// Semaphore of 2. The first two waiters watch the children; the third watches the two waiters
+// ahead of it. It lists the queue while both are still waiters; a release then promotes the
+// first (its grant touches its node) and moves the second up to first waiter (which touches too),
+// all before the third waiter's watches are set. The watches alone would wait for changes that
+// already happened; the third waiter must see the touched versions, move up into the
+// children-watching pair, and be granted once its turn comes.
+TEST_F(QueueInterleaving, SemaphoreWaiterWhosePredecessorsMovedBeforeItsWatchesMovesUp) {
   const std::string path = "/semaphores/promoted-predecessor";
   auto holders_session = open_session();
   auto waiter_session = open_session();
@@ -948,52 +949,70 @@ TEST_F(QueueInterleaving, SemaphoreWaiterWhosePredecessorWasPromotedBeforeItsWat
   Lease second = holders.acquire();
   BackgroundAcquire first_waiter(holders, kForever);
   ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->children_watches(path) == 1; }));
+  BackgroundAcquire second_waiter(holders, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 4 && server->children_watches(path) == 2; }));
 
   server->pause(waiter_id);
-  BackgroundAcquire second_waiter(waiters, kForever);
-  // Its listing (holder, holder, waiter, itself) is applied; the reply waits on the wire.
+  BackgroundAcquire third_waiter(waiters, kForever);
+  // Its listing (holder, holder, waiter, waiter, itself) is applied; the reply waits on the wire.
   ASSERT_TRUE(wait_until([&] { return requests_of(waiter_id, Op::get_children, path).size() == 1; }));
   first.release();
   ASSERT_TRUE(first_waiter.finished(scaled(10s)));
   ASSERT_FALSE(first_waiter.error()) << first_waiter.error().message();
   Lease promoted = first_waiter.take();
-  ASSERT_TRUE(wait_until([&] { return server->node(promoted.node_path())->stat.version >= 1; }));  // the touch
+  ASSERT_TRUE(wait_until([&] { return server->node(promoted.node_path())->stat.version >= 2; }));  // the grant touch
 
   server->resume(waiter_id);
-  // It watched the promoted node, saw the touch, listed again and now watches the children.
+  // It watched the two waiters ahead, saw their touches, listed again and now watches the children.
   ASSERT_TRUE(wait_until([&] { return requests_of(waiter_id, Op::get_children, path).size() >= 2; }));
   ASSERT_FALSE(requests_of(waiter_id, Op::get_data, promoted.node_path()).empty());
-  EXPECT_FALSE(second_waiter.finished());
+  ASSERT_TRUE(wait_until([&] { return server->children_watches(path) == 2; }));
+  EXPECT_FALSE(third_waiter.finished());
 
   second.release();
-  ASSERT_TRUE(second_waiter.finished(scaled(10s))) << "the second waiter missed its promotion";
-  ASSERT_FALSE(second_waiter.error()) << second_waiter.error().message();
-  Lease granted = second_waiter.take();
-  EXPECT_GT(granted.token(), promoted.token());
+  ASSERT_TRUE(second_waiter.finished(scaled(10s)));
+  Lease middle = second_waiter.take();
+  EXPECT_FALSE(third_waiter.finished());
+  promoted.release();
+  ASSERT_TRUE(third_waiter.finished(scaled(10s))) << "the third waiter missed its promotion";
+  ASSERT_FALSE(third_waiter.error()) << third_waiter.error().message();
+  Lease granted = third_waiter.take();
+  EXPECT_GT(granted.token(), middle.token());
   EXPECT_EQ(server->children(path).size(), 2u);
 }
 
-// Semaphore of 2. A waiter is promoted, but its touch (the rewrite that tells the next waiter to
-// move up) is lost with the connection before it takes effect. The touch must be sent again once
-// the same session is back, so that the next waiter moves up and is granted at the next release.
+// Semaphore of 2. A waiter is promoted, but its grant touch (the rewrite that tells the waiters
+// behind it to move up) is lost with the connection before it takes effect, and the waiter
+// between it and the last one is frozen (its session paused), so the grant touch is the last
+// waiter's only news. The touch must be sent again once the same session is back, so that the
+// last waiter moves up and is granted when its turn comes, frozen neighbour or not.
 TEST_F(QueueInterleaving, SemaphoreTouchLostWithTheConnectionIsResentAndTheNextWaiterMovesUp) {
   const std::string path = "/semaphores/lost-touch";
   auto holders_session = open_session();
   auto promoted_session = open_session();
+  auto frozen_session = open_session();
   auto last_session = open_session();
   const auto promoted_id = promoted_session->id();
+  const auto frozen_id = frozen_session->id();
   const auto last_id = last_session->id();
-  Semaphore holders(*holders_session, path, 2), promoted(*promoted_session, path, 2), last(*last_session, path, 2);
+  Semaphore holders(*holders_session, path, 2), promoted(*promoted_session, path, 2),
+      frozen(*frozen_session, path, 2), last(*last_session, path, 2);
   Lease first = holders.acquire();
   Lease second = holders.acquire();
   BackgroundAcquire first_waiter(promoted, kForever);
   ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->children_watches(path) == 1; }));
   const std::string first_waiter_node = requests_of(promoted_id, Op::create, path + "/").at(0).created;
-  BackgroundAcquire second_waiter(last, kForever);
+  // The first waiter's own touch (to version 1) is in.
+  ASSERT_TRUE(wait_until([&] { return server->node(first_waiter_node)->stat.version == 1; }));
+  BackgroundAcquire frozen_waiter(frozen, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 4 && server->children_watches(path) == 2; }));
+  BackgroundAcquire last_waiter(last, kForever);
   ASSERT_TRUE(wait_until([&] {
-    return server->children(path).size() == 4 && server->data_watches(first_waiter_node) == 1 &&
+    return server->children(path).size() == 5 && server->data_watches(first_waiter_node) >= 1 &&
            server->queued(last_id) == 0;
   }));
+  server->pause(frozen_id);
+  const auto last_listings = requests_of(last_id, Op::get_children, path).size();
   Fault touch_lost;
   touch_lost.op = Op::set_data;
   touch_lost.path_prefix = first_waiter_node;
@@ -1007,21 +1026,72 @@ TEST_F(QueueInterleaving, SemaphoreTouchLostWithTheConnectionIsResentAndTheNextW
   ASSERT_FALSE(first_waiter.error()) << first_waiter.error().message();
   Lease promoted_lease = first_waiter.take();
   ASSERT_TRUE(wait_until([&] { return promoted_session->state() == SessionState::suspended; }));
-  EXPECT_EQ(server->node(first_waiter_node)->stat.version, 0);  // the touch never arrived
+  EXPECT_EQ(server->node(first_waiter_node)->stat.version, 1);  // the grant touch never arrived
   EXPECT_EQ(server->pending_faults(), 0u);
+  EXPECT_EQ(requests_of(last_id, Op::get_children, path).size(), last_listings);  // nothing told the last waiter
 
   server->reconnect(promoted_id);
-  ASSERT_TRUE(wait_until([&] { return server->node(first_waiter_node)->stat.version >= 1; }));
-  // The last waiter saw the touch and moved up to the first waiter's place (it lists again).
-  ASSERT_TRUE(wait_until([&] { return requests_of(last_id, Op::get_children, path).size() >= 2; }));
-  EXPECT_FALSE(second_waiter.finished());
+  ASSERT_TRUE(wait_until([&] { return server->node(first_waiter_node)->stat.version >= 2; }));
+  // The last waiter saw the touch and moved up into the children-watching pair (it lists again).
+  ASSERT_TRUE(wait_until([&] { return requests_of(last_id, Op::get_children, path).size() > last_listings; }));
+  EXPECT_FALSE(last_waiter.finished());
 
-  second.release();
-  ASSERT_TRUE(second_waiter.finished(scaled(10s))) << "the last waiter never moved up";
-  ASSERT_FALSE(second_waiter.error()) << second_waiter.error().message();
-  Lease granted = second_waiter.take();
+  second.release();  // the frozen waiter's place now holds a lease it has not taken
+  promoted_lease.release();
+  ASSERT_TRUE(last_waiter.finished(scaled(10s))) << "the last waiter never moved up";
+  ASSERT_FALSE(last_waiter.error()) << last_waiter.error().message();
+  Lease granted = last_waiter.take();
   EXPECT_GT(granted.token(), promoted_lease.token());
-  EXPECT_FALSE(promoted_lease.lost());
+  server->resume(frozen_id);
+  ASSERT_TRUE(frozen_waiter.finished(scaled(10s)));
+}
+
+// A request the server answers by dropping the connection, every time it is sent (as it does
+// with one larger than its jute.maxbuffer). Resending it after every reconnect would keep the
+// session flapping forever; the acquisition gives up after a bounded number of drops in a row,
+// deletes its node, and the session serves the other recipes as before.
+TEST_F(QueueInterleaving, ARequestThatDropsTheConnectionEveryTimeFailsAfterABoundedNumberOfResends) {
+  const std::string path = "/locks/refused";
+  auto holder_session = open_session();
+  auto session = open_session();
+  const auto id = session->id();
+  Lock holders(*holder_session, path), refused(*session, path), other(*session, "/locks/other");
+  // Queued behind a holder and a waiter, our contender watches the waiter; when that waiter
+  // leaves, it lists the queue again, and that listing is what the server refuses.
+  HeldLock held_by_other = holders.acquire();
+  BackgroundAcquire leaving(holders, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 2; }));
+  BackgroundAcquire acquire(refused, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->children(path).size() == 3 && server->queued(id) == 0; }));
+  constexpr int kFaults = 40;
+  for (int i = 0; i < kFaults; ++i) {
+    Fault drop;
+    drop.op = Op::get_children;
+    drop.path_prefix = path;
+    drop.session = id;
+    drop.rc = kConnectionLoss;
+    drop.drop_connection = true;
+    server->inject(drop);
+  }
+  leaving.cancel();
+  int reconnects = 0;
+  for (; reconnects < kFaults && !acquire.finished(); ++reconnects) {
+    if (!wait_until([&] { return !server->connected(id) || acquire.finished(); })) break;
+    if (acquire.finished()) break;
+    server->reconnect(id);
+  }
+  ASSERT_TRUE(acquire.finished(scaled(10s))) << "the refused request was resent " << reconnects << " times";
+  EXPECT_EQ(acquire.error(), zk_errc::connection_loss);
+  EXPECT_LE(reconnects, 12);
+  EXPECT_GE(reconnects, 5);  // a passing drop or two is not a refusal
+  if (!server->connected(id)) server->reconnect(id);
+  // Its node is gone, the session lives, and another lock on it is granted at once.
+  EXPECT_TRUE(wait_until([&] { return server->children(path).size() == 1; }))
+      << server->children(path).size() << " connected " << server->connected(id) << " state "
+      << static_cast<int>(session->state()) << " reconnects " << reconnects;
+  EXPECT_TRUE(server->session_alive(id));
+  auto held = other.try_acquire_for(scaled(5s));
+  EXPECT_TRUE(held);
 }
 
 }  // namespace
