@@ -12,6 +12,7 @@
 #include <zkr/error.hpp>
 
 #include "log.hpp"
+#include "state_check.hpp"
 
 namespace zkr::detail {
 namespace {
@@ -53,6 +54,52 @@ std::string_view node_marker(ContenderRole role) {
     case ContenderRole::latch: return "latch-";
   }
   return "lock-";
+}
+
+namespace {
+std::string_view to_string(Contender::Phase phase) {
+  using P = Contender::Phase;
+  switch (phase) {
+    case P::waiting_for_session: return "waiting_for_session";
+    case P::creating: return "creating";
+    case P::recovering: return "recovering";
+    case P::checking: return "checking";
+    case P::watching: return "watching";
+    case P::held: return "held";
+    case P::releasing: return "releasing";
+    case P::lost: return "lost";
+    case P::finished: return "finished";
+  }
+  return "unknown";
+}
+
+// A contender's phases and the only ways between them. Waiting phases move among themselves; only
+// a contender that has listed or watched is granted; a holder ends lost or releasing; nothing
+// leaves finished.
+bool phase_transition_allowed(Contender::Phase from, Contender::Phase to) {
+  using P = Contender::Phase;
+  if (from == to) return from != P::finished;
+  switch (from) {
+    case P::waiting_for_session:
+    case P::creating:
+    case P::recovering:
+    case P::checking:
+    case P::watching:
+      if (to == P::held) return from == P::checking || from == P::watching;
+      return to != P::lost;
+    case P::held: return to == P::lost || to == P::releasing || to == P::finished;
+    case P::releasing:
+    case P::lost: return to == P::finished;
+    case P::finished: return false;
+  }
+  return false;
+}
+}  // namespace
+
+void Contender::set_phase_locked(Phase next) {
+  if (kStateChecks && !phase_transition_allowed(phase_, next))
+    state_check_failed("contender phase", to_string(phase_), to_string(next));
+  phase_ = next;
 }
 
 // Who wakes whom, without a herd.
@@ -115,7 +162,7 @@ std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, C
   contender->started_at_ = Clock::now();
   std::unique_lock lock(contender->core_->mutex());
   if (contender->core_->ended()) {
-    contender->phase_ = Phase::finished;
+    contender->set_phase_locked(Phase::finished);
     contender->complete_locked(contender->core_->end_reason_locked());
     return contender;
   }
@@ -146,10 +193,10 @@ void Contender::begin_locked() {
       finish_locked();
       return;
     }
-    phase_ = Phase::waiting_for_session;
+    set_phase_locked(Phase::waiting_for_session);
     return;
   }
-  phase_ = Phase::creating;
+  set_phase_locked(Phase::creating);
   retry_ = Retry::none;
   node_path_.clear();
   own_watch_ = OwnWatch::none;
@@ -250,7 +297,7 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
   std::unique_lock lock(core_->mutex());
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
-  phase_ = Phase::checking;
+  set_phase_locked(Phase::checking);
   if (rc == kOk) drops_in_a_row_ = 0;
   if (rc == kOk && parent_problem_) {
     complete_locked(parent_problem_);
@@ -271,7 +318,7 @@ void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::stri
 // we are now connected to may lag behind the leader and not know our create yet: a sync first
 // makes the listing see every committed write (a node of ours it missed would block the queue).
 void Contender::recover_locked() {
-  phase_ = Phase::recovering;
+  set_phase_locked(Phase::recovering);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   core_->sync(generation_, request_.parent, [](int) {});  // the listing behind it reports failures
@@ -324,7 +371,7 @@ void Contender::recover_locked() {
 // ---- waiting ----
 
 void Contender::check_locked() {
-  phase_ = Phase::checking;
+  set_phase_locked(Phase::checking);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
@@ -404,7 +451,7 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
 // reach us before the blocker's deletion does (one connection delivers in order), and
 // own_node_gone_locked has queued us again before that event could grant anything.
 void Contender::watch_locked(const std::string& blocker, bool granted_by_its_deletion) {
-  phase_ = Phase::watching;
+  set_phase_locked(Phase::watching);
   watch_own_node_locked();
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
@@ -483,7 +530,7 @@ bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_
 // The first waiter of a semaphore (see decide()). The listing returned with the watch is
 // evaluated at once, so nothing that happens between the listing and the watch goes unseen.
 void Contender::watch_children_locked() {
-  phase_ = Phase::watching;
+  set_phase_locked(Phase::watching);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_children(
@@ -519,7 +566,7 @@ void Contender::grant_locked() {
   // A grant decided after the session's deadline would hand out a lock the server may already
   // have given away: the session is declared lost instead (which queues us again).
   if (!core_->alive_by_deadline_locked(generation_)) return;
-  phase_ = Phase::held;
+  set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
@@ -659,7 +706,7 @@ void Contender::own_node_gone_locked() {
 
 void Contender::lose_locked(LossReason reason) {
   if (phase_ != Phase::held) return;
-  phase_ = Phase::lost;
+  set_phase_locked(Phase::lost);
   loss_reason_ = reason;
   ++core_->locks_lost;
   core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
@@ -731,7 +778,7 @@ void Contender::remove_node_locked() {
     finish_locked();
     return;
   }
-  phase_ = Phase::releasing;
+  set_phase_locked(Phase::releasing);
   retry_ = Retry::none;
   if (!core_->usable_locked(generation_)) {
     retry_ = Retry::remove;
@@ -765,7 +812,7 @@ void Contender::complete_locked(std::error_code outcome) {
 
 void Contender::finish_locked() {
   if (phase_ == Phase::finished) return;
-  phase_ = Phase::finished;
+  set_phase_locked(Phase::finished);
   if (std::exchange(holding_lost_session_, false)) core_->let_go_locked(generation_);
   retry_ = Retry::none;
   cancel_timeout();
@@ -869,7 +916,7 @@ void Contender::on_session_lost(std::uint64_t generation, LossReason reason) {
       node_path_.clear();
       retry_ = Retry::none;
       if (abandon_) finish_locked();
-      else phase_ = Phase::waiting_for_session;
+      else set_phase_locked(Phase::waiting_for_session);
       break;
   }
 }

@@ -82,6 +82,17 @@ struct ContenderRequest {
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
  public:
+  enum class Phase {
+    waiting_for_session,  // no usable session: (re)start when one connects
+    creating,             // create + getChildren sent
+    recovering,           // create's outcome unknown: looking for our GUID
+    checking,             // getChildren sent
+    watching,             // a blocker's data watch set
+    held,
+    releasing,            // delete sent, or waiting to resend it
+    lost,
+    finished,
+  };
   static std::shared_ptr<Contender> start(std::shared_ptr<SessionCore> core, ContenderRequest request);
   ~Contender() override;
 
@@ -107,22 +118,13 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void on_session_ended(std::error_code why) override;
 
  private:
-  enum class Phase {
-    waiting_for_session,  // no usable session: (re)start when one connects
-    creating,             // create + getChildren sent
-    recovering,           // create's outcome unknown: looking for our GUID
-    checking,             // getChildren sent
-    watching,             // a blocker's data watch set
-    held,
-    releasing,            // delete sent, or waiting to resend it
-    lost,
-    finished,
-  };
+
   // What to resend once the connection is back on the same session.
   enum class Retry { none, recover, check, remove, touch, watch_own };
 
   Contender(std::shared_ptr<SessionCore> core, ContenderRequest request);
 
+  void set_phase_locked(Phase next);  // checked in sanitizer builds (state_check.hpp)
   void begin_locked();
   void ensure_parent_then_create_locked();
   void on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat);

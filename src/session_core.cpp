@@ -12,6 +12,7 @@
 #include <zkr/names.hpp>
 
 #include "log.hpp"
+#include "state_check.hpp"
 
 namespace zkr::detail {
 namespace {
@@ -206,8 +207,24 @@ void SessionCore::schedule_reopen_locked() {
   });
 }
 
+// The session's states and the only ways between them; closed and auth_failed are terminal.
+bool session_transition_allowed(SessionState from, SessionState to) {
+  using S = SessionState;
+  switch (from) {
+    case S::connecting: return to != S::suspended;
+    case S::connected: return to == S::suspended || to == S::lost || to == S::closed || to == S::auth_failed;
+    case S::suspended: return to == S::connected || to == S::lost || to == S::closed || to == S::auth_failed;
+    case S::lost: return to == S::connecting || to == S::closed || to == S::auth_failed;
+    case S::closed:
+    case S::auth_failed: return false;
+  }
+  return false;
+}
+
 void SessionCore::set_state_locked(SessionState state) {
   if (state_.load() == state) return;
+  if (kStateChecks && !session_transition_allowed(state_.load(), state))
+    state_check_failed("session state", to_string(state_.load()), to_string(state));
   state_ = state;
   state_changed_.notify_all();
   for (const auto& listener : state_listeners_) {
