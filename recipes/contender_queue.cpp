@@ -21,11 +21,9 @@ constexpr int kOk = 0;
 constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
 constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
 constexpr int kBadVersion = static_cast<int>(zk_errc::bad_version);
-constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
-constexpr int kOperationTimeout = static_cast<int>(zk_errc::operation_timeout);
-constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
-constexpr int kSessionExpired = static_cast<int>(zk_errc::session_expired);
-constexpr int kClosing = static_cast<int>(zk_errc::closing);
+// The adapter's result codes, read through the library's conditions (zkr/error.hpp).
+bool is_connection_trouble(int rc) { return zookeeper_error(rc) == condition::connection_trouble; }
+bool is_session_ended(int rc) { return zookeeper_error(rc) == condition::session_ended; }
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;
@@ -189,7 +187,8 @@ void Contender::begin_locked() {
   if (!core_->usable_locked(generation_)) {
     if (request_.timeout == std::chrono::nanoseconds::zero()) {
       // A non-blocking attempt never waits for a session to come back.
-      complete_locked(make_error_code(zk_errc::connection_loss));
+      complete_locked(core_->state() == SessionState::lost ? make_error_code(errc::session_lost)
+                                                           : make_error_code(zk_errc::connection_loss));
       finish_locked();
       return;
     }
@@ -273,7 +272,7 @@ void Contender::on_created(std::uint64_t attempt, int rc, std::string path, Node
       core_->remove(generation_, path, -1, [](int) {});
     return;
   }
-  if (abandon_ && rc != kOk && rc != kConnectionLoss && rc != kOperationTimeout) {
+  if (abandon_ && rc != kOk && !is_connection_trouble(rc)) {
     finish_locked();  // nothing was created and nothing is wanted any more
     return;
   }
@@ -392,8 +391,7 @@ void Contender::verify_parent_locked(std::uint64_t attempt) {
     if (rc == kOk) {
       contender->parent_verified_ = true;
       contender->parent_problem_ = contender->request_.check_parent(data);
-    } else if (rc != kNoNode && rc != kConnectionLoss && rc != kOperationTimeout && rc != kInvalidState &&
-               rc != kSessionExpired && rc != kClosing) {
+    } else if (rc != kNoNode && !is_connection_trouble(rc) && !is_session_ended(rc)) {
       contender->parent_problem_ = zookeeper_error(rc);  // for example no read permission on the parent
     }
     // Otherwise the listing fails the same way and its handling retries.
@@ -824,7 +822,7 @@ void Contender::finish_locked() {
 // Connection loss or a closing/expired handle: true if handled (the step resumes on reconnect or
 // on a new session), false if rc is a real failure for the caller to report.
 bool Contender::handle_session_trouble_locked(int rc, Retry what) {
-  if (rc == kConnectionLoss || rc == kOperationTimeout) {
+  if (is_connection_trouble(rc)) {
     // Every request in flight fails with one drop: count the drop, and decide, once. Only an
     // acquisition gives up: a holder keeps its grant, and a release (a small delete) keeps trying
     // until done or until the session, and the node with it, is gone.
@@ -840,7 +838,7 @@ bool Contender::handle_session_trouble_locked(int rc, Retry what) {
     retry_after_reconnect_locked(what);
     return true;
   }
-  if (rc == kInvalidState || rc == kSessionExpired || rc == kClosing) {
+  if (is_session_ended(rc)) {
     // The session of this step is gone; on_session_lost / on_session_ended take it from here
     // (and may already have).
     if (generation_ != core_->generation_locked() && phase_ != Phase::finished && phase_ != Phase::held &&

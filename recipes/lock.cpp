@@ -17,16 +17,6 @@ namespace zkr {
 using detail::Contender;
 using detail::ContenderRequest;
 
-std::string_view to_string(LossReason reason) noexcept {
-  switch (reason) {
-    case LossReason::session_lost: return "session lost";
-    case LossReason::connection_lost: return "connection lost";
-    case LossReason::node_deleted: return "lock node deleted";
-    case LossReason::session_closed: return "session closed";
-  }
-  return "unknown";
-}
-
 // ---- HeldLock ----
 
 HeldLock::HeldLock(std::shared_ptr<detail::Contender> contender) : contender_(std::move(contender)) {}
@@ -63,10 +53,6 @@ std::string checked_path(std::string path) {
   if (auto problem = path_problem(path); !problem.empty())
     throw Error(make_error_code(errc::invalid_path), "lock path", path, problem);
   return path;
-}
-
-bool is_give_up(std::error_code ec) {
-  return ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block;
 }
 
 }  // namespace
@@ -139,8 +125,10 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
     return HeldLock(std::move(contender));
   } catch (const std::system_error& e) {
     ec = e.code();
-  } catch (...) {
+  } catch (const std::bad_alloc&) {
     ec = std::make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    ec = make_error_code(errc::internal_error);
   }
   return std::nullopt;
 }
@@ -150,7 +138,7 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
   auto [result, contender] = detail::await_contender(
       core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), refusal),
       std::move(stop));
-  if (result && !is_give_up(result)) throw Error(result, "acquire lock", path_, detail_of(refusal));
+  if (result && result != condition::gave_up) throw Error(result, "acquire lock", path_, detail_of(refusal));
   if (result) return std::nullopt;
   return HeldLock(std::move(contender));
 }

@@ -34,10 +34,6 @@ std::string limit_record(int max_leases) { return fmt::format("{}{}", kLimitKey,
 
 std::optional<int> parse_limit(std::string_view data) { return detail::semaphore_limit_of(data); }
 
-bool is_give_up(std::error_code ec) {
-  return ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block;
-}
-
 // The refusal detail of one acquisition, written by the queue's parent check (under the session
 // mutex) and read after the outcome.
 struct MismatchDetail {
@@ -105,8 +101,10 @@ std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout
     return Lease(std::move(contender));
   } catch (const std::system_error& e) {
     ec = e.code();
-  } catch (...) {
+  } catch (const std::bad_alloc&) {
     ec = std::make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    ec = make_error_code(errc::internal_error);
   }
   return std::nullopt;
 }
@@ -116,7 +114,7 @@ std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout
   auto [result, contender] = detail::await_contender(
       core_, make_request(path_, max_leases_, options_, std::max(timeout, std::chrono::nanoseconds::zero()), detail),
       std::move(stop));
-  if (result && !is_give_up(result)) throw Error(result, "acquire semaphore", path_, detail_of(detail));
+  if (result && result != condition::gave_up) throw Error(result, "acquire semaphore", path_, detail_of(detail));
   if (result) return std::nullopt;
   return Lease(std::move(contender));
 }

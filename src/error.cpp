@@ -1,5 +1,7 @@
 #include <zkr/error.hpp>
 
+#include <optional>
+
 #include <fmt/format.h>
 
 namespace zkr {
@@ -54,15 +56,81 @@ class LibraryCategory final : public std::error_category {
       case errc::timed_out: return "timed out";
       case errc::would_block: return "held by another contender";
       case errc::limit_mismatch: return "participants disagree on the limit";
-      case errc::interop_conflict: return "incompatible contender on the path";
       case errc::missing_chroot: return "the connect string's chroot node does not exist (create it first)";
       case errc::unknown_host: return "no host of the connect string resolves";
+      case errc::internal_error: return "unexpected internal error";
     }
     return fmt::format("zkrecipes error {}", value);
   }
 };
 
+// Every code the library or the server can report, classified once.
+class ConditionCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "zkrecipes condition"; }
+  std::string message(int value) const override {
+    switch (static_cast<condition>(value)) {
+      case condition::gave_up: return "gave up waiting";
+      case condition::connection_trouble: return "the ensemble cannot be reached";
+      case condition::session_ended: return "the session ended";
+      case condition::bad_input: return "bad input";
+      case condition::no_permission: return "no permission";
+    }
+    return fmt::format("zkrecipes condition {}", value);
+  }
+  bool equivalent(const std::error_code& code, int value) const noexcept override {
+    return classify(code) == static_cast<condition>(value);
+  }
+
+ private:
+  static std::optional<condition> classify(const std::error_code& code) noexcept {
+    if (code.category() == category()) {
+      switch (static_cast<errc>(code.value())) {
+        case errc::would_block:
+        case errc::timed_out:
+        case errc::cancelled: return condition::gave_up;
+        case errc::connect_timeout:
+        case errc::unknown_host: return condition::connection_trouble;
+        case errc::session_lost:
+        case errc::session_closed: return condition::session_ended;
+        case errc::invalid_path:
+        case errc::invalid_connect_string:
+        case errc::invalid_argument:
+        case errc::limit_mismatch:
+        case errc::missing_chroot: return condition::bad_input;
+        case errc::auth_failed: return condition::no_permission;
+        default: return std::nullopt;
+      }
+    }
+    if (code.category() == zookeeper_category()) {
+      switch (static_cast<zk_errc>(code.value())) {
+        case zk_errc::connection_loss:
+        case zk_errc::operation_timeout:
+        case zk_errc::session_moved: return condition::connection_trouble;
+        case zk_errc::session_expired:
+        case zk_errc::closing:
+        case zk_errc::invalid_state: return condition::session_ended;
+        case zk_errc::bad_arguments: return condition::bad_input;
+        case zk_errc::no_auth:
+        case zk_errc::invalid_acl:
+        case zk_errc::auth_failed: return condition::no_permission;
+        default: return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+};
+
 }  // namespace
+
+const std::error_category& condition_category() noexcept {
+  static const ConditionCategory instance;
+  return instance;
+}
+
+std::error_condition make_error_condition(condition c) noexcept {
+  return {static_cast<int>(c), condition_category()};
+}
 
 const std::error_category& zookeeper_category() noexcept {
   static const ZooKeeperCategory instance;

@@ -8,6 +8,16 @@
 
 namespace zkr {
 
+std::string_view to_string(LossReason reason) noexcept {
+  switch (reason) {
+    case LossReason::session_lost: return "session lost";
+    case LossReason::connection_lost: return "connection lost";
+    case LossReason::node_deleted: return "lock node deleted";
+    case LossReason::session_closed: return "session closed";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(SessionState state) noexcept {
   switch (state) {
     case SessionState::connecting: return "connecting";

@@ -28,7 +28,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include <zkr/lock.hpp>
 #include <zkr/session.hpp>
 
 #include "zk_client.hpp"

@@ -14,7 +14,7 @@
 #include <system_error>
 #include <vector>
 
-#include <zkr/lock.hpp>
+#include <zkr/session.hpp>
 
 namespace zkr::detail {
 

@@ -83,7 +83,7 @@ inline std::exception_ptr to_exception(std::error_code ec, const std::string& pa
 
 // Waits until the lock is granted. Completion signature: void(std::exception_ptr, HeldLock).
 // The exception is a zkr::Error, as acquire() throws: errc::cancelled when stop is requested,
-// errc::session_lost, errc::session_closed, zk_errc::no_auth, other ZooKeeper errors.
+// errc::session_closed, zk_errc::no_auth, other ZooKeeper errors (see zkr::condition).
 template <typename CompletionToken>
 auto async_acquire(Lock& lock, CompletionToken&& token, std::stop_token stop = {}) {
   return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldLock)>(
@@ -115,7 +115,7 @@ auto async_try_acquire_for(Lock& lock, std::chrono::nanoseconds timeout, Complet
             std::max(wait, std::chrono::nanoseconds::zero()),
             [delivery, path = target.path()](std::error_code ec, HeldLock held) {
               if (!ec) delivery->deliver(nullptr, std::optional<HeldLock>(std::move(held)));
-              else if (ec == errc::timed_out || ec == errc::cancelled || ec == errc::would_block)
+              else if (ec == condition::gave_up)
                 delivery->deliver(nullptr, std::nullopt);
               else delivery->deliver(detail::to_exception(ec, path), std::nullopt);
             },

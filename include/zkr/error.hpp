@@ -5,6 +5,9 @@
 //     with the same numeric values the server and C client use.
 //   - zkr::category(): conditions this library decides (invalid path, connect timeout, session
 //     lost, cancelled, ...).
+// What a failure *means* for the caller is one of the conditions below (zkr::condition), whatever
+// category carried it: `if (ec == zkr::condition::connection_trouble) retry();`. They classify the
+// codes once, here, so that no caller keeps a list of codes of its own.
 // Calls come in two forms: the plain form throws zkr::Error (a std::system_error that also names
 // the path involved); the overload that takes `std::error_code& ec` never throws and sets ec.
 #pragma once
@@ -48,23 +51,35 @@ enum class errc : int {
   invalid_connect_string,      // host list or chroot malformed
   invalid_argument,            // some other argument out of range
   connect_timeout,             // ensemble not reachable within the connect timeout
-  session_lost,                // the session the operation depended on is lost
+  session_lost,                // a non-blocking acquisition found its session lost (a replacement is on its way)
   session_closed,              // the Session was closed by its owner
   auth_failed,                 // credentials refused by the ensemble
   cancelled,                   // a stop_token was triggered
   timed_out,                   // a wait ran past its timeout
   would_block,                 // non-blocking acquire found the lock held
-  limit_mismatch,              // participants disagree on a semaphore's limit
-  interop_conflict,            // a foreign contender on the path uses an incompatible scheme
-  missing_chroot,              // the connect string's chroot node does not exist
-  unknown_host,                // no host of the connect string resolves (the resolver's reason in the message)
+  limit_mismatch,              // participants disagree on a semaphore's limit, or another recipe owns the path
+  // 12 is retired (it was never raised).
+  missing_chroot = 13,         // the connect string's chroot node does not exist
+  unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
+  internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
+};
+
+// What an error means for the caller (compare an error_code with these; see the top of the file).
+enum class condition : int {
+  gave_up = 1,         // no grant, and nothing is wrong: would_block, timed_out, cancelled
+  connection_trouble,  // the ensemble cannot be reached now; trying again later may work
+  session_ended,       // the session this depended on is gone (expired, lost, closed)
+  bad_input,           // a caller's argument was refused; the same call will fail again
+  no_permission,       // credentials refused, or an ACL does not allow it
 };
 
 const std::error_category& zookeeper_category() noexcept;
 const std::error_category& category() noexcept;
+const std::error_category& condition_category() noexcept;
 
 std::error_code make_error_code(zk_errc e) noexcept;
 std::error_code make_error_code(errc e) noexcept;
+std::error_condition make_error_condition(condition c) noexcept;
 
 // Wraps a raw ZooKeeper result code (as returned by the C client).
 std::error_code zookeeper_error(int rc) noexcept;
@@ -93,3 +108,5 @@ template <>
 struct std::is_error_code_enum<zkr::zk_errc> : std::true_type {};
 template <>
 struct std::is_error_code_enum<zkr::errc> : std::true_type {};
+template <>
+struct std::is_error_condition_enum<zkr::condition> : std::true_type {};

@@ -31,20 +31,6 @@
 
 namespace zkr {
 
-enum class LossReason {
-  session_lost,      // expired, or declared lost by the session monitor
-  connection_lost,   // LossPolicy::on_disconnect and the connection dropped
-  node_deleted,      // our lock node was deleted by someone else (an operator)
-  session_closed,    // Session::close() or the Session was destroyed
-};
-std::string_view to_string(LossReason reason) noexcept;
-
-enum class NodeAcl {
-  open,                    // world:anyone has all rights
-  creator_all,             // only the creating identity (digest auth needed)
-  creator_all_world_read,  // creator has all rights, everyone may read (for --list)
-};
-
 struct LockOptions {
   // Stored in the lock node for operators (--list). Empty means default_owner_data().
   std::string owner_data;

@@ -52,6 +52,22 @@ enum class SessionState {
 };
 std::string_view to_string(SessionState state) noexcept;
 
+// Why a grant made on a session (a lock, a lease, a leadership term) was lost.
+enum class LossReason {
+  session_lost,      // expired, or declared lost by the session monitor
+  connection_lost,   // LossPolicy::on_disconnect and the connection dropped
+  node_deleted,      // our node was deleted by someone else (an operator)
+  session_closed,    // Session::close() or the Session was destroyed
+};
+std::string_view to_string(LossReason reason) noexcept;
+
+// Who may do what with the nodes a session creates for a recipe.
+enum class NodeAcl {
+  open,                    // world:anyone has all rights
+  creator_all,             // only the creating identity (digest auth needed)
+  creator_all_world_read,  // creator has all rights, everyone may read (for --list)
+};
+
 enum class LossPolicy {
   at_deadline,    // lost when the monitor's deadline passes (default): survives short blips
   on_disconnect,  // lost as soon as the connection drops: shortest possible overlap risk

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include <cctype>
 #include <fmt/format.h>
 
@@ -249,6 +253,39 @@ TEST(Errors, MessagesNameTheOperationAndPath) {
   EXPECT_EQ(error.code(), zkr::zk_errc::no_auth);
   zkr::Error detailed(make_error_code(zkr::errc::invalid_path), "lock path", "x", "is not absolute");
   EXPECT_EQ(std::string(detailed.what()), "lock path x: invalid path (is not absolute)");
+}
+
+// Each code means exactly one condition (or none); callers compare with conditions, not lists.
+TEST(Errors, EveryCodeMeansOneCondition) {
+  using zkr::condition;
+  const std::vector<std::pair<std::error_code, std::optional<condition>>> cases = {
+      {make_error_code(zkr::errc::would_block), condition::gave_up},
+      {make_error_code(zkr::errc::timed_out), condition::gave_up},
+      {make_error_code(zkr::errc::cancelled), condition::gave_up},
+      {make_error_code(zkr::errc::connect_timeout), condition::connection_trouble},
+      {make_error_code(zkr::errc::unknown_host), condition::connection_trouble},
+      {make_error_code(zkr::zk_errc::connection_loss), condition::connection_trouble},
+      {make_error_code(zkr::zk_errc::operation_timeout), condition::connection_trouble},
+      {make_error_code(zkr::errc::session_lost), condition::session_ended},
+      {make_error_code(zkr::errc::session_closed), condition::session_ended},
+      {make_error_code(zkr::zk_errc::session_expired), condition::session_ended},
+      {make_error_code(zkr::zk_errc::invalid_state), condition::session_ended},
+      {make_error_code(zkr::errc::invalid_path), condition::bad_input},
+      {make_error_code(zkr::errc::limit_mismatch), condition::bad_input},
+      {make_error_code(zkr::zk_errc::bad_arguments), condition::bad_input},
+      {make_error_code(zkr::errc::auth_failed), condition::no_permission},
+      {make_error_code(zkr::zk_errc::no_auth), condition::no_permission},
+      {make_error_code(zkr::zk_errc::invalid_acl), condition::no_permission},
+      {make_error_code(zkr::zk_errc::no_node), std::nullopt},
+      {make_error_code(zkr::errc::internal_error), std::nullopt},
+      {std::make_error_code(std::errc::not_enough_memory), std::nullopt},
+  };
+  for (const auto& [code, expected] : cases) {
+    for (condition c : {condition::gave_up, condition::connection_trouble, condition::session_ended,
+                        condition::bad_input, condition::no_permission}) {
+      EXPECT_EQ(code == c, expected == c) << code.message() << " vs " << make_error_condition(c).message();
+    }
+  }
 }
 
 }  // namespace
