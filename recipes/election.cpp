@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "contender_queue.hpp"
 
 namespace zkr {
@@ -117,7 +118,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
   enum class Phase { idle, waiting, leading, stopped, closed };
 
   State(Session& session, std::string checked, const ElectionOptions& options)
-      : core(session.core()), path(std::move(checked)), lock(session, path, lock_options(options)) {}
+      : core(detail::Internals::core(session)), path(std::move(checked)), lock(session, path, lock_options(options)) {}
 
   // Queues a new node; its outcome arrives on the callback thread. Caller holds `mutex`.
   void join_locked() {
@@ -307,7 +308,7 @@ std::optional<Participant> LeaderLatch::leader() const { return first_leader(par
 
 struct LeaderSelector::State {
   State(Session& session, std::string checked, LeadershipFunction leadership_function, const SelectorOptions& options)
-      : core(session.core()),
+      : core(detail::Internals::core(session)),
         path(std::move(checked)),
         lock(session, path, lock_options(options)),
         function(std::move(leadership_function)),

@@ -7,6 +7,7 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "contender_queue.hpp"
 #include "log.hpp"
 
@@ -133,11 +134,11 @@ std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& c
 }  // namespace detail
 
 std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path, int max_holders) {
-  return detail::list_contenders(session.core(), std::string(path), max_holders);
+  return detail::list_contenders(detail::Internals::core(session), std::string(path), max_holders);
 }
 
 PathListing list_lock_path(Session& session, std::string_view path, int max_holders) {
-  return detail::list_path(session.core(), std::string(path), max_holders);
+  return detail::list_path(detail::Internals::core(session), std::string(path), max_holders);
 }
 
 }  // namespace zkr

@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
 
@@ -19,7 +20,8 @@ using detail::ContenderRequest;
 
 // ---- HeldLock ----
 
-HeldLock::HeldLock(std::shared_ptr<detail::Contender> contender) : contender_(std::move(contender)) {}
+HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender)
+    : contender_(std::move(contender)) {}
 HeldLock::HeldLock(HeldLock&&) noexcept = default;
 HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
   if (this != &other) {
@@ -61,7 +63,7 @@ Lock::Lock(Session& session, std::string path, LockOptions options)
     : Lock(session, std::move(path), std::move(options), ContenderRole::exclusive) {}
 
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
-    : core_(session.core()), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
+    : core_(detail::Internals::core(session)), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
   if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
     throw Error(make_error_code(errc::invalid_argument), "lock", path_, "owner_data: " + problem);
@@ -122,7 +124,7 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
         std::move(stop));
     ec = result;
     if (ec) return std::nullopt;
-    return HeldLock(std::move(contender));
+    return HeldLock(detail::Internals::key(), std::move(contender));
   } catch (const std::system_error& e) {
     ec = e.code();
   } catch (const std::bad_alloc&) {
@@ -140,7 +142,7 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
       std::move(stop));
   if (result && result != condition::gave_up) throw Error(result, "acquire lock", path_, detail_of(refusal));
   if (result) return std::nullopt;
-  return HeldLock(std::move(contender));
+  return HeldLock(detail::Internals::key(), std::move(contender));
 }
 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
@@ -150,14 +152,14 @@ HeldLock Lock::acquire(std::stop_token stop) {
   auto [result, contender] = detail::await_contender(
       core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1), refusal), std::move(stop));
   if (result) throw Error(result, "acquire lock", path_, detail_of(refusal));
-  return HeldLock(std::move(contender));
+  return HeldLock(detail::Internals::key(), std::move(contender));
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
   detail::start_contender_async(
       core_, make_request(path_, options_, role_, timeout),
       [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
-        handler(ec, ec ? HeldLock{} : HeldLock(contender));
+        handler(ec, ec ? HeldLock{} : HeldLock(detail::Internals::key(), contender));
       },
       std::move(stop));
 }

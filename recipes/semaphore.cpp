@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
 
@@ -44,7 +45,7 @@ struct MismatchDetail {
 }  // namespace
 
 Semaphore::Semaphore(Session& session, std::string path, int max_leases, SemaphoreOptions options)
-    : core_(session.core()), path_(std::move(path)), max_leases_(max_leases), options_(std::move(options)) {
+    : core_(detail::Internals::core(session)), path_(std::move(path)), max_leases_(max_leases), options_(std::move(options)) {
   if (auto problem = path_problem(path_); !problem.empty())
     throw Error(make_error_code(errc::invalid_path), "semaphore path", path_, problem);
   if (max_leases_ < 1)
@@ -98,7 +99,7 @@ std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout
         std::move(stop));
     ec = result;
     if (ec) return std::nullopt;
-    return Lease(std::move(contender));
+    return Lease(detail::Internals::key(), std::move(contender));
   } catch (const std::system_error& e) {
     ec = e.code();
   } catch (const std::bad_alloc&) {
@@ -116,7 +117,7 @@ std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout
       std::move(stop));
   if (result && result != condition::gave_up) throw Error(result, "acquire semaphore", path_, detail_of(detail));
   if (result) return std::nullopt;
-  return Lease(std::move(contender));
+  return Lease(detail::Internals::key(), std::move(contender));
 }
 
 std::optional<Lease> Semaphore::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
@@ -126,14 +127,14 @@ Lease Semaphore::acquire(std::stop_token stop) {
   auto [result, contender] = detail::await_contender(
       core_, make_request(path_, max_leases_, options_, std::chrono::nanoseconds(-1), detail), std::move(stop));
   if (result) throw Error(result, "acquire semaphore", path_, detail_of(detail));
-  return Lease(std::move(contender));
+  return Lease(detail::Internals::key(), std::move(contender));
 }
 
 void Semaphore::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
   detail::start_contender_async(
       core_, make_request(path_, max_leases_, options_, timeout, std::make_shared<MismatchDetail>()),
       [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<detail::Contender>& contender) {
-        handler(ec, ec ? Lease{} : Lease(contender));
+        handler(ec, ec ? Lease{} : Lease(detail::Internals::key(), contender));
       },
       std::move(stop));
 }
@@ -146,7 +147,7 @@ std::optional<int> Semaphore::recorded_limit(Session& session, std::string_view 
   const std::string node(path);
   if (auto problem = path_problem(node); !problem.empty())
     throw Error(make_error_code(errc::invalid_path), "read semaphore limit of", node, problem);
-  const auto& core = session.core();
+  const auto& core = detail::Internals::core(session);
   const auto wait = core->options().connect_timeout;
   if (!core->wait_connected(wait))
     throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout),

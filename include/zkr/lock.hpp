@@ -45,7 +45,8 @@ class Contender;
 class HeldLock {
  public:
   HeldLock() = default;  // holds nothing
-  explicit HeldLock(std::shared_ptr<detail::Contender> contender);
+  // The library's (see detail::Passkey): a grant of the contender queue.
+  HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender);
   HeldLock(HeldLock&&) noexcept;
   HeldLock& operator=(HeldLock&&) noexcept;
   ~HeldLock();

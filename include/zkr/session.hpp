@@ -146,15 +146,22 @@ class Subscription {
 
 namespace detail {
 class SessionCore;
-}
+struct Internals;  // the library's own way in (src/internals.hpp): not part of the API
+// A key only the library can cut: constructors and accessors that take one are the library's own,
+// for its recipes and tests, not the API's.
+class Passkey {
+  Passkey() = default;
+  friend struct Internals;
+};
+}  // namespace detail
 
 class Session {
  public:
   // Connects and waits for the first session. Throws Error with errc::invalid_connect_string,
   // errc::invalid_argument (timeouts), errc::connect_timeout, or errc::auth_failed.
   explicit Session(SessionOptions options);
-  // Wraps an already connected core (unit tests with a fake connection).
-  explicit Session(std::shared_ptr<detail::SessionCore> core) : core_(std::move(core)) {}
+  // The library's: wraps an already connected core (unit tests with a fake connection).
+  Session(detail::Passkey, std::shared_ptr<detail::SessionCore> core) : core_(std::move(core)) {}
   ~Session();  // close()
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -183,8 +190,8 @@ class Session {
   // with the session. Idempotent. Blocks until the C client handle is closed.
   void close();
 
-  // For the recipes; not part of the stable API.
-  const std::shared_ptr<detail::SessionCore>& core() const { return core_; }
+  // The library's (see detail::Passkey).
+  const std::shared_ptr<detail::SessionCore>& core(detail::Passkey) const { return core_; }
 
  private:
   std::shared_ptr<detail::SessionCore> core_;

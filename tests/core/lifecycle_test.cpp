@@ -18,6 +18,7 @@
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 
+#include "internals.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -139,7 +140,7 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
     });
     // The server expires the session (cut off first, so that it cannot reconnect in between): the
     // listener hears "lost" and destroys the Session.
-    auto id = session->core()->client_id();
+    auto id = detail::Internals::core(*session)->client_id();
     proxy.blackhole();
     testenv::expire_session(servers, id.session_id, id.password);
     proxy.reset();
@@ -168,7 +169,7 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
       session.reset();
       destroyed.set_value();
     });
-    auto id = session->core()->client_id();
+    auto id = detail::Internals::core(*session)->client_id();
     proxy.blackhole();
     testenv::expire_session(servers, id.session_id, id.password);
     proxy.reset();

@@ -11,6 +11,7 @@
 #include <zkr/fence.hpp>
 #include <zkr/lock.hpp>
 
+#include "internals.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -149,7 +150,7 @@ TEST_F(LockFaultTest, ServerSideExpiryTellsTheHolderAndTheWaiterAcquires) {
   Session waiter(session_options(servers));
   Lock holder_lock(holder, path), waiter_lock(waiter, path);
   HeldLock held = holder_lock.acquire();
-  auto id = holder.core()->client_id();
+  auto id = detail::Internals::core(holder)->client_id();
   proxy.blackhole();
   testenv::expire_session(servers, id.session_id, id.password);
   auto next = waiter_lock.try_acquire_for(testenv::scaled(10s));
@@ -171,7 +172,7 @@ TEST_F(LockFaultTest, WaiterOfAnExpiredSessionQueuesAgainAndNobodyAcquiresEarly)
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
   last_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { last_grant.set_value(std::move(l)); });
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
-  auto id = expiring.core()->client_id();
+  auto id = detail::Internals::core(expiring)->client_id();
   proxy.blackhole();
   testenv::expire_session(servers, id.session_id, id.password);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));

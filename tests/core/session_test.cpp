@@ -15,6 +15,7 @@
 #include <zkr/error.hpp>
 #include <zkr/session.hpp>
 
+#include "internals.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -211,7 +212,7 @@ TEST(Session, LoseOnDisconnectPolicyLosesAtOnce) {
 TEST(Session, ServerSideExpiryIsReportedAsLoss) {
   testenv::Proxy proxy(testenv::shared_server());
   Session session(session_options(proxy.address(), 8000ms));
-  auto id = session.core()->client_id();
+  auto id = detail::Internals::core(session)->client_id();
   proxy.blackhole();
   testenv::expire_session(testenv::shared_server(), id.session_id, id.password);
   proxy.reset();

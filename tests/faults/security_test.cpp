@@ -15,6 +15,7 @@
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 
+#include "internals.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -201,7 +202,7 @@ TEST_F(SecurityTest, CredentialsNeverAppearInLogsOrErrors) {
     }
 
     // A forced expiry: the replacement session must authenticate again (the parent is alice's).
-    auto id = holder.core()->client_id();
+    auto id = detail::Internals::core(holder)->client_id();
     proxy.blackhole();
     testenv::expire_session(servers, id.session_id, id.password);
     proxy.reset();

@@ -15,6 +15,7 @@
 #include <zkr/error.hpp>
 #include <zkr/fence.hpp>
 
+#include "internals.hpp"
 #include "recipe_test_support.hpp"
 
 namespace zkr::test {
@@ -187,7 +188,7 @@ TEST_F(ElectionTest, AWaiterThatExpiresDoesNotDisturbTheOrder) {
   last.start();
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
 
-  auto id = expiring_session.core()->client_id();
+  auto id = detail::Internals::core(expiring_session)->client_id();
   proxy.blackhole();
   testenv::expire_session(servers, id.session_id, id.password);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));

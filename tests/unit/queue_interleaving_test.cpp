@@ -23,6 +23,7 @@
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
+#include "internals.hpp"
 #include "fake_zookeeper.hpp"
 #include "session_core.hpp"
 
@@ -113,7 +114,7 @@ class QueueInterleaving : public ::testing::Test {
     options.ensemble_tick_time = 20ms;
     auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
     core->connect_or_throw();
-    return std::make_unique<Session>(core);
+    return std::make_unique<Session>(detail::Internals::key(), core);
   }
 
   bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout = 10s) {
@@ -692,7 +693,7 @@ TEST_F(QueueInterleaving, LoseOnDisconnectTellsTheHolderAndRequeuesTheWaiter) {
   options.loss_policy = LossPolicy::on_disconnect;
   auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
   core->connect_or_throw();
-  Session session(core);
+  Session session(detail::Internals::key(), core);
   const auto old_session = session.id();
   Lock lock(session, parent);
   HeldLock holder = lock.acquire();
@@ -765,10 +766,10 @@ TEST_F(QueueInterleaving, NoGrantIsHandedOutPastTheSessionDeadline) {
   server->pause(old_session);
   std::promise<void> unblock;
   auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
-  boost::asio::post(waiter_session->core()->worker(), [worker_busy] { worker_busy->wait(); });
+  boost::asio::post(detail::Internals::core(*waiter_session)->worker(), [worker_busy] { worker_busy->wait(); });
   held.release();
   ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
-  std::this_thread::sleep_for(waiter_session->core()->silence_tolerance() + 200ms);  // past the deadline
+  std::this_thread::sleep_for(detail::Internals::core(*waiter_session)->silence_tolerance() + 200ms);  // past the deadline
   ASSERT_TRUE(server->step_through(old_session, "deleted " + holder_node));
   unblock.set_value();
   server->resume(old_session);
@@ -865,7 +866,7 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   const auto last_acknowledged_send = server->last_answered_send(old_session);
   const auto margin = session->lead_time();
   EXPECT_EQ(margin, timeout / 4);  // the default safety margin fits
-  const auto forward_lag = session->core()->forward_lag();
+  const auto forward_lag = detail::Internals::core(*session)->forward_lag();
   const auto deadline = last_acknowledged_send + timeout - margin - forward_lag;
   const auto earliest_server_expiry = last_acknowledged_send + timeout - forward_lag;
   const auto ms_since_pause = [&](std::chrono::steady_clock::time_point t) {

@@ -26,6 +26,7 @@
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 
+#include "internals.hpp"
 #include "session_core.hpp"  // client_id(), so that the driver can force a server-side expiry
 #include "soak_log.hpp"
 
@@ -216,7 +217,7 @@ class SoakClient {
   }
 
   void note_session(zkr::Session& session) {
-    write_session_file(options_.session_file, session.core()->client_id());
+    write_session_file(options_.session_file, zkr::detail::Internals::core(session)->client_id());
     log_.event("SESSION", "id={:x} timeout_ms={}", session.id(), session.negotiated_timeout().count());
   }
 
