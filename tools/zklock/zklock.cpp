@@ -188,8 +188,9 @@ void Zklock::connect() {
   }
 }
 
-// The monitor clamps the safety margin to two thirds of the negotiated timeout: then the job may
-// not be stopped in time, and the user should know.
+// The session clamps the safety margin so that two heartbeats still fit into the silence it
+// tolerates (SessionOptions::safety_margin): with a short session timeout or a long --kill-after,
+// the lead time may be shorter than stopping the job takes, and the user should know.
 void Zklock::check_lead_time() const {
   const auto needed = options_.kill_after + 1s;
   const auto lead_time = session_->lead_time();
