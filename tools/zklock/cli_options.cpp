@@ -159,17 +159,25 @@ std::string format_duration(std::chrono::nanoseconds duration) {
   return fmt::format("{:g}s", seconds);
 }
 
-CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
-                              const char* env_tick_time) {
-  po::options_description table = option_table();
-  bool saw_double_dash = false;
-  const std::size_t lock_path_index = find_lock_path(argv, table, saw_double_dash);
+namespace {
 
-  std::vector<std::string> option_args(
-      argv.begin() + std::min<std::size_t>(1, argv.size()),
-      argv.begin() + std::min(lock_path_index - (saw_double_dash ? 1 : 0), argv.size()));
-  // Boost.Program_options 1.74 loops forever formatting the error for an unknown long option whose
-  // name holds one of its message placeholders ("--x%canonical_option%"): refuse odd names first.
+// argv split at LOCKPATH: the options before it, LOCKPATH and what follows it.
+struct SplitArguments {
+  std::vector<std::string> options;
+  std::vector<std::string> operands;  // LOCKPATH, then the command ("--" before it kept) or -c
+};
+
+SplitArguments split_at_lock_path(const std::vector<std::string>& argv, const po::options_description& table) {
+  bool saw_double_dash = false;
+  const std::size_t lock_path_index = std::min(find_lock_path(argv, table, saw_double_dash), argv.size());
+  const std::size_t options_end = lock_path_index - (saw_double_dash ? 1 : 0);
+  return {std::vector<std::string>(argv.begin() + std::min<std::size_t>(1, options_end), argv.begin() + options_end),
+          std::vector<std::string>(argv.begin() + lock_path_index, argv.end())};
+}
+
+// Boost.ProgramOptions 1.74 loops forever formatting the error for an unknown long option whose
+// name holds one of its message placeholders ("--x%canonical_option%"): refuse odd names first.
+void refuse_odd_option_names(const std::vector<std::string>& option_args) {
   for (const std::string& arg : option_args) {
     // Short options: no value of zklock's short options holds a '%' either.
     if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' && arg.find('%') != std::string::npos)
@@ -182,36 +190,47 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
         std::string_view::npos)
       throw UsageError(fmt::format("unrecognised option '{}'", arg));
   }
-  po::variables_map values;
-  try {
-    po::store(po::command_line_parser(option_args)
-                  .options(table)
-                  .style(po::command_line_style::default_style &
-                         ~po::command_line_style::allow_guessing)
-                  .run(),
-              values);
-    po::notify(values);
-  } catch (const po::error& error) {
-    throw UsageError(error.what());
+}
+
+// The options as given, by name; Boost's errors become UsageErrors.
+class GivenOptions {
+ public:
+  GivenOptions(const std::vector<std::string>& option_args, const po::options_description& table) {
+    refuse_odd_option_names(option_args);
+    try {
+      // No guessing: an abbreviation must not start to mean another option once one is added.
+      po::store(po::command_line_parser(option_args)
+                    .options(table)
+                    .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+                    .run(),
+                values_);
+      po::notify(values_);
+    } catch (const po::error& error) {
+      throw UsageError(error.what());
+    }
   }
 
-  auto text = [&](const char* name) -> std::optional<std::string> {
-    if (!values.count(name)) return std::nullopt;
-    return values[name].as<std::string>();
-  };
-  auto flag = [&](const char* name) { return values.count(name) && values[name].as<bool>(); };
-
-  CliOptions options;
-  if (flag("help")) {
-    options.mode = Mode::help;
-    return options;
+  std::optional<std::string> text(const char* name) const {
+    if (!values_.count(name)) return std::nullopt;
+    return values_[name].as<std::string>();
   }
-  if (flag("version")) {
-    options.mode = Mode::version;
-    return options;
-  }
+  bool flag(const char* name) const { return values_.count(name) && values_[name].as<bool>(); }
 
-  if (auto zk = text("zk")) {
+ private:
+  po::variables_map values_;
+};
+
+// A duration option that must be above zero, in whole milliseconds.
+std::chrono::milliseconds positive_milliseconds(const std::string& value, std::string_view option) {
+  const auto duration = whole_milliseconds(parse_seconds(value, option));
+  if (duration <= std::chrono::milliseconds::zero()) {
+    throw UsageError(fmt::format("invalid value '{}' for {}: must be above 0", value, option));
+  }
+  return duration;
+}
+
+void read_ensemble(const GivenOptions& given, const char* env_servers, CliOptions& options) {
+  if (auto zk = given.text("zk")) {
     options.servers = *zk;
   } else if (env_servers && *env_servers) {
     options.servers = env_servers;
@@ -219,72 +238,65 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
     options.servers = default_servers;
   }
   if (options.servers.empty()) throw UsageError("invalid value '' for --zk: expected HOST:PORT[,...][/chroot]");
+}
 
-  if (flag("shared") && flag("exclusive")) throw UsageError("-s and -x exclude each other");
-  options.kind = flag("shared") ? LockKind::read : flag("exclusive") ? LockKind::write : LockKind::mutex;
-  if (flag("verbose") && flag("quiet")) throw UsageError("-v and -q exclude each other");
-  options.verbosity = flag("verbose") ? Verbosity::verbose
-                      : flag("quiet") ? Verbosity::quiet
-                                      : Verbosity::normal;
+void read_lock_kind_and_verbosity(const GivenOptions& given, CliOptions& options) {
+  if (given.flag("shared") && given.flag("exclusive")) throw UsageError("-s and -x exclude each other");
+  options.kind = given.flag("shared") ? LockKind::read : given.flag("exclusive") ? LockKind::write : LockKind::mutex;
+  if (given.flag("verbose") && given.flag("quiet")) throw UsageError("-v and -q exclude each other");
+  options.verbosity = given.flag("verbose") ? Verbosity::verbose
+                      : given.flag("quiet") ? Verbosity::quiet
+                                            : Verbosity::normal;
+}
 
-  if (auto wait = text("wait")) {
+// -n, -w and the exit codes of the outcomes other than the command's own.
+void read_waiting_and_exit_codes(const GivenOptions& given, CliOptions& options) {
+  if (auto wait = given.text("wait")) {
     options.wait_timeout = parse_seconds(*wait, "--wait");
-    if (flag("nonblock") && *options.wait_timeout != std::chrono::nanoseconds::zero()) {
+    if (given.flag("nonblock") && *options.wait_timeout != std::chrono::nanoseconds::zero()) {
       throw UsageError("-n and -w exclude each other (-w 0 is the same as -n)");
     }
   }
-  if (flag("nonblock")) options.wait_timeout = std::chrono::nanoseconds::zero();
-  if (auto code = text("conflict-exit-code")) {
+  if (given.flag("nonblock")) options.wait_timeout = std::chrono::nanoseconds::zero();
+  if (auto code = given.text("conflict-exit-code")) {
     options.conflict_exit_code = parse_exit_code(*code, "--conflict-exit-code");
   }
-  if (auto code = text("lost-exit-code")) {
-    options.lost_exit_code = parse_exit_code(*code, "--lost-exit-code");
+  if (auto code = given.text("lost-exit-code")) options.lost_exit_code = parse_exit_code(*code, "--lost-exit-code");
+}
+
+void read_session_timing(const GivenOptions& given, const char* env_tick_time, CliOptions& options) {
+  if (auto value = given.text("session-timeout")) {
+    options.session_timeout = positive_milliseconds(*value, "--session-timeout");
   }
-  if (auto value = text("session-timeout")) {
-    options.session_timeout = whole_milliseconds(parse_seconds(*value, "--session-timeout"));
-    if (options.session_timeout <= std::chrono::milliseconds::zero()) {
-      throw UsageError(fmt::format("invalid value '{}' for --session-timeout: must be above 0", *value));
-    }
+  if (auto value = given.text("connect-timeout")) {
+    options.connect_timeout = positive_milliseconds(*value, "--connect-timeout");
   }
-  if (auto value = text("connect-timeout")) {
-    options.connect_timeout = whole_milliseconds(parse_seconds(*value, "--connect-timeout"));
-    if (options.connect_timeout <= std::chrono::milliseconds::zero()) {
-      throw UsageError(fmt::format("invalid value '{}' for --connect-timeout: must be above 0", *value));
-    }
+  if (auto value = given.text("tick-time")) {
+    options.tick_time = positive_milliseconds(*value, "--tick-time");
+  } else if (env_tick_time && *env_tick_time) {
+    options.tick_time = positive_milliseconds(env_tick_time, "$ZKLOCK_TICK_TIME");
   }
-  {
-    const auto value = text("tick-time");
-    const char* source = value ? "--tick-time" : "$ZKLOCK_TICK_TIME";
-    const std::optional<std::string> given = value ? value : env_tick_time && *env_tick_time
-                                                                 ? std::optional<std::string>(env_tick_time)
-                                                                 : std::nullopt;
-    if (given) {
-      options.tick_time = whole_milliseconds(parse_seconds(*given, source));
-      if (options.tick_time <= std::chrono::milliseconds::zero()) {
-        throw UsageError(fmt::format("invalid value '{}' for {}: must be above 0", *given, source));
-      }
-    }
-  }
-  if (auto value = text("kill-after")) {
-    options.kill_after = whole_milliseconds(parse_seconds(*value, "--kill-after"));
-  }
-  if (auto value = text("kill-signal")) options.kill_signal = parse_signal(*value, "--kill-signal");
-  if (auto value = text("owner")) options.owner = *value;
-  if (auto value = text("auth-file")) {
+}
+
+void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
+  if (auto value = given.text("kill-after")) options.kill_after = whole_milliseconds(parse_seconds(*value, "--kill-after"));
+  if (auto value = given.text("kill-signal")) options.kill_signal = parse_signal(*value, "--kill-signal");
+  if (auto value = given.text("owner")) options.owner = *value;
+  if (auto value = given.text("auth-file")) {
     if (value->empty()) throw UsageError("invalid value '' for --auth-file: expected a file name");
     options.auth_file = *value;
   }
-  options.json = flag("json");
+  options.json = given.flag("json");
+}
 
-  std::vector<std::string> rest(argv.begin() + std::min(lock_path_index, argv.size()), argv.end());
-
-  if (auto list_path = text("list")) {
+// What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
+// command ("--" may stand before it).
+void read_operands(const GivenOptions& given, std::vector<std::string> rest, CliOptions& options) {
+  if (auto list_path = given.text("list")) {
     options.mode = Mode::list;
     options.lock_path = *list_path;
-    if (!rest.empty()) {
-      throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
-    }
-    return options;
+    if (!rest.empty()) throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
+    return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
 
@@ -294,11 +306,10 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
 
   if (!rest.empty() && (rest.front() == "-c" || rest.front() == "--command")) {
     if (rest.size() != 2) {
-      throw UsageError(
-          "-c takes exactly one argument, the shell command (quote it: -c 'cmd1 | cmd2')");
+      throw UsageError("-c takes exactly one argument, the shell command (quote it: -c 'cmd1 | cmd2')");
     }
     options.shell_command = rest[1];
-    return options;
+    return;
   }
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
@@ -310,6 +321,32 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   }
   if (rest.empty()) throw UsageError(fmt::format("missing COMMAND after LOCKPATH '{}'", options.lock_path));
   options.command = std::move(rest);
+}
+
+}  // namespace
+
+// The checks run in this order, so that of several mistakes the same one is reported first.
+CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
+                              const char* env_tick_time) {
+  const po::options_description table = option_table();
+  SplitArguments arguments = split_at_lock_path(argv, table);
+  const GivenOptions given(arguments.options, table);
+
+  CliOptions options;
+  if (given.flag("help")) {
+    options.mode = Mode::help;
+    return options;
+  }
+  if (given.flag("version")) {
+    options.mode = Mode::version;
+    return options;
+  }
+  read_ensemble(given, env_servers, options);
+  read_lock_kind_and_verbosity(given, options);
+  read_waiting_and_exit_codes(given, options);
+  read_session_timing(given, env_tick_time, options);
+  read_job_stop_and_node(given, options);
+  read_operands(given, std::move(arguments.operands), options);
   return options;
 }
 

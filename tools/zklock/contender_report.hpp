@@ -4,7 +4,6 @@
 #include <chrono>
 #include <string>
 #include <string_view>
-#include <utility>  // before zkr/session.hpp, which uses std::exchange without including it
 #include <vector>
 
 #include <zkr/lock.hpp>

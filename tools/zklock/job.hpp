@@ -37,9 +37,34 @@ std::vector<int> open_descriptors();
 // still find, stop and reap them.
 void become_subreaper();
 
+// What the supervisor (supervisor.hpp) does with a running job; Job below is the real one, tests
+// drive the supervisor with fakes. Everything here runs on zklock's main thread.
+class JobControl {
+ public:
+  virtual ~JobControl() = default;
+  // Readable when the job has something to report (-1: nothing to watch).
+  virtual int keeper_socket() const noexcept = 0;
+  // Sends `signal` to the command's process group (what zklock passes on from the user).
+  virtual void signal_group(int signal) const = 0;
+  // Sends `signal` to every process of the job; pids in `already` are skipped, pids signalled are
+  // added to it.
+  virtual void signal_tree(int signal, std::vector<pid_t>* already = nullptr) const = 0;
+  // SIGKILLs every process of the job once (call until tree_gone()).
+  virtual void kill_everything() = 0;
+  // Without blocking: true once the command has exited (wait_status()) or its watcher failed
+  // (keeper_failed()).
+  virtual bool poll() = 0;
+  virtual int wait_status() const = 0;
+  virtual bool keeper_failed() const noexcept = 0;
+  // Whether, when the command exited, processes it started were still running.
+  virtual bool left_processes_behind() const noexcept = 0;
+  // True once no process of the job is left.
+  virtual bool tree_gone() = 0;
+};
+
 // The job: its keeper process (see keeper.hpp) and, under it, the command and whatever the command
-// starts. Everything here runs on zklock's main thread.
-class Job {
+// starts.
+class Job final : public JobControl {
  public:
   // Resolves argv[0] (searched in $PATH), then starts the keeper, which starts the command with
   // `environment` in a new process group, with stdin/stdout/stderr inherited and an empty signal
@@ -52,32 +77,32 @@ class Job {
   Job(Job&& other) noexcept;
   Job& operator=(Job&&) = delete;
   // The last line of defence: SIGKILLs whatever is left of the tree (bounded) if it is not gone.
-  ~Job();
+  ~Job() override;
 
   pid_t pid() const noexcept { return pid_; }  // the command's pid, also its process group id
   // Readable when the keeper has something to say: poll it with the signals. -1 once the keeper is
   // gone (its closed socket would be readable for ever).
-  int keeper_socket() const noexcept { return keeper_gone_ ? -1 : socket_; }
+  int keeper_socket() const noexcept override { return keeper_gone_ ? -1 : socket_; }
 
   // Sends `signal` to the command's process group (what zklock passes on from the user).
-  void signal_group(int signal) const;
+  void signal_group(int signal) const override;
   // Sends `signal` to the command's group and to every descendant of zklock but the keeper,
   // wherever they moved; pids in `already` are skipped, pids signalled are added to it.
-  void signal_tree(int signal, std::vector<pid_t>* already = nullptr) const;
+  void signal_tree(int signal, std::vector<pid_t>* already = nullptr) const override;
   // SIGKILLs the keeper and every descendant once (call until tree_gone()).
-  void kill_everything();
+  void kill_everything() override;
 
   // Reads the keeper's reports and reaps, without blocking. True once the command has exited
   // (then wait_status() is its status) or the keeper died without saying (keeper_failed()).
-  bool poll();
+  bool poll() override;
   bool exited() const noexcept { return wait_status_.has_value(); }
-  int wait_status() const { return wait_status_.value(); }
-  bool keeper_failed() const noexcept { return keeper_gone_ && !wait_status_; }
+  int wait_status() const override { return wait_status_.value(); }
+  bool keeper_failed() const noexcept override { return keeper_gone_ && !wait_status_; }
   // Whether, when the command exited, processes it started were still running.
-  bool left_processes_behind() const noexcept { return left_processes_behind_; }
+  bool left_processes_behind() const noexcept override { return left_processes_behind_; }
   // True once no process of the job is left: the keeper exits only when its tree is empty, and
   // zklock, a subreaper, has no child left either.
-  bool tree_gone();
+  bool tree_gone() override;
 
   // Gives the terminal back to zklock's process group if the job had it. Idempotent.
   void reclaim_terminal();

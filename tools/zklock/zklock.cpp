@@ -1,24 +1,27 @@
 // zklock: runs a command while holding a ZooKeeper lock, like flock(1) across hosts (see zklock.1).
 //
 // The main thread does everything that matters: it waits with poll() on a signalfd and on an
-// eventfd that the library's callback thread pokes (lock lost, acquisition done, session state).
-// Callbacks only record what happened and poke the eventfd; they never act.
+// eventfd that the library's callback thread pokes (lock lost, acquisition done, session state:
+// inbox.hpp). This file connects, acquires and lists; running the job under the lock is the
+// supervisor's (supervisor.hpp).
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
-#include <utility>  // before zkr/session.hpp, which uses std::exchange without including it
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,9 +35,12 @@
 #include "cli_options.hpp"
 #include "contender_report.hpp"
 #include "exit_status.hpp"
+#include "inbox.hpp"
 #include "job.hpp"
 #include "keeper.hpp"
+#include "messages.hpp"
 #include "signals.hpp"
+#include "supervisor.hpp"
 
 namespace zklock {
 namespace {
@@ -42,97 +48,14 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Bounds on waits that should end promptly; passing one means something is badly wrong, and
+// How long a cancelled lock wait may take to end; passing it means something is badly wrong, and
 // zklock gives up rather than hang.
 constexpr auto cancel_bound = 30s;
-constexpr auto after_sigkill_bound = 5s;
-constexpr auto group_poll_interval = 20ms;
-
-// Messages quote user input (option values, paths): control characters (C1 included) and bytes
-// that are not UTF-8 are shown escaped, so that input can neither forge a second message line nor
-// send escape sequences to the terminal.
-std::string printable(std::string_view text) { return escape_for_terminal(text); }
-
-// Writes a whole message to stderr, or as much as stderr takes. Never throws and never blocks on
-// a closed reader (SIGPIPE is blocked: EPIPE): a broken stderr must not cost the job's orderly stop.
-void write_to_stderr(std::string_view text) noexcept {
-  while (!text.empty()) {
-    const ssize_t written = ::write(STDERR_FILENO, text.data(), text.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return;
-    text.remove_prefix(static_cast<std::size_t>(written));
-  }
-}
-
-template <typename... Args>
-void say(fmt::format_string<Args...> format, Args&&... args) noexcept {
-  try {
-    write_to_stderr(fmt::format("zklock: {}\n", printable(fmt::format(format, std::forward<Args>(args)...))));
-  } catch (...) {
-    // Out of memory while formatting a message: carry on without it.
-  }
-}
 
 // Thrown to leave with an exit code once the reason has been printed. Never thrown while a job
-// runs (see run_under_lock).
+// runs (the supervisor returns its exit code).
 struct ExitRequest {
   int code;
-};
-
-std::string signal_label(int signal) { return "SIG" + signal_name(signal); }
-
-// What the library's callback thread reports to the main thread.
-class Inbox {
- public:
-  struct Acquired {
-    std::error_code error;
-    zkr::HeldLock held;
-  };
-
-  Wakeup& wakeup() { return wakeup_; }
-
-  void post_state(zkr::SessionState state) {
-    {
-      std::lock_guard guard(mutex_);
-      states_.push_back(state);
-    }
-    wakeup_.notify();
-  }
-  void post_lost(zkr::LossReason reason) {
-    {
-      std::lock_guard guard(mutex_);
-      if (!lost_) lost_ = reason;
-    }
-    wakeup_.notify();
-  }
-  void post_acquired(std::error_code error, zkr::HeldLock held) {
-    {
-      std::lock_guard guard(mutex_);
-      acquired_.emplace(Acquired{error, std::move(held)});
-    }
-    wakeup_.notify();
-  }
-  void post_connected() { wakeup_.notify(); }
-
-  std::deque<zkr::SessionState> take_states() {
-    std::lock_guard guard(mutex_);
-    return std::exchange(states_, {});
-  }
-  std::optional<zkr::LossReason> lost() const {
-    std::lock_guard guard(mutex_);
-    return lost_;
-  }
-  std::optional<Acquired> take_acquired() {
-    std::lock_guard guard(mutex_);
-    return std::exchange(acquired_, std::nullopt);
-  }
-
- private:
-  Wakeup wakeup_;
-  mutable std::mutex mutex_;
-  std::deque<zkr::SessionState> states_;
-  std::optional<zkr::LossReason> lost_;
-  std::optional<Acquired> acquired_;
 };
 
 class Zklock {
@@ -151,16 +74,6 @@ class Zklock {
   void connect();
   void check_lead_time() const;
   zkr::HeldLock acquire();
-  struct Supervised {
-    int exit_code;
-    bool lost;  // the lock was lost and the job stopped for it
-  };
-  int run_under_lock(zkr::HeldLock& held);
-  Supervised supervise(Job& job);
-  bool stop_job(Job& job, int signal, std::chrono::milliseconds grace);
-  bool wait_a_little(Job& job, Clock::duration step);
-  bool lost_while_job_ran(const zkr::HeldLock& held);
-  void handle_inbox();
   [[noreturn]] void fail(std::error_code error, const std::string& message) const;
   std::string job_description() const;
 
@@ -275,8 +188,9 @@ void Zklock::connect() {
   }
 }
 
-// The monitor clamps the safety margin to two thirds of the negotiated timeout: then the job may
-// not be stopped in time, and the user should know.
+// The session clamps the safety margin so that two heartbeats still fit into the silence it
+// tolerates (SessionOptions::safety_margin): with a short session timeout or a long --kill-after,
+// the lead time may be shorter than stopping the job takes, and the user should know.
 void Zklock::check_lead_time() const {
   const auto needed = options_.kill_after + 1s;
   const auto lead_time = session_->lead_time();
@@ -286,13 +200,6 @@ void Zklock::check_lead_time() const {
         "--session-timeout, lower --kill-after, or give the servers' --tick-time if it is below 2s",
         format_duration(options_.kill_after), format_duration(lead_time),
         format_duration(session_->negotiated_timeout()));
-  }
-}
-
-void Zklock::handle_inbox() {
-  inbox_->wakeup().drain();
-  for (zkr::SessionState state : inbox_->take_states()) {
-    if (options_.verbose()) say("session state: {}", zkr::to_string(state));
   }
 }
 
@@ -354,7 +261,7 @@ zkr::HeldLock Zklock::acquire() {
         cancel.request_stop();
       }
     }
-    if (ready.wakeup) handle_inbox();
+    if (ready.wakeup) report_session_states(*inbox_, options_);
     if (interrupted_by && Clock::now() - interrupted_at > cancel_bound) {
       say("interrupted by {}; the lock wait did not end, leaving anyway", signal_label(*interrupted_by));
       std::_Exit(exit_code::signal_base + *interrupted_by);
@@ -392,173 +299,17 @@ zkr::HeldLock Zklock::acquire() {
 int Zklock::run() {
   connect();
   check_lead_time();
+  // Declared before the supervisor's job, so destroyed (released) after it.
   zkr::HeldLock held = acquire();
-  const int code = run_under_lock(held);
+  HeldZkLock lock(held, *session_, options_.lock_path, inbox_);
+  SignalWaiter waiter(signals_, inbox_->wakeup());
+  Supervisor supervisor(options_, *inbox_, waiter,
+                        [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+                          return std::make_unique<Job>(Job::start(argv, environment, given_descriptors_));
+                        });
+  const int code = supervisor.run_under_lock(lock);
   session_->close();
   return code;
-}
-
-// INVARIANT: the job - the command and every process descending from it, whatever process group
-// or session it moved to - is gone before the lock is released, on every path. This function is
-// the only one that starts a job, and every path through it passes stop_job() before
-// held.release(). Should anything throw in between, the Job's destructor SIGKILLs the whole tree
-// (and waits for it, bounded) before `held`, declared outside, is destroyed. Should zklock itself
-// die, the keeper (keeper.hpp) kills the tree.
-int Zklock::run_under_lock(zkr::HeldLock& held) {
-  held.on_lost([inbox = inbox_](zkr::LossReason reason) { inbox->post_lost(reason); });
-  if (const auto reason = held.loss_reason()) {
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, zkr::to_string(*reason));
-    return options_.lost_exit_code;
-  }
-
-  std::vector<std::string> argv = options_.shell_command
-                                      ? std::vector<std::string>{"/bin/sh", "-c", *options_.shell_command}
-                                      : options_.command;
-  std::vector<std::string> environment = environment_with({
-      {"ZKLOCK_FENCING_TOKEN", held.token().to_string()},
-      {"ZKLOCK_NODE", held.node_path()},
-      {"ZKLOCK_PATH", options_.lock_path},
-      {"ZKLOCK_SESSION_ID", fmt::format("{:x}", static_cast<std::uint64_t>(held.session_id()))},
-  });
-
-  std::optional<Job> job;
-  try {
-    job.emplace(Job::start(argv, environment, given_descriptors_));
-  } catch (const JobStartError& error) {
-    say("{}", error.what());
-    held.release();
-    return error.exit_code();
-  }
-
-  const Supervised outcome = supervise(*job);
-
-  // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
-  // processes it left behind, in its group or not) still works under the lock: stop it here, the
-  // one place that does, before releasing.
-  if (!outcome.lost && job->left_processes_behind() && options_.verbose()) {
-    say("the job left processes behind; sending {}", signal_label(options_.kill_signal));
-  }
-  if (!stop_job(*job, options_.kill_signal, options_.kill_after)) {
-    say("warning: processes of the job survive SIGKILL; releasing the lock anyway");
-  }
-
-  bool lost = outcome.lost;
-  if (!lost && lost_while_job_ran(held)) {
-    lost = true;
-    if (!options_.quiet()) {
-      const auto reason = inbox_->lost() ? inbox_->lost() : held.loss_reason();
-      say("lost the lock on {} ({}) while the job ran", options_.lock_path,
-          reason ? zkr::to_string(*reason) : "its node is gone");
-    }
-  }
-  const int code = lost ? options_.lost_exit_code : outcome.exit_code;
-  const bool still_held = !held.lost();
-  held.release();
-  if (options_.verbose() && still_held) say("released {}", options_.lock_path);
-  return code;
-}
-
-// Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
-// then stops the job).
-Zklock::Supervised Zklock::supervise(Job& job) {
-  int termination_requests = 0;
-  while (!job.poll()) {
-    if (const auto reason = inbox_->lost()) {
-      if (!options_.quiet()) {
-        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, zkr::to_string(*reason),
-            signal_label(options_.kill_signal));
-      }
-      return {options_.lost_exit_code, true};
-    }
-    const Readiness ready = wait_for(signals_, inbox_->wakeup(), -1ms, job.keeper_socket());
-    if (ready.wakeup) handle_inbox();
-    if (!ready.signal) continue;
-    while (const auto signal = signals_.next()) {
-      if (*signal == SIGCHLD) continue;
-      if (*signal == SIGINT || *signal == SIGTERM) ++termination_requests;
-      if (termination_requests >= 2) {
-        if (options_.verbose()) say("passing SIGKILL to the job and every process it started");
-        job.signal_tree(SIGKILL);
-        continue;
-      }
-      if (options_.verbose()) say("passing {} to the job", signal_label(*signal));
-      job.signal_group(*signal);
-    }
-  }
-  if (job.keeper_failed()) {
-    say("zklock's keeper process died; the job was killed");
-    return {exit_code::internal, false};
-  }
-  return {exit_code_from_wait_status(job.wait_status()), false};
-}
-
-// Sends `signal` to every process of the job's tree, SIGKILL after `grace`; returns once no process
-// of the job is left (true) or the bound after SIGKILL passed (false). Processes that appear while
-// it waits (forked, or escaped from their group) get the signal too.
-bool Zklock::stop_job(Job& job, int signal, std::chrono::milliseconds grace) {
-  if (job.tree_gone()) return true;
-  if (signal != SIGKILL) {
-    std::vector<pid_t> signalled;
-    bool insisted = false;
-    const auto deadline = Clock::now() + grace;
-    do {  // at least once, even with no grace at all
-      job.signal_tree(signal, &signalled);
-      // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
-      job.signal_tree(SIGCONT);
-      insisted = wait_a_little(job, std::min<Clock::duration>(group_poll_interval, deadline - Clock::now()));
-      if (job.tree_gone()) return true;
-    } while (!insisted && Clock::now() < deadline);
-  }
-  if (options_.verbose()) say("sending SIGKILL to every process of the job");
-  const auto deadline = Clock::now() + after_sigkill_bound;
-  while (Clock::now() < deadline) {
-    job.kill_everything();
-    wait_a_little(job, group_poll_interval);
-    if (job.tree_gone()) return true;
-  }
-  return false;
-}
-
-// Waits up to `step` for a signal, a keeper report or an inbox event. True if the user sent INT or
-// TERM meanwhile: already waiting for the job to stop, insisting means "now".
-bool Zklock::wait_a_little(Job& job, Clock::duration step) {
-  // Never negative: wait_for would take that for "no timeout".
-  const auto timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(step), 0ms);
-  const Readiness ready = wait_for(signals_, inbox_->wakeup(), timeout, job.keeper_socket());
-  if (ready.wakeup) handle_inbox();
-  bool insisted = false;
-  if (ready.signal) {
-    while (const auto received = signals_.next()) insisted |= *received == SIGINT || *received == SIGTERM;
-  }
-  return insisted;
-}
-
-// After the job ended: was the lock lost while it ran? The job's exit and the loss can be pending
-// together (zklock frozen past the session, then thawed): the session monitor may not have run yet
-// when the exit is read, so ask the server whether our node still stands, in our session. While
-// the ensemble cannot answer, wait for it or for the monitor's verdict (bounded by the session
-// timeout, after which the monitor has surely spoken).
-bool Zklock::lost_while_job_ran(const zkr::HeldLock& held) {
-  const auto deadline = Clock::now() + session_->negotiated_timeout();
-  const std::string node_name = held.node_path().substr(held.node_path().rfind('/') + 1);
-  while (!inbox_->lost() && !held.lost()) {
-    try {
-      for (const zkr::ContenderInfo& contender : zkr::list_contenders(*session_, options_.lock_path)) {
-        if (contender.node == node_name) return contender.session_id != held.session_id();
-      }
-      return true;
-    } catch (const zkr::Error& error) {
-      if (Clock::now() >= deadline) return true;
-      if (options_.verbose()) say("cannot yet confirm the lock was held to the end: {}", error.what());
-      const Readiness ready = wait_for(signals_, inbox_->wakeup(), 100ms);
-      if (ready.wakeup) handle_inbox();
-      if (ready.signal) {
-        while (signals_.next()) {
-        }
-      }
-    }
-  }
-  return true;
 }
 
 int Zklock::list() {

@@ -1,0 +1,214 @@
+#include "supervisor.hpp"
+
+#include <csignal>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <zkr/error.hpp>
+#include <zkr/names.hpp>
+
+#include "exit_status.hpp"
+#include "messages.hpp"
+
+namespace zklock {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Bounds on waits that should end promptly; passing one means something is badly wrong, and
+// zklock gives up rather than hang.
+constexpr auto after_sigkill_bound = 5s;
+constexpr auto group_poll_interval = 20ms;
+constexpr auto verdict_poll_interval = 100ms;
+
+}  // namespace
+
+void report_session_states(Inbox& inbox, const CliOptions& options) {
+  inbox.wakeup().drain();
+  for (zkr::SessionState state : inbox.take_states()) {
+    if (options.verbose()) say("session state: {}", zkr::to_string(state));
+  }
+}
+
+HeldZkLock::HeldZkLock(zkr::HeldLock& held, zkr::Session& session, std::string lock_path,
+                       std::shared_ptr<Inbox> inbox)
+    : held_(held), session_(session), lock_path_(std::move(lock_path)) {
+  held_.on_lost([inbox = std::move(inbox)](zkr::LossReason reason) { inbox->post_lost(reason); });
+}
+
+std::optional<bool> HeldZkLock::node_still_ours(std::string& problem) {
+  const std::string node_name = held_.node_path().substr(held_.node_path().rfind('/') + 1);
+  try {
+    for (const zkr::ContenderInfo& contender : zkr::list_contenders(session_, lock_path_)) {
+      if (contender.node == node_name) return contender.session_id == held_.session_id();
+    }
+    return false;
+  } catch (const zkr::Error& error) {
+    problem = error.what();
+    return std::nullopt;
+  }
+}
+
+std::chrono::milliseconds HeldZkLock::verdict_bound() const { return session_.negotiated_timeout(); }
+
+void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
+
+// INVARIANT: the job - the command and every process descending from it, whatever process group
+// or session it moved to - is gone before the lock is released, on every path. This function is
+// the only one that starts a job, and every path through it passes stop_job() before
+// lock.release(). Should anything throw in between, the job's destructor (Job: SIGKILL to the
+// whole tree, waited for, bounded) runs before the caller's lock is destroyed. Should zklock
+// itself die, the keeper (keeper.hpp) kills the tree.
+int Supervisor::run_under_lock(SupervisedLock& lock) {
+  if (const auto reason = lock.loss_reason()) {
+    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, zkr::to_string(*reason));
+    return options_.lost_exit_code;
+  }
+
+  std::vector<std::string> argv = options_.shell_command
+                                      ? std::vector<std::string>{"/bin/sh", "-c", *options_.shell_command}
+                                      : options_.command;
+  std::vector<std::string> environment = environment_with({
+      {"ZKLOCK_FENCING_TOKEN", lock.fencing_token()},
+      {"ZKLOCK_NODE", lock.node_path()},
+      {"ZKLOCK_PATH", options_.lock_path},
+      {"ZKLOCK_SESSION_ID", fmt::format("{:x}", static_cast<std::uint64_t>(lock.session_id()))},
+  });
+
+  std::unique_ptr<JobControl> job;
+  try {
+    job = start_job_(argv, environment);
+  } catch (const JobStartError& error) {
+    say("{}", error.what());
+    lock.release();  // no job was started: nothing to stop
+    return error.exit_code();
+  }
+
+  const Supervised outcome = supervise(*job);
+
+  // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
+  // processes it left behind, in its group or not) still works under the lock: stop it here, the
+  // one place that does, before releasing.
+  if (!outcome.lost && job->left_processes_behind() && options_.verbose()) {
+    say("the job left processes behind; sending {}", signal_label(options_.kill_signal));
+  }
+  if (!stop_job(*job, options_.kill_signal, options_.kill_after)) {
+    say("warning: processes of the job survive SIGKILL; releasing the lock anyway");
+  }
+
+  bool lost = outcome.lost;
+  if (!lost && lost_while_job_ran(lock)) {
+    lost = true;
+    if (!options_.quiet()) {
+      const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
+      say("lost the lock on {} ({}) while the job ran", options_.lock_path,
+          reason ? zkr::to_string(*reason) : "its node is gone");
+    }
+  }
+  const int code = lost ? options_.lost_exit_code : outcome.exit_code;
+  const bool still_held = !lock.loss_reason();
+  lock.release();
+  if (options_.verbose() && still_held) say("released {}", options_.lock_path);
+  return code;
+}
+
+// Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
+// then stops the job).
+Supervisor::Supervised Supervisor::supervise(JobControl& job) {
+  int termination_requests = 0;
+  while (!job.poll()) {
+    if (const auto reason = inbox_.lost()) {
+      if (!options_.quiet()) {
+        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, zkr::to_string(*reason),
+            signal_label(options_.kill_signal));
+      }
+      return {options_.lost_exit_code, true};
+    }
+    const Readiness ready = waiter_.wait(-1ms, job.keeper_socket());
+    if (ready.wakeup) handle_inbox();
+    if (!ready.signal) continue;
+    while (const auto signal = waiter_.next_signal()) {
+      if (*signal == SIGCHLD) continue;
+      if (*signal == SIGINT || *signal == SIGTERM) ++termination_requests;
+      if (termination_requests >= 2) {
+        if (options_.verbose()) say("passing SIGKILL to the job and every process it started");
+        job.signal_tree(SIGKILL);
+        continue;
+      }
+      if (options_.verbose()) say("passing {} to the job", signal_label(*signal));
+      job.signal_group(*signal);
+    }
+  }
+  if (job.keeper_failed()) {
+    say("zklock's keeper process died; the job was killed");
+    return {exit_code::internal, false};
+  }
+  return {exit_code_from_wait_status(job.wait_status()), false};
+}
+
+// Sends `signal` to every process of the job's tree, SIGKILL after `grace`; returns once no process
+// of the job is left (true) or the bound after SIGKILL passed (false). Processes that appear while
+// it waits (forked, or escaped from their group) get the signal too.
+bool Supervisor::stop_job(JobControl& job, int signal, std::chrono::milliseconds grace) {
+  if (job.tree_gone()) return true;
+  if (signal != SIGKILL) {
+    std::vector<pid_t> signalled;
+    bool insisted = false;
+    const auto deadline = Clock::now() + grace;
+    do {  // at least once, even with no grace at all
+      job.signal_tree(signal, &signalled);
+      // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
+      job.signal_tree(SIGCONT);
+      insisted = wait_a_little(job, std::min<Clock::duration>(group_poll_interval, deadline - Clock::now()));
+      if (job.tree_gone()) return true;
+    } while (!insisted && Clock::now() < deadline);
+  }
+  if (options_.verbose()) say("sending SIGKILL to every process of the job");
+  const auto deadline = Clock::now() + after_sigkill_bound;
+  while (Clock::now() < deadline) {
+    job.kill_everything();
+    wait_a_little(job, group_poll_interval);
+    if (job.tree_gone()) return true;
+  }
+  return false;
+}
+
+// Waits up to `step` for a signal, a keeper report or an inbox event. True if the user sent INT or
+// TERM meanwhile: already waiting for the job to stop, insisting means "now".
+bool Supervisor::wait_a_little(JobControl& job, Clock::duration step) {
+  // Never negative: a negative timeout means "no timeout".
+  const auto timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(step), 0ms);
+  const Readiness ready = waiter_.wait(timeout, job.keeper_socket());
+  if (ready.wakeup) handle_inbox();
+  bool insisted = false;
+  if (ready.signal) {
+    while (const auto received = waiter_.next_signal()) insisted |= *received == SIGINT || *received == SIGTERM;
+  }
+  return insisted;
+}
+
+// After the job ended: was the lock lost while it ran? The job's exit and the loss can be pending
+// together (zklock frozen past the session, then thawed): the session monitor may not have run yet
+// when the exit is read, so ask the server whether our node still stands, in our session. While
+// the ensemble cannot answer, wait for it or for the monitor's verdict (bounded by the session
+// timeout, after which the monitor has surely spoken).
+bool Supervisor::lost_while_job_ran(SupervisedLock& lock) {
+  const auto deadline = Clock::now() + lock.verdict_bound();
+  while (!inbox_.lost() && !lock.loss_reason()) {
+    std::string problem;
+    if (const std::optional<bool> ours = lock.node_still_ours(problem)) return !*ours;
+    if (Clock::now() >= deadline) return true;
+    if (options_.verbose()) say("cannot yet confirm the lock was held to the end: {}", problem);
+    const Readiness ready = waiter_.wait(verdict_poll_interval, -1);
+    if (ready.wakeup) handle_inbox();
+    if (ready.signal) {
+      while (waiter_.next_signal()) {
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace zklock
