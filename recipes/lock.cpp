@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "acquisition.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
@@ -77,21 +78,8 @@ Lock::~Lock() = default;
 
 namespace {
 
-// Why an acquisition was refused, written by the parent check (under the session mutex) and read
-// after the outcome.
-struct RefusalDetail {
-  std::mutex mutex;
-  std::string text;
-};
-
-std::string detail_of(const std::shared_ptr<RefusalDetail>& refusal) {
-  std::lock_guard lock(refusal->mutex);
-  return refusal->text;
-}
-
 ContenderRequest make_request(const std::string& path, const LockOptions& options, ContenderRole role,
-                              std::chrono::nanoseconds timeout,
-                              std::shared_ptr<RefusalDetail> refusal = std::make_shared<RefusalDetail>()) {
+                              std::chrono::nanoseconds timeout, std::shared_ptr<detail::RefusalDetail> refusal) {
   ContenderRequest request;
   request.parent = path;
   request.policy = {role, 1};
@@ -104,62 +92,46 @@ ContenderRequest make_request(const std::string& path, const LockOptions& option
   request.check_parent = [refusal = std::move(refusal)](const std::string& data) -> std::error_code {
     const auto limit = detail::semaphore_limit_of(data);
     if (!limit) return {};
-    std::lock_guard lock(refusal->mutex);
-    refusal->text = fmt::format(
+    refusal->set(fmt::format(
         "the path belongs to a semaphore (it records max_leases={}); a lock, read/write lock or election "
         "cannot share it",
-        *limit);
+        *limit));
     return make_error_code(errc::limit_mismatch);
   };
   return request;
 }
 
+std::optional<HeldLock> held(std::shared_ptr<Contender> granted) {
+  if (!granted) return std::nullopt;
+  return HeldLock(detail::Internals::key(), std::move(granted));
+}
+
 }  // namespace
+
+detail::Acquisition Lock::acquisition() const {
+  return {core_, "acquire lock", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
+            return make_request(path_, options_, role_, timeout, std::move(refusal));
+          }};
+}
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                               std::error_code& ec) noexcept {
-  try {
-    auto [result, contender] = detail::await_contender(
-        core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero())),
-        std::move(stop));
-    ec = result;
-    if (ec) return std::nullopt;
-    return HeldLock(detail::Internals::key(), std::move(contender));
-  } catch (const std::system_error& e) {
-    ec = e.code();
-  } catch (const std::bad_alloc&) {
-    ec = std::make_error_code(std::errc::not_enough_memory);
-  } catch (...) {
-    ec = make_error_code(errc::internal_error);
-  }
-  return std::nullopt;
+  return held(acquisition().try_for(timeout, std::move(stop), ec));
 }
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
-  auto refusal = std::make_shared<RefusalDetail>();
-  auto [result, contender] = detail::await_contender(
-      core_, make_request(path_, options_, role_, std::max(timeout, std::chrono::nanoseconds::zero()), refusal),
-      std::move(stop));
-  if (result && result != condition::gave_up) throw Error(result, "acquire lock", path_, detail_of(refusal));
-  if (result) return std::nullopt;
-  return HeldLock(detail::Internals::key(), std::move(contender));
+  return held(acquisition().try_for(timeout, std::move(stop)));
 }
 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
-HeldLock Lock::acquire(std::stop_token stop) {
-  auto refusal = std::make_shared<RefusalDetail>();
-  auto [result, contender] = detail::await_contender(
-      core_, make_request(path_, options_, role_, std::chrono::nanoseconds(-1), refusal), std::move(stop));
-  if (result) throw Error(result, "acquire lock", path_, detail_of(refusal));
-  return HeldLock(detail::Internals::key(), std::move(contender));
-}
+HeldLock Lock::acquire(std::stop_token stop) { return *held(acquisition().wait(std::move(stop))); }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  detail::start_contender_async(
-      core_, make_request(path_, options_, role_, timeout),
+  acquisition().start(
+      timeout,
       [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
-        handler(ec, ec ? HeldLock{} : HeldLock(detail::Internals::key(), contender));
+        handler(ec, contender ? HeldLock(detail::Internals::key(), contender) : HeldLock{});
       },
       std::move(stop));
 }

@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "acquisition.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
@@ -35,13 +36,6 @@ std::string limit_record(int max_leases) { return fmt::format("{}{}", kLimitKey,
 
 std::optional<int> parse_limit(std::string_view data) { return detail::semaphore_limit_of(data); }
 
-// The refusal detail of one acquisition, written by the queue's parent check (under the session
-// mutex) and read after the outcome.
-struct MismatchDetail {
-  std::mutex mutex;
-  std::string text;
-};
-
 }  // namespace
 
 Semaphore::Semaphore(Session& session, std::string path, int max_leases, SemaphoreOptions options)
@@ -61,7 +55,8 @@ Semaphore::~Semaphore() = default;
 namespace {
 
 detail::ContenderRequest make_request(const std::string& path, int max_leases, const SemaphoreOptions& options,
-                                      std::chrono::nanoseconds timeout, std::shared_ptr<MismatchDetail> detail) {
+                                      std::chrono::nanoseconds timeout,
+                                      std::shared_ptr<detail::RefusalDetail> refusal) {
   detail::ContenderRequest request;
   request.parent = path;
   request.policy = {ContenderRole::exclusive, max_leases};
@@ -69,72 +64,49 @@ detail::ContenderRequest make_request(const std::string& path, int max_leases, c
   request.acl = options.acl;
   request.timeout = timeout;
   request.parent_data = limit_record(max_leases);
-  request.check_parent = [max_leases, detail = std::move(detail)](const std::string& data) -> std::error_code {
+  request.check_parent = [max_leases, refusal = std::move(refusal)](const std::string& data) -> std::error_code {
     const auto recorded = parse_limit(data);
     if (recorded == max_leases) return {};
-    std::lock_guard lock(detail->mutex);
-    detail->text = recorded ? fmt::format("the path records max_leases={}, this participant asks for {}", *recorded,
-                                          max_leases)
-                            : fmt::format("the path node holds no lease limit (data '{}'); expected '{}'",
-                                          data.substr(0, 64), limit_record(max_leases));
+    refusal->set(recorded ? fmt::format("the path records max_leases={}, this participant asks for {}", *recorded,
+                                        max_leases)
+                          : fmt::format("the path node holds no lease limit (data '{}'); expected '{}'",
+                                        data.substr(0, 64), limit_record(max_leases)));
     return make_error_code(errc::limit_mismatch);
   };
   return request;
 }
 
-std::string detail_of(const std::shared_ptr<MismatchDetail>& detail) {
-  std::lock_guard lock(detail->mutex);
-  return detail->text;
+std::optional<Lease> leased(std::shared_ptr<detail::Contender> granted) {
+  if (!granted) return std::nullopt;
+  return Lease(detail::Internals::key(), std::move(granted));
 }
 
 }  // namespace
 
+detail::Acquisition Semaphore::acquisition() const {
+  return {core_, "acquire semaphore", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
+            return make_request(path_, max_leases_, options_, timeout, std::move(refusal));
+          }};
+}
+
 std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                                 std::error_code& ec) noexcept {
-  try {
-    auto [result, contender] = detail::await_contender(
-        core_,
-        make_request(path_, max_leases_, options_, std::max(timeout, std::chrono::nanoseconds::zero()),
-                     std::make_shared<MismatchDetail>()),
-        std::move(stop));
-    ec = result;
-    if (ec) return std::nullopt;
-    return Lease(detail::Internals::key(), std::move(contender));
-  } catch (const std::system_error& e) {
-    ec = e.code();
-  } catch (const std::bad_alloc&) {
-    ec = std::make_error_code(std::errc::not_enough_memory);
-  } catch (...) {
-    ec = make_error_code(errc::internal_error);
-  }
-  return std::nullopt;
+  return leased(acquisition().try_for(timeout, std::move(stop), ec));
 }
 
 std::optional<Lease> Semaphore::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
-  auto detail = std::make_shared<MismatchDetail>();
-  auto [result, contender] = detail::await_contender(
-      core_, make_request(path_, max_leases_, options_, std::max(timeout, std::chrono::nanoseconds::zero()), detail),
-      std::move(stop));
-  if (result && result != condition::gave_up) throw Error(result, "acquire semaphore", path_, detail_of(detail));
-  if (result) return std::nullopt;
-  return Lease(detail::Internals::key(), std::move(contender));
+  return leased(acquisition().try_for(timeout, std::move(stop)));
 }
 
 std::optional<Lease> Semaphore::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
-Lease Semaphore::acquire(std::stop_token stop) {
-  auto detail = std::make_shared<MismatchDetail>();
-  auto [result, contender] = detail::await_contender(
-      core_, make_request(path_, max_leases_, options_, std::chrono::nanoseconds(-1), detail), std::move(stop));
-  if (result) throw Error(result, "acquire semaphore", path_, detail_of(detail));
-  return Lease(detail::Internals::key(), std::move(contender));
-}
+Lease Semaphore::acquire(std::stop_token stop) { return *leased(acquisition().wait(std::move(stop))); }
 
 void Semaphore::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  detail::start_contender_async(
-      core_, make_request(path_, max_leases_, options_, timeout, std::make_shared<MismatchDetail>()),
+  acquisition().start(
+      timeout,
       [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<detail::Contender>& contender) {
-        handler(ec, ec ? Lease{} : Lease(detail::Internals::key(), contender));
+        handler(ec, contender ? Lease(detail::Internals::key(), contender) : Lease{});
       },
       std::move(stop));
 }

@@ -39,6 +39,7 @@ struct LockOptions {
 
 namespace detail {
 class Contender;
+class Acquisition;
 }
 
 // A granted lock. Move-only; releases on destruction. All members are thread-safe.
@@ -136,6 +137,7 @@ class Lock {
  private:
   friend class ReadWriteLock;
   Lock(Session& session, std::string path, LockOptions options, ContenderRole role);
+  detail::Acquisition acquisition() const;  // the one front end (recipes/acquisition.hpp)
 
   std::shared_ptr<detail::SessionCore> core_;
   std::string path_;

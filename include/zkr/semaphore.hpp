@@ -93,6 +93,7 @@ class Semaphore {
   static std::optional<int> recorded_limit(Session& session, std::string_view path);
 
  private:
+  detail::Acquisition acquisition() const;  // the one front end (recipes/acquisition.hpp)
   std::shared_ptr<detail::SessionCore> core_;
   std::string path_;
   int max_leases_;

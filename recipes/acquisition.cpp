@@ -1,0 +1,56 @@
+#include "acquisition.hpp"
+
+#include <new>
+
+#include <zkr/error.hpp>
+
+namespace zkr::detail {
+
+std::pair<std::error_code, std::shared_ptr<Contender>> Acquisition::run(
+    std::chrono::nanoseconds timeout, std::stop_token stop, const std::shared_ptr<RefusalDetail>& refusal) const {
+  auto [result, contender] = await_contender(core_, make_(timeout, refusal), std::move(stop));
+  if (result) contender.reset();
+  return {result, std::move(contender)};
+}
+
+std::shared_ptr<Contender> Acquisition::wait(std::stop_token stop) const {
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = run(std::chrono::nanoseconds(-1), std::move(stop), refusal);
+  if (result) throw Error(result, operation_, path_, refusal->get());
+  return contender;
+}
+
+std::shared_ptr<Contender> Acquisition::try_for(std::chrono::nanoseconds timeout, std::stop_token stop) const {
+  auto refusal = std::make_shared<RefusalDetail>();
+  auto [result, contender] = run(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(stop), refusal);
+  if (result && result != condition::gave_up) throw Error(result, operation_, path_, refusal->get());
+  return contender;
+}
+
+std::shared_ptr<Contender> Acquisition::try_for(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                                std::error_code& ec) const noexcept {
+  try {
+    auto [result, contender] = run(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(stop),
+                                   std::make_shared<RefusalDetail>());
+    ec = result;
+    return contender;
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  } catch (const std::bad_alloc&) {
+    ec = std::make_error_code(std::errc::not_enough_memory);
+  } catch (...) {
+    ec = make_error_code(errc::internal_error);
+  }
+  return nullptr;
+}
+
+void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop) const {
+  start_contender_async(
+      core_, make_(timeout, std::make_shared<RefusalDetail>()),
+      [done = std::move(done)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
+        done(ec, ec ? nullptr : contender);
+      },
+      std::move(stop));
+}
+
+}  // namespace zkr::detail

@@ -1,0 +1,73 @@
+// One front end for every recipe's acquisitions. The four ways to acquire (wait until granted, try
+// with a timeout, the same without exceptions, asynchronously) are written here once; a recipe
+// only says how to make its request. What comes back is the granted contender, which the recipe
+// wraps in its own grant type.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "contender_queue.hpp"
+
+namespace zkr::detail {
+
+// Why an acquisition was refused, in words: a parent check writes it (under the session mutex),
+// the front end puts it into the Error once the outcome is known.
+class RefusalDetail {
+ public:
+  void set(std::string text) {
+    std::lock_guard lock(mutex_);
+    text_ = std::move(text);
+  }
+  std::string get() const {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string text_;
+};
+
+class Acquisition {
+ public:
+  // `timeout`: negative waits for ever, zero does not wait.
+  using MakeRequest =
+      std::function<ContenderRequest(std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal)>;
+  using Done = std::function<void(std::error_code, const std::shared_ptr<Contender>&)>;
+
+  // `operation` names the acquisition in errors ("acquire lock"). Made for one call by a recipe
+  // that outlives it (`path` is the recipe's): a MakeRequest that captures only the recipe's
+  // `this` allocates nothing, so the noexcept form stays so.
+  Acquisition(const std::shared_ptr<SessionCore>& core, std::string_view operation, std::string_view path,
+              MakeRequest make)
+      : core_(core), operation_(operation), path_(path), make_(std::move(make)) {}
+
+  // Until granted. Throws Error (errc::cancelled when stopped).
+  std::shared_ptr<Contender> wait(std::stop_token stop) const;
+  // At most `timeout` (0: not at all); null when it gave up (condition::gave_up). Throws Error.
+  std::shared_ptr<Contender> try_for(std::chrono::nanoseconds timeout, std::stop_token stop) const;
+  // The same without exceptions: null, and `ec` says why, when there is no grant.
+  std::shared_ptr<Contender> try_for(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                     std::error_code& ec) const noexcept;
+  // The outcome runs `done` on the session's callback thread (with null when there is no grant).
+  void start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop) const;
+
+ private:
+  std::pair<std::error_code, std::shared_ptr<Contender>> run(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                                             const std::shared_ptr<RefusalDetail>& refusal) const;
+
+  const std::shared_ptr<SessionCore>& core_;
+  std::string_view operation_;
+  std::string_view path_;
+  MakeRequest make_;
+};
+
+}  // namespace zkr::detail
