@@ -181,7 +181,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     std::vector<std::shared_ptr<Listener>> snapshot;
     for (const auto& [id, listener] : listeners) snapshot.push_back(listener);
     core->post_callback([snapshot = std::move(snapshot), event, which] {
-      const Leadership leadership(which);
+      const Leadership leadership(detail::Internals::key(), which);
       // One listener that throws does not keep the event from the others.
       for (const auto& listener : snapshot)
         detail::SessionCore::run_user_callback([&] { (*listener)(event, leadership); });
@@ -243,7 +243,7 @@ bool LeaderLatch::is_leader() const {
 
 Leadership LeaderLatch::leadership() const {
   std::lock_guard guard(state_->mutex);
-  return Leadership(state_->term);
+  return Leadership(detail::Internals::key(), state_->term);
 }
 
 std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop) {
@@ -255,7 +255,7 @@ std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseco
   if (timeout < std::chrono::nanoseconds::zero()) state_->changed.wait(guard, stop, settled);
   else state_->changed.wait_for(guard, stop, timeout, settled);
   switch (state_->phase) {
-    case State::Phase::leading: return Leadership(state_->term);
+    case State::Phase::leading: return Leadership(detail::Internals::key(), state_->term);
     case State::Phase::stopped: throw Error(state_->error, "wait for leadership", state_->path, state_->error_detail);
     case State::Phase::closed:
       throw Error(make_error_code(errc::cancelled), "wait for leadership", state_->path, "the latch was closed");
@@ -340,7 +340,7 @@ struct LeaderSelector::State {
       {
         std::stop_callback end_on_close(stop, [term] { term->ended.request_stop(); });
         try {
-          function(Leadership(term));
+          function(Leadership(detail::Internals::key(), term));
         } catch (...) {
           std::lock_guard guard(mutex);
           exception = std::current_exception();

@@ -87,8 +87,9 @@ class Leadership {
   // callbacks may call the latch or selector (the stop is never requested under their locks).
   std::stop_token ended_token() const;
 
-  struct Term;  // implementation; only the latch and the selector make terms
-  explicit Leadership(std::shared_ptr<Term> term) : term_(std::move(term)) {}
+  struct Term;  // the library's (recipes/election.cpp): opaque here
+  // The library's (see detail::Passkey): only the latch and the selector make terms.
+  Leadership(detail::Passkey, std::shared_ptr<Term> term) : term_(std::move(term)) {}
 
  private:
   std::shared_ptr<Term> term_;
@@ -146,9 +147,9 @@ class LeaderLatch {
   std::vector<Participant> participants() const;
   std::optional<Participant> leader() const;
 
-  struct State;  // implementation
 
  private:
+  struct State;  // recipes/election.cpp
   std::shared_ptr<State> state_;
 };
 
@@ -199,9 +200,9 @@ class LeaderSelector {
   std::vector<Participant> participants() const;
   std::optional<Participant> leader() const;
 
-  struct State;  // implementation
 
  private:
+  struct State;  // recipes/election.cpp
   std::shared_ptr<State> state_;
 };
 
