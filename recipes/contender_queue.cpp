@@ -444,6 +444,19 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   if (!second_blocker.empty()) watch_second_blocker_locked(second_blocker);
 }
 
+// The watch of a waiter that only has to look again when it fires (a predecessor, or the
+// children of the first waiter of a semaphore), if it still waits on the same attempt.
+NodeWatch Contender::wake_to_check(std::weak_ptr<Contender> self, std::uint64_t attempt) {
+  return [self = std::move(self), attempt](NodeEvent) {
+    auto contender = self.lock();
+    if (!contender) return;
+    ++contender->core_->wakeups;
+    std::unique_lock lock(contender->core_->mutex());
+    if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
+    contender->check_locked();
+  };
+}
+
 // Granting on the blocker's deletion alone is safe only while our own node exists: so the own-node
 // watch is set (or known set) before the blocker's. Its reply, and any deletion of our node, then
 // reach us before the blocker's deletion does (one connection delivers in order), and
@@ -507,14 +520,7 @@ void Contender::watch_second_blocker_locked(const std::string& node) {
         }
         // Anything else reaches the blocker's watch too, which handles it.
       },
-      [self, attempt](NodeEvent) {
-        auto contender = self.lock();
-        if (!contender) return;
-        ++contender->core_->wakeups;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        contender->check_locked();
-      });
+      wake_to_check(self, attempt));
 }
 
 bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_t version) {
@@ -548,14 +554,7 @@ void Contender::watch_children_locked() {
           contender->remove_node_locked();
         }
       },
-      [self, attempt](NodeEvent) {
-        auto contender = self.lock();
-        if (!contender) return;
-        ++contender->core_->wakeups;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        contender->check_locked();
-      });
+      wake_to_check(self, attempt));
 }
 
 // ---- holding ----

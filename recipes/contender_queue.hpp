@@ -135,6 +135,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
   void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
   void watch_children_locked();
+  static NodeWatch wake_to_check(std::weak_ptr<Contender> self, std::uint64_t attempt);
   void watch_second_blocker_locked(const std::string& node);
   bool first_sight_of_touch_locked(const std::string& node, std::int32_t version);
   void grant_locked();
