@@ -473,7 +473,7 @@ void Contender::watch_locked(const std::string& blocker, bool granted_by_its_del
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == kOk && contender->request_.policy.max_holders > 1 && stat.version > 0) {
+        if (rc == kOk && contender->request_.policy.promotes_without_deleting() && stat.version > 0) {
           // A touched predecessor was promoted before our watch was set (see decide()): look again,
           // once per touch, so that a node touched by someone else cannot keep us re-checking.
           if (contender->first_sight_of_touch_locked(blocker, stat.version)) contender->check_locked();
@@ -568,7 +568,7 @@ void Contender::grant_locked() {
   granted_at_ = Clock::now();
   ++core_->acquisitions;
   core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
-  if (request_.policy.max_holders > 1) touch_locked();
+  if (request_.policy.promotes_without_deleting()) touch_locked();
   schedule_own_node_watch_locked();
   complete_locked({});
 }

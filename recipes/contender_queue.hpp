@@ -37,6 +37,9 @@ namespace zkr::detail {
 struct QueuePolicy {
   ContenderRole role = ContenderRole::exclusive;  // names our node and decides what blocks it
   int max_holders = 1;
+  // Several hold at once: a promotion deletes nothing, so a grant rewrites (touches) its node to
+  // wake the waiters behind it, and watches and listings read node versions (see decide()).
+  bool promotes_without_deleting() const { return max_holders > 1; }
 };
 
 // What a contender at `index` of the sorted queue does next.

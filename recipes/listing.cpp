@@ -112,11 +112,12 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
     row.created = std::chrono::system_clock::time_point(std::chrono::milliseconds(stat.ctime_ms));
     row.scheme = present[i].scheme;
     row.role = present[i].role;
-    row.holds = decide(present, i, QueuePolicy{present[i].role, max_holders}).holds;
+    const QueuePolicy policy{present[i].role, max_holders};
+    row.holds = decide(present, i, policy).holds;
     // A semaphore node among the first N holds once its owner took the lease, which the grant
     // marks by bringing the node to version 2 (see decide()); before that (its owner has not
     // noticed yet, or is dead or frozen) it is listed as waiting, though it counts against N.
-    if (max_holders > 1 && stat.version < 2) row.holds = false;
+    if (policy.promotes_without_deleting() && stat.version < 2) row.holds = false;
     rows.push_back(std::move(row));
   }
   std::stable_partition(rows.begin(), rows.end(), [](const ContenderInfo& r) { return r.holds; });
