@@ -13,6 +13,7 @@
  *   OLD_SHORTCUT        watch_locked grants on the blocker's deletion without the own-node watch
  *   GATE_ADMITS_LOWER   the gate admits a token lower than the highest it admitted
  *   STRICT_OVERLAP      also count a holder whose node a third party deleted (the documented window)
+ *   RELEASE_NOT_RETRIED remove_node_locked gives up on connection loss instead of retrying
  */
 
 #ifndef NC
@@ -630,7 +631,12 @@ proctype Client(byte c) {
      :: call == F_TROUBLE ->  /* Contender::handle_session_trouble_locked(rc, retry j) */
         call = F_NONE;
         if
+#ifdef RELEASE_NOT_RETRIED
+        :: rc == CLOSS && j == RETRY_REMOVE -> call = F_FINISH
+        :: rc == CLOSS && j != RETRY_REMOVE ->
+#else
         :: rc == CLOSS ->  /* retry_after_reconnect_locked */
+#endif
            retry = j;
            if :: USABLE(c, gen) -> call = F_RECONNECTED :: else -> skip fi
         :: rc != CLOSS && gen != sid[c] && phase[c] != FINISHED && phase[c] != HELD && phase[c] != LOST ->
