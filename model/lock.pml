@@ -9,6 +9,8 @@
  *   DROPS     connection drops            TPDEL    deletions of any node by a third party
  *   CANCELS   cancels of a waiting client MAXT     last tick (time stops there)
  *   LIVENESS  no faults, no time: the ltl claim "every client is granted" is checked
+ *   RWLOCK    each acquisition is a reader or a writer of the ReadWriteLock (decide()'s reader
+ *             rule); the property becomes "no writer holds beside any other holder"
  * Broken variants, which must be caught (model/check expects their violation):
  *   OLD_SHORTCUT        watch_locked grants on the blocker's deletion without the own-node watch
  *   GATE_ADMITS_LOWER   the gate admits a token lower than the highest it admitted
@@ -41,6 +43,8 @@
 #endif
 #define NONE 255
 #define QLEN 8
+#define WRITER_MARK 64  /* in a create's GUID argument: the node's name marks a writer */
+#define MYGUID(c) (c * 16 + myguid + (writer[c] -> WRITER_MARK : 0))
 
 /* Time, in ticks. T = session timeout; the monitor's deadline is proof + T - MARGIN - LAG. The
  * model has one server, so the forward lag (a follower's delay in telling the leader) is 0; the
@@ -83,8 +87,10 @@ byte sid[NC];            /* the session's current session id (0 while connecting
 bool connected[NC];
 byte proof[NC];          /* last_leader_proof_, in ticks */
 byte grants[NC];
-byte tp_deleted_head;    /* bit i: a third party deleted node i while it was the first in the queue
-                          * (the holder's node, as the server sees it): see VALID */
+byte writers;            /* bit i: node i is named as a writer ("__WRIT__"; "lock-" for the lock) */
+bool writer[NC];         /* the client's current contender is a writer (always, for the lock) */
+byte tp_deleted_head;    /* bit i: a third party deleted node i while it held, as the server sees
+                          * it (nothing before it blocked it): see VALID */
 byte done;               /* clients that finished all their rounds */
 byte max_admitted;       /* the highest token the resource accepted so far */
 byte gate_highest;       /* FenceGate's highest_ for the one key */
@@ -173,6 +179,7 @@ inline serve(x) {
         :: nextslot < MAXN ->
            i = nextslot; nextslot++;
            live = live | (1 << i); owner[i] = g; guid[i] = arg;
+           if :: arg & WRITER_MARK -> writers = writers | (1 << i) :: else -> skip fi;
            rep[x]!op, OK, att, i, 0
         :: else -> rep[x]!op, NOSPACE, att, arg, 0
         fi
@@ -205,7 +212,9 @@ inline serve(x) {
   :: atomic { tp_left > 0 && (live & (1 << x)) -> \
        tp_left--; \
        if \
-       :: (live & ((1 << x) - 1)) == 0 -> tp_deleted_head = tp_deleted_head | (1 << x) \
+       /* as the server sees it, x holds: nothing before it blocks it (decide()) */ \
+       :: (live & ((1 << x) - 1) & ((writers & (1 << x)) -> 255 : writers)) == 0 -> \
+          tp_deleted_head = tp_deleted_head | (1 << x) \
        :: else -> skip \
        fi; \
        server_delete(x); k = 0 }
@@ -311,6 +320,11 @@ proctype Client(byte c) {
 
   /* SessionCore::connect_or_throw: the first session; then Contender::start */
   atomic {
+#ifdef RWLOCK
+    if :: writer[c] = true :: writer[c] = false fi;  /* a ReadWriteLock's reader or writer */
+#else
+    writer[c] = true;  /* the exclusive lock: every node blocks the next */
+#endif
     sid[c] = c + 1; sess_alive[sid[c]] = true; sess_client[sid[c]] = c;
     lastheard[sid[c]] = now; proof[c] = now; connected[c] = true;
     call = F_BEGIN
@@ -375,7 +389,7 @@ proctype Client(byte c) {
               i = 0; k = NONE;
               do
               :: i < MAXN ->
-                 if :: (arg & (1 << i)) && guid[i] == c * 16 + myguid -> k = i :: else -> skip fi; i++
+                 if :: (arg & (1 << i)) && guid[i] == MYGUID(c) -> k = i :: else -> skip fi; i++
               :: else -> break
               od;
               if
@@ -516,6 +530,9 @@ proctype Client(byte c) {
      /* ---- this acquisition is over: the next (a new Contender), or the end ---- */
      :: phase[c] == FINISHED && round < ROUNDS && empty(req[c]) && empty(rep[c]) ->
         round++;
+#ifdef RWLOCK
+        if :: writer[c] = true :: writer[c] = false fi;
+#endif
         abandon = false; completed = false; holding_lost = false; own_timer = false;
         retry = RETRY_NONE; own_watch = OW_NONE; mynode[c] = NONE;
         call = F_BEGIN
@@ -538,7 +555,7 @@ proctype Client(byte c) {
               phase[c] = CREATING; retry = RETRY_NONE; mynode[c] = NONE; own_watch = OW_NONE;
               myguid++;  /* new_guid(): a fresh GUID per attempt */
               attempt++;
-              send(c, R_CREATE, attempt, c * 16 + myguid, gen);
+              send(c, R_CREATE, attempt, MYGUID(c), gen);
               /* the pipelined listing: run after the create, so it already contains our node */
               send(c, R_GETCH, attempt, 0, gen)
            fi
@@ -561,9 +578,15 @@ proctype Client(byte c) {
         :: !abandon && !(listing & (1 << mynode[c])) -> call = F_OWN_GONE
         :: else ->
            /* decide(): index 0 holds; a waiter watches its immediate predecessor */
+           /* and a reader (RWLOCK) waits for the nearest earlier writer only */
            n = 0; blk = NONE; i = 0;
            do
-           :: i < mynode[c] -> if :: listing & (1 << i) -> n++; blk = i :: else -> skip fi; i++
+           :: i < mynode[c] ->
+              if
+              :: (listing & (1 << i)) && (writer[c] || (writers & (1 << i))) -> n++; blk = i
+              :: else -> skip
+              fi;
+              i++
            :: else -> break
            od;
            if
@@ -722,13 +745,15 @@ end_client:
 #else
 #define VALID(c) (phase[c] == HELD && now < DEADLINE(c) && !(tp_deleted_head & (1 << mynode[c])))
 #endif
+/* Two holders conflict unless both are readers. */
+#define CONFLICT(a, b) (VALID(a) && VALID(b) && (writer[a] || writer[b]))
 #if NC == 2
 #define QUIET (empty(req[0]) && empty(req[1]))
-#define ONE_HOLDER (!(VALID(0) && VALID(1)))
+#define ONE_HOLDER (!CONFLICT(0, 1))
 #define ALL_GRANTED (grants[0] > 0 && grants[1] > 0)
 #else
 #define QUIET (empty(req[0]) && empty(req[1]) && empty(req[2]))
-#define ONE_HOLDER (!(VALID(0) && VALID(1)) && !(VALID(0) && VALID(2)) && !(VALID(1) && VALID(2)))
+#define ONE_HOLDER (!CONFLICT(0, 1) && !CONFLICT(0, 2) && !CONFLICT(1, 2))
 #define ALL_GRANTED (grants[0] > 0 && grants[1] > 0 && grants[2] > 0)
 #endif
 
