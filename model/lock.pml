@@ -16,6 +16,8 @@
  *   GATE_ADMITS_LOWER   the gate admits a token lower than the highest it admitted
  *   STRICT_OVERLAP      also count a holder whose node a third party deleted (the documented window)
  *   RELEASE_NOT_RETRIED remove_node_locked gives up on connection loss instead of retrying
+ *   NO_RECHECK          a waiter woken by its blocker's deletion that was not its last obstacle
+ *                       does not look again (check_locked)
  */
 
 #ifndef NC
@@ -346,7 +348,11 @@ proctype Client(byte c) {
               /* the watcher set by watch_locked */
               if
               :: gbd -> call = F_GRANT
+#ifdef NO_RECHECK
+              :: else -> skip
+#else
               :: else -> call = F_CHECK
+#endif
               fi
            :: else -> skip  /* a watcher of an older attempt: ignored */
            fi
