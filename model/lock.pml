@@ -1,8 +1,8 @@
 /*
- * The exclusive lock's protocol: the server, NC clients each running the contender queue of
- * recipes/contender_queue.cpp with the session monitor of src/session_core.cpp, and a fenced
- * resource behind its gate (src/fence.cpp). docs/MODEL.md maps every step to the code and says
- * what is abstracted away.
+ * The lock protocol (the exclusive lock; the read/write lock with RWLOCK): the server, NC clients
+ * each running the contender queue of recipes/contender_queue.cpp with the session monitor of
+ * src/session_core.cpp, and a fenced resource behind its gate (src/fence.cpp). docs/MODEL.md maps
+ * every step to the code and says what is abstracted away.
  *
  * Configuration (-D on spin's command line, see model/check):
  *   NC        clients (2 or 3)            ROUNDS   acquisitions per client
@@ -764,7 +764,6 @@ end_client:
 #endif
 
 active proctype Properties() {
-  byte i, s;
   atomic { !ONE_HOLDER -> assert(ONE_HOLDER) }
 }
 
