@@ -38,7 +38,17 @@ void finishes_within(std::chrono::milliseconds bound, const char* what, std::fun
   done.get();  // rethrows a failure of the scenario
 }
 
-class LifecycleTest : public ServerTest {};
+class LifecycleTest : public ServerTest {
+ protected:
+  // A real server-side expiry of a session that talks through `proxy`: cut off first, so that it
+  // cannot reconnect (and take the session back) in between, then let it learn.
+  void expire_behind(testenv::Proxy& proxy, const Session& session) {
+    auto id = detail::Internals::core(session)->client_id();
+    proxy.blackhole();
+    testenv::expire_session(servers, id.session_id, id.password);
+    proxy.reset();
+  }
+};
 
 // An on_lost that closes the session, while close() runs on another thread.
 TEST_F(LifecycleTest, OnLostClosingTheSessionWhileAnotherThreadClosesIt) {
@@ -140,10 +150,7 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
     });
     // The server expires the session (cut off first, so that it cannot reconnect in between): the
     // listener hears "lost" and destroys the Session.
-    auto id = detail::Internals::core(*session)->client_id();
-    proxy.blackhole();
-    testenv::expire_session(servers, id.session_id, id.password);
-    proxy.reset();
+    expire_behind(proxy, *session);
     ASSERT_EQ(destroyed.get_future().wait_for(testenv::scaled(15s)), std::future_status::ready);
   });
   finishes_within(30s, "destroying the Session in an async handler", [&] {
@@ -169,10 +176,7 @@ TEST_F(LifecycleTest, DestroyingTheSessionInsideItsOwnCallbacks) {
       session.reset();
       destroyed.set_value();
     });
-    auto id = detail::Internals::core(*session)->client_id();
-    proxy.blackhole();
-    testenv::expire_session(servers, id.session_id, id.password);
-    proxy.reset();
+    expire_behind(proxy, *session);
     ASSERT_EQ(destroyed.get_future().wait_for(testenv::scaled(15s)), std::future_status::ready);
   });
 }

@@ -223,60 +223,70 @@ TEST_F(LockFaultTest, WaiterWhoseNodeWasDeletedQueuesAgainInsteadOfHoldingBeside
   EXPECT_GT(w.token(), y.token());
 }
 
+// A holder behind a proxy and a waiter queued behind it. The holder's margin is large enough that
+// its loss is declared while the C client still believes itself connected (it gives up on a silent
+// server after 2/3 of the timeout), as zklock's margin is.
+struct CutOffHolder {
+  CutOffHolder(const std::string& servers, const std::string& path, std::chrono::milliseconds timeout,
+               std::chrono::milliseconds margin)
+      : proxy(servers),
+        holder([&] {
+          auto options = session_options(proxy.address(), timeout);
+          options.safety_margin = margin;
+          return options;
+        }()),
+        waiter(session_options(servers)),
+        holder_lock(holder, path),
+        waiter_lock(waiter, path),
+        held(holder_lock.acquire()) {
+    waiter_lock.async_acquire(-1ns, [this](std::error_code, HeldLock l) { next.set_value(std::move(l)); });
+  }
+
+  // Cuts the holder off until it is told lost, then heals the link: long before the server could
+  // expire the session.
+  void lose_and_heal() {
+    proxy.blackhole();
+    ASSERT_TRUE(eventually([&] { return held.lost(); }, testenv::scaled(10s)));
+    lost_at = std::chrono::steady_clock::now();
+    proxy.pass();
+  }
+
+  testenv::Proxy proxy;
+  Session holder, waiter;
+  Lock holder_lock, waiter_lock;
+  HeldLock held;
+  std::promise<HeldLock> next;
+  std::future<HeldLock> granted = next.get_future();
+  std::chrono::steady_clock::time_point lost_at;
+};
+
 // A holder cut off past its deadline is told lost while its session may live on the server. If the
 // link heals while the holder is still stopping, the lost session must not be closed on the server
 // (which deletes the node at once and grants the next waiter): it stays open until the holder lets
 // go of its lock.
 TEST_F(LockFaultTest, LostSessionIsNotClosedOnTheServerBeforeItsHolderLetsGo) {
-  testenv::Proxy proxy(servers);
-  // A margin large enough that the loss is declared while the C client still believes itself
-  // connected (it gives up on a silent server after 2/3 of the timeout): as zklock's margin does.
-  auto holder_options = session_options(proxy.address(), 4000ms);
-  holder_options.safety_margin = 2500ms;
-  Session holder(holder_options);
-  Session waiter(session_options(servers));
-  Lock holder_lock(holder, path), waiter_lock(waiter, path);
-  HeldLock held = holder_lock.acquire();
-  std::promise<HeldLock> next;
-  waiter_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { next.set_value(std::move(l)); });
+  CutOffHolder cut(servers, path, 4000ms, 2500ms);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-
-  proxy.blackhole();
-  ASSERT_TRUE(eventually([&] { return held.lost(); }, testenv::scaled(10s)));
-  proxy.pass();  // the link heals long before the server could expire the session
-  auto granted = next.get_future();
+  cut.lose_and_heal();
   // Not scaled: past timeout + tick after the loss the handle is closed anyway (the next test).
-  EXPECT_EQ(granted.wait_for(2500ms), std::future_status::timeout)
+  EXPECT_EQ(cut.granted.wait_for(2500ms), std::future_status::timeout)
       << "the waiter was granted while the lost holder was still stopping";
-  held.release();  // the holder has stopped: now the old session may go
-  ASSERT_EQ(granted.wait_for(testenv::scaled(10s)), std::future_status::ready);
-  EXPECT_GT(granted.get().token(), held.token());
+  cut.held.release();  // the holder has stopped: now the old session may go
+  ASSERT_EQ(cut.granted.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_GT(cut.granted.get().token(), cut.held.token());
 }
 
 // A holder that never lets go does not keep its lost session open for ever: the old handle is
 // closed once the server would have expired the session anyway.
 TEST_F(LockFaultTest, LostSessionIsClosedOnceTheServerWouldHaveExpiredItEvenIfNeverLetGo) {
-  testenv::Proxy proxy(servers);
   constexpr auto kTimeout = 3000ms;
-  auto holder_options = session_options(proxy.address(), kTimeout);
-  holder_options.safety_margin = 2000ms;  // lost while the C client still believes itself connected
-  Session holder(holder_options);
-  Session waiter(session_options(servers));
-  Lock holder_lock(holder, path), waiter_lock(waiter, path);
-  HeldLock held = holder_lock.acquire();
-  std::promise<HeldLock> next;
-  waiter_lock.async_acquire(-1ns, [&](std::error_code, HeldLock l) { next.set_value(std::move(l)); });
+  CutOffHolder cut(servers, path, kTimeout, 2000ms);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-
-  proxy.blackhole();
-  ASSERT_TRUE(eventually([&] { return held.lost(); }, testenv::scaled(10s)));
-  const auto lost_at = std::chrono::steady_clock::now();
-  proxy.pass();
-  auto granted = next.get_future();
-  ASSERT_EQ(granted.wait_for(testenv::scaled(15s)), std::future_status::ready);
-  const auto waited = std::chrono::steady_clock::now() - lost_at;
+  cut.lose_and_heal();
+  ASSERT_EQ(cut.granted.wait_for(testenv::scaled(15s)), std::future_status::ready);
+  const auto waited = std::chrono::steady_clock::now() - cut.lost_at;
   EXPECT_GE(waited, kTimeout) << "closed before the server would have expired the session";
-  EXPECT_GT(granted.get().token(), held.token());
+  EXPECT_GT(cut.granted.get().token(), cut.held.token());
 }
 
 TEST(LockEnsembleTest, LeaderKilledDuringContentionNeverDoubleGrants) {
