@@ -561,8 +561,13 @@ void Contender::watch_children_locked() {
 
 void Contender::grant_locked() {
   // A grant decided after the session's deadline would hand out a lock the server may already
-  // have given away: the session is declared lost instead (which queues us again).
-  if (!core_->alive_by_deadline_locked(generation_)) return;
+  // have given away: the session is declared lost instead, which queues us again. (A grant for an
+  // older session than the current one cannot reach here, its replies being dropped; should one,
+  // it queues again too rather than wait for nothing.)
+  if (!core_->alive_by_deadline_locked(generation_)) {
+    if (phase_ == Phase::checking || phase_ == Phase::watching) begin_locked();
+    return;
+  }
   set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
