@@ -192,6 +192,28 @@ void refuse_odd_option_names(const std::vector<std::string>& option_args) {
   }
 }
 
+// Boost.ProgramOptions 1.74 builds what() by replacing placeholders in the message until none is
+// left, and loops for ever when the offending argument itself holds one (its name or its value:
+// `--session='%canonical_option%'`). Its messages are therefore written here, from the option's
+// name alone, without ever calling what().
+std::string describe(const po::error_with_option_name& error) {
+  const std::string name = error.get_option_name();
+  if (dynamic_cast<const po::unknown_option*>(&error)) return fmt::format("unrecognised option '{}'", name);
+  if (dynamic_cast<const po::ambiguous_option*>(&error)) return fmt::format("ambiguous option '{}'", name);
+  if (dynamic_cast<const po::multiple_occurrences*>(&error))
+    return fmt::format("option '{}' cannot be specified more than once", name);
+  if (const auto* syntax = dynamic_cast<const po::invalid_command_line_syntax*>(&error)) {
+    switch (syntax->kind()) {
+      case po::invalid_syntax::missing_parameter:
+        return fmt::format("the required argument for option '{}' is missing", name);
+      case po::invalid_syntax::extra_parameter:
+        return fmt::format("option '{}' does not take any arguments", name);
+      default: return fmt::format("invalid syntax for option '{}'", name);
+    }
+  }
+  return fmt::format("invalid option '{}'", name);
+}
+
 // The options as given, by name; Boost's errors become UsageErrors.
 class GivenOptions {
  public:
@@ -205,6 +227,8 @@ class GivenOptions {
                     .run(),
                 values_);
       po::notify(values_);
+    } catch (const po::error_with_option_name& error) {
+      throw UsageError(describe(error));
     } catch (const po::error& error) {
       throw UsageError(error.what());
     }
