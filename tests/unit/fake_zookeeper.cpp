@@ -694,6 +694,24 @@ std::size_t FakeServer::children_watches(const std::string& path) const {
   return children_watches_.count(path);
 }
 
+// A session's watches on a path: one per watching request, as the client keeps them.
+std::size_t FakeServer::count_watches_locked(const std::multimap<std::string, Watch>& watches,
+                                             const std::string& path, std::int64_t session) const {
+  const auto [first, last] = watches.equal_range(path);
+  return static_cast<std::size_t>(
+      std::count_if(first, last, [session](const auto& entry) { return entry.second.session == session; }));
+}
+
+std::size_t FakeServer::data_watches(const std::string& path, std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  return count_watches_locked(data_watches_, path, session);
+}
+
+std::size_t FakeServer::children_watches(const std::string& path, std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  return count_watches_locked(children_watches_, path, session);
+}
+
 std::int64_t FakeServer::last_zxid() const {
   std::lock_guard lock(mutex_);
   return zxid_;

@@ -109,7 +109,9 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::optional<FakeNode> node(const std::string& path) const;
   std::vector<std::string> children(const std::string& path) const;  // sorted; empty if no node
   std::size_t data_watches(const std::string& path) const;
+  std::size_t data_watches(const std::string& path, std::int64_t session) const;  // `session`'s own
   std::size_t children_watches(const std::string& path) const;
+  std::size_t children_watches(const std::string& path, std::int64_t session) const;  // `session`'s own
   std::int64_t last_zxid() const;
   // Deletes every container without children, as the server's container reaper does.
   int reap_empty_containers();
@@ -207,6 +209,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::map<std::int64_t, std::weak_ptr<Link>> links_;
   std::multimap<std::string, Watch> data_watches_;
   std::multimap<std::string, Watch> children_watches_;
+  std::size_t count_watches_locked(const std::multimap<std::string, Watch>& watches, const std::string& path,
+                                   std::int64_t session) const;
   std::uint64_t next_watch_id_ = 1;
   std::set<std::uint64_t> known_watches_;  // watches whose setting reply reached the client
   std::vector<Fault> faults_;
