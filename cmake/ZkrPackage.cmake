@@ -12,7 +12,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "ZooKeeper locks with fencing tokens, and zklock")
 set(CPACK_PACKAGE_DESCRIPTION
     "A C++20 library of Apache ZooKeeper recipes (a lock with fencing tokens, a read/write lock, \
-a session monitor that reports loss before the server can expire the session) and zklock, \
+leader election, a semaphore, a session monitor that reports loss before the server can expire the session) and zklock, \
 which runs a command while holding a ZooKeeper lock, like flock(1) across hosts.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)  # debug info stays in the build tree; the package ships stripped binaries

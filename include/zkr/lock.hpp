@@ -116,10 +116,12 @@ class Lock {
   ~Lock();
   const std::string& path() const { return path_; }
 
-  // Waits until granted. Throws Error: errc::cancelled when stop is requested, errc::session_lost,
-  // errc::session_closed, zk_errc::no_auth (ACL refusal), other ZooKeeper errors.
+  // Waits until granted (through session losses: it queues again on the replacement). Throws
+  // Error: errc::cancelled when stop is requested, errc::session_closed, zk_errc::no_auth (ACL
+  // refusal), other ZooKeeper errors (see zkr::condition).
   HeldLock acquire(std::stop_token stop = {});
-  // Does not wait: an empty optional if someone else holds the lock.
+  // Does not wait: an empty optional if someone else holds the lock. Throws as acquire(), and
+  // errc::session_lost or zk_errc::connection_loss when the session is not usable right now.
   std::optional<HeldLock> try_acquire();
   // Waits at most `timeout`: empty if it ran out or stop was requested. Throws as acquire().
   std::optional<HeldLock> try_acquire_for(std::chrono::nanoseconds timeout,

@@ -195,7 +195,7 @@ TEST(ZklockOptions, HelpMentionsEveryOption) {
        {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
         "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
         "--owner", "--auth-file", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
-        "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "77",
+        "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "70", "77",
         "126", "127"}) {
     EXPECT_THAT(help, HasSubstr(option));
   }

@@ -990,6 +990,12 @@ TEST_F(ZklockTest, ListOfAPathOrChrootThatDoesNotExistSaysSo) {
   EXPECT_THAT(chrooted.output, HasSubstr("does not exist"));
   EXPECT_THAT(chrooted.output, HasSubstr(path_ + "-chroot"));
 
+  // Locking under it is a configuration error (64) that names what to create; it creates nothing.
+  const Outcome locked = run_to_end(zklock({"/jobs", "true"}, missing_chroot));
+  EXPECT_EQ(locked.exit_code, 64) << locked.output;
+  EXPECT_THAT(locked.output, HasSubstr("chroot node does not exist (create it first)"));
+  EXPECT_EQ(run_to_end(zklock({"--list", path_ + "-chroot"})).exit_code, 66);
+
   // Once it exists, even with nobody in it: free, exit 0.
   EXPECT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
   const Outcome free = list({"--json"});

@@ -438,9 +438,10 @@ Exit status:
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
                 the loss came); the command was stopped
-  64            usage error: bad option, value or lock path
+  64            usage error: bad option, value or lock path, or a chroot that does not exist
   66            with --list: LOCKPATH (or the chroot) does not exist
   69            the ensemble could not be reached within the connect timeout
+  70            an unexpected failure inside zklock or the library (a bug: please report it)
   77            authentication or ACL refusal
   126 / 127     the command could not be executed / was not found
   128+N         zklock got signal N while waiting for the lock
