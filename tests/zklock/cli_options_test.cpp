@@ -123,6 +123,18 @@ TEST(ZklockOptions, ListMode) {
   EXPECT_THAT(usage_error({"--json", "/a", "true"}), HasSubstr("--json"));
 }
 
+TEST(ZklockOptions, NestedRunOnTheParentsLockIsRefused) {
+  const CliOptions nested = parse({"--zk", "z1:2181/app", "/jobs/x", "true"});
+  const auto refusal = nested_on_parents_lock(nested, "/jobs/x", "z1:2181/app");
+  ASSERT_TRUE(refusal);
+  EXPECT_THAT(*refusal, HasSubstr("/jobs/x is held by the zklock that runs this command"));
+  // Another path, another ensemble (or chroot), no parent, or only listing: nothing to refuse.
+  EXPECT_FALSE(nested_on_parents_lock(nested, "/jobs/y", "z1:2181/app"));
+  EXPECT_FALSE(nested_on_parents_lock(nested, "/jobs/x", "z1:2181/other"));
+  EXPECT_FALSE(nested_on_parents_lock(nested, nullptr, nullptr));
+  EXPECT_FALSE(nested_on_parents_lock(parse({"--zk", "z1:2181/app", "--list", "/jobs/x"}), "/jobs/x", "z1:2181/app"));
+}
+
 TEST(ZklockOptions, HelpAndVersion) {
   EXPECT_EQ(parse({"--help"}).mode, Mode::help);
   EXPECT_EQ(parse({"-V"}).mode, Mode::version);

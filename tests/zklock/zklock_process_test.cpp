@@ -184,6 +184,20 @@ TEST_F(ZklockTest, ExitsWithTheCommandsCode) {
   EXPECT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
 }
 
+// A job that runs zklock on its parent's lock would queue behind its own parent. It is refused at
+// once (64, naming the path); a zklock in the job on another path reaches the same ensemble
+// through $ZKLOCK_SERVERS and runs.
+TEST_F(ZklockTest, NestedZklockOnTheParentsLockIsRefusedAtOnce) {
+  const Outcome nested = run_to_end(zklock({path_, zklock_binary, "-w", "3", path_, "true"}));
+  EXPECT_EQ(nested.exit_code, 64) << nested.output;
+  EXPECT_THAT(nested.output, HasSubstr(path_ + " is held by the zklock that runs this command"));
+  EXPECT_LE(contender_count(), 0);  // nobody queued (-1: the path's container is already gone)
+
+  const Outcome other = run_to_end(zklock({path_, zklock_binary, "-w", "3", path_ + "-inner", "-c", "echo inner ran"}));
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_THAT(other.output, HasSubstr("inner ran"));
+}
+
 TEST_F(ZklockTest, CommandKilledBySignalGives128PlusN) {
   EXPECT_EQ(run_to_end(zklock({path_, "-c", "kill -KILL $$"})).exit_code, 128 + SIGKILL);
 }

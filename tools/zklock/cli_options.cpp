@@ -374,6 +374,15 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   return options;
 }
 
+std::optional<std::string> nested_on_parents_lock(const CliOptions& options, const char* env_lock_path,
+                                                  const char* env_servers) {
+  if (options.mode != Mode::run || !env_lock_path || !env_servers) return std::nullopt;
+  if (options.lock_path != env_lock_path || options.servers != env_servers) return std::nullopt;
+  return fmt::format("{} is held by the zklock that runs this command ($ZKLOCK_PATH); a nested zklock on "
+                     "it would wait for itself for ever",
+                     options.lock_path);
+}
+
 std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
@@ -425,6 +434,8 @@ The command's environment gets:
                          store that refuses tokens lower than the highest it has seen
   ZKLOCK_NODE            the full path of the lock node
   ZKLOCK_PATH            LOCKPATH
+  ZKLOCK_SERVERS         the ensemble (--zk), so that a zklock in the job reaches the same one;
+                         a zklock in the job on the same LOCKPATH refuses (exit 64)
   ZKLOCK_SESSION_ID      the ZooKeeper session id (hex)
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits

@@ -74,6 +74,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
       {"ZKLOCK_FENCING_TOKEN", lock.fencing_token()},
       {"ZKLOCK_NODE", lock.node_path()},
       {"ZKLOCK_PATH", options_.lock_path},
+      {"ZKLOCK_SERVERS", options_.servers},  // a zklock in the job finds the same ensemble (and its own lock)
       {"ZKLOCK_SESSION_ID", fmt::format("{:x}", static_cast<std::uint64_t>(lock.session_id()))},
   });
 

@@ -392,6 +392,10 @@ int zklock_main(int argc, char** argv) {
     say("invalid ensemble '{}' for --zk: {}", options.servers, zkr::describe_servers_problem(options.servers));
     return exit_code::usage;
   }
+  if (const auto refusal = nested_on_parents_lock(options, std::getenv("ZKLOCK_PATH"), std::getenv("ZKLOCK_SERVERS"))) {
+    say("{}", *refusal);
+    return exit_code::usage;
+  }
   if (options.verbose()) route_library_log_to_stderr();
   // Should the keeper die, the job's processes come to zklock, which can still stop and reap them.
   become_subreaper();
