@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include <zkr/error.hpp>
 
 #include "session_core.hpp"
@@ -16,6 +18,10 @@ std::string_view to_string(LossReason reason) noexcept {
     case LossReason::session_closed: return "session closed";
   }
   return "unknown";
+}
+
+std::string session_id_text(std::int64_t session_id) {
+  return fmt::format("{:#x}", static_cast<std::uint64_t>(session_id));
 }
 
 std::string_view to_string(SessionState state) noexcept {

@@ -264,7 +264,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         if (resumed) listener->on_reconnected(generation);
         else listener->on_new_session(generation);
       }
-      log(LogLevel::info, "session 0x{:x} {} (timeout {} ms)", session_id_.load(),
+      log(LogLevel::info, "session {} {} (timeout {} ms)", session_id_text(session_id_.load()),
           resumed ? "reconnected" : "established", negotiated_timeout_.load().count());
       schedule_deadline_check_locked();
       post_to_worker([self = weak_from_this(), generation] {
@@ -309,7 +309,7 @@ void SessionCore::declare_lost_locked(LossReason reason, bool server_expired) {
   if (!session_established_) return;
   ++session_metrics_.sessions_lost;
   const std::uint64_t lost_generation = generation_;
-  log(LogLevel::warning, "session 0x{:x} lost ({})", session_id_.load(), to_string(reason));
+  log(LogLevel::warning, "session {} lost ({})", session_id_text(session_id_.load()), to_string(reason));
   set_state_locked(SessionState::lost);
   retired_.push_back(RetiredConnection{lost_generation, std::move(connection_), 0, nullptr});
   // Holders call hold_lost_session_locked from here.

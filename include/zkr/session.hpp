@@ -61,6 +61,9 @@ enum class LossReason {
 };
 std::string_view to_string(LossReason reason) noexcept;
 
+// A session id as the library, zklock and ZooKeeper's own tools write it: "0x" and lower-case hex.
+std::string session_id_text(std::int64_t session_id);
+
 // Who may do what with the nodes a session creates for a recipe.
 enum class NodeAcl {
   open,                    // world:anyone has all rights

@@ -71,6 +71,15 @@ TEST(ZklockReport, OtherChildrenAreShownAsNotContenders) {
             R"({"path":"/q","exists":true,"contenders":[],"not_contenders":["config","a\"b"]})" "\n");
 }
 
+TEST(ZklockReport, ConflictMessagesNameTheHolders) {
+  EXPECT_EQ(describe_holders({contender("_c_a-lock-0000000001", 7, true, "host-a\nforged"),
+                              contender("_c_b-lock-0000000002", 8, false, "waiter")}),
+            "session 0x1234abcd (owner \"host-a\\x0aforged\", since 2023-11-14T22:13:20.123Z)");
+  EXPECT_EQ(describe_holders({contender("_c_a-lock-0000000001", 7, true, ""), contender("_c_b-lock-0000000002", 8, true, "")}),
+            "session 0x1234abcd (since 2023-11-14T22:13:20.123Z), session 0x1234abcd (since 2023-11-14T22:13:20.123Z)");
+  EXPECT_EQ(describe_holders({contender("_c_b-lock-0000000002", 8, false, "waiter")}), "someone who has let go since");
+}
+
 TEST(ZklockReport, MissingPathIsNotFree) {
   zkr::PathListing missing;  // exists = false
   EXPECT_EQ(format_listing_text("/q", missing), "/q: does not exist\n");

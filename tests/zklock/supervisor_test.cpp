@@ -235,7 +235,7 @@ TEST_F(SupervisorTest, JobExitingNormallyGivesItsStatusAndReleasesAfterIt) {
   EXPECT_THAT(started_environment, Contains("ZKLOCK_FENCING_TOKEN=4711"));
   EXPECT_THAT(started_environment, Contains("ZKLOCK_NODE=/locks/a/_c_0-lock-0000000001"));
   EXPECT_THAT(started_environment, Contains("ZKLOCK_PATH=/locks/a"));
-  EXPECT_THAT(started_environment, Contains("ZKLOCK_SESSION_ID=1234"));
+  EXPECT_THAT(started_environment, Contains("ZKLOCK_SESSION_ID=0x1234"));
   EXPECT_TRUE(job->tree_signals.empty());  // nothing was left to stop
   EXPECT_EQ(lock.queries, 1);              // held to the end, confirmed by the ensemble
 }

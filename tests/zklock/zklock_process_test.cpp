@@ -215,7 +215,7 @@ TEST_F(ZklockTest, JobEnvironment) {
   EXPECT_THAT(outcome.output, HasSubstr("node=" + path_ + "/_c_"));
   EXPECT_THAT(outcome.output, ::testing::ContainsRegex("node=.*-lock-[0-9]{10}\n"));
   EXPECT_THAT(outcome.output, HasSubstr("path=" + path_ + "\n"));
-  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("session=[0-9a-f]+\n"));
+  EXPECT_THAT(outcome.output, ::testing::ContainsRegex("session=0x[0-9a-f]+\n"));
   EXPECT_THAT(outcome.output, Not(HasSubstr("session=0\n")));
   EXPECT_THAT(outcome.output, HasSubstr("other=kept\n"));
 }
@@ -259,12 +259,16 @@ TEST_F(ZklockTest, CommandNotFoundOrNotExecutable) {
 // ---------------------------------------------------------------------------------------------
 // Conflicts, waiting, release
 
+// The refusal names who holds: the session (as --list and $ZKLOCK_SESSION_ID write it), the
+// owner data, since when.
 TEST_F(ZklockTest, ConflictWithNonblockAndTimeout) {
-  auto holder = start_holder();
+  std::string held_line;
+  auto holder = start_holder({"--owner", "nightly on host-a"}, &held_line);
   const Outcome nonblock = run_to_end(zklock({"-n", path_, "echo", "ran"}));
   EXPECT_EQ(nonblock.exit_code, 1);
   EXPECT_THAT(nonblock.output, Not(HasSubstr("ran")));
-  EXPECT_THAT(nonblock.output, HasSubstr("held by someone else"));
+  EXPECT_THAT(nonblock.output, ::testing::ContainsRegex(" is held by session 0x[0-9a-f]+ \\(owner \"nightly on "
+                                                        "host-a\", since 20[0-9-]+T[0-9:.]+Z\\)"));
 
   EXPECT_EQ(run_to_end(zklock({"-n", "-E", "9", path_, "true"})).exit_code, 9);
   EXPECT_EQ(run_to_end(zklock({"-w", "0", path_, "true"})).exit_code, 1);
@@ -275,6 +279,7 @@ TEST_F(ZklockTest, ConflictWithNonblockAndTimeout) {
   const Outcome timed_out = run_to_end(zklock({"-w", scaled_seconds(500ms), "-E", "3", path_, "echo", "ran"}));
   EXPECT_EQ(timed_out.exit_code, 3);
   EXPECT_THAT(timed_out.output, HasSubstr("timed out"));
+  EXPECT_THAT(timed_out.output, HasSubstr("held by session 0x"));
   EXPECT_THAT(timed_out.output, Not(HasSubstr("ran")));
 
   // The waiters left no node behind: only the holder is listed.

@@ -436,7 +436,7 @@ The command's environment gets:
   ZKLOCK_PATH            LOCKPATH
   ZKLOCK_SERVERS         the ensemble (--zk), so that a zklock in the job reaches the same one;
                          a zklock in the job on the same LOCKPATH refuses (exit 64)
-  ZKLOCK_SESSION_ID      the ZooKeeper session id (hex)
+  ZKLOCK_SESSION_ID      the ZooKeeper session id, as --list and the logs write it (0x...)
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits
 for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL

@@ -22,10 +22,6 @@ std::string_view scheme_name(zkr::ContenderScheme scheme) {
   return scheme == zkr::ContenderScheme::kazoo ? "kazoo" : "zkrecipes";
 }
 
-std::string session_hex(std::int64_t session_id) {
-  return fmt::format("{:#x}", static_cast<std::uint64_t>(session_id));
-}
-
 // Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not one (overlong forms,
 // surrogates and code points past U+10FFFF included).
 std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
@@ -145,7 +141,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   for (const auto& contender : contenders) {
     out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role),
                        scheme_name(contender.scheme), contender.token.value(),
-                       session_hex(contender.session_id), format_utc(contender.created),
+                       zkr::session_id_text(contender.session_id), format_utc(contender.created),
                        printable(contender.owner_data), printable(contender.node));
   }
   return out;
@@ -166,6 +162,19 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
   return out;
 }
 
+std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) {
+  std::string text;
+  for (const auto& contender : contenders) {
+    if (!contender.holds) continue;
+    if (!text.empty()) text += ", ";
+    text += fmt::format("session {} (", zkr::session_id_text(contender.session_id));
+    if (!contender.owner_data.empty())
+      text += fmt::format("owner \"{}\", ", escape_for_terminal(contender.owner_data));
+    text += fmt::format("since {})", format_utc(contender.created));
+  }
+  return text.empty() ? "someone who has let go since" : text;
+}
+
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing) {
   std::string out = fmt::format("{{\"path\":{},\"exists\":{},\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false");
@@ -177,7 +186,7 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         "{{\"node\":{},\"sequence\":{},\"token\":{},\"session_id\":{},\"owner\":{},\"since\":{},"
         "\"holds\":{},\"role\":{},\"scheme\":{}}}",
         json_string(contender.node), contender.sequence, contender.token.value(),
-        json_string(session_hex(contender.session_id)), json_string(contender.owner_data),
+        json_string(zkr::session_id_text(contender.session_id)), json_string(contender.owner_data),
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
         json_string(role_name(contender.role)), json_string(scheme_name(contender.scheme)));
   }

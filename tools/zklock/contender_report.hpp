@@ -21,6 +21,12 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
 // followed by a newline.
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing);
 
+// Who holds, for "PATH is held by ..." messages: each holder's session, owner data (escaped for the
+// terminal) and since when, e.g. `session 0x1000a2b3c0002 (owner "host-a", since
+// 2026-12-01T05:40:23.579Z)`; several joined by ", "; "someone who has let go since" when the
+// listing shows no holder (it was released between the refusal and the listing).
+std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders);
+
 // A JSON string literal (quotes included); invalid UTF-8 bytes become U+FFFD.
 std::string json_string(std::string_view text);
 

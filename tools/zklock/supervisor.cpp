@@ -7,6 +7,7 @@
 
 #include <zkr/error.hpp>
 #include <zkr/names.hpp>
+#include <zkr/session.hpp>
 
 #include "exit_status.hpp"
 #include "messages.hpp"
@@ -75,7 +76,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
       {"ZKLOCK_NODE", lock.node_path()},
       {"ZKLOCK_PATH", options_.lock_path},
       {"ZKLOCK_SERVERS", options_.servers},  // a zklock in the job finds the same ensemble (and its own lock)
-      {"ZKLOCK_SESSION_ID", fmt::format("{:x}", static_cast<std::uint64_t>(lock.session_id()))},
+      {"ZKLOCK_SESSION_ID", zkr::session_id_text(lock.session_id())},
   });
 
   std::unique_ptr<JobControl> job;

@@ -67,6 +67,7 @@ class Zklock {
         inbox_(std::make_shared<Inbox>()) {}
 
   int list();
+  std::string current_holders();
   int run();
 
  private:
@@ -182,8 +183,8 @@ void Zklock::connect() {
   if (options_.verbose()) {
     state_subscription_ =
         session_->on_state_change([inbox = inbox_](zkr::SessionState state) { inbox->post_state(state); });
-    say("connected to {}: session {:#x}, negotiated timeout {}, lead time {}", options_.servers,
-        static_cast<std::uint64_t>(session_->id()), format_duration(session_->negotiated_timeout()),
+    say("connected to {}: session {}, negotiated timeout {}, lead time {}", options_.servers,
+        zkr::session_id_text(session_->id()), format_duration(session_->negotiated_timeout()),
         format_duration(session_->lead_time()));
   }
 }
@@ -274,11 +275,12 @@ zkr::HeldLock Zklock::acquire() {
     throw ExitRequest{exit_code::signal_base + *interrupted_by};
   }
   if (outcome->error == zkr::errc::would_block) {
-    fail(outcome->error, fmt::format("{} is held by someone else", options_.lock_path));
+    fail(outcome->error, fmt::format("{} is held by {}", options_.lock_path, current_holders()));
   }
   if (outcome->error == zkr::errc::timed_out) {
-    fail(outcome->error, fmt::format("timed out after {} waiting for {}",
-                                     format_duration(*options_.wait_timeout), options_.lock_path));
+    fail(outcome->error, fmt::format("timed out after {} waiting for {}, held by {}",
+                                     format_duration(*options_.wait_timeout), options_.lock_path,
+                                     current_holders()));
   }
   if (outcome->error == zkr::zk_errc::no_auth || outcome->error == zkr::zk_errc::invalid_acl) {
     fail(outcome->error, fmt::format("not allowed to lock {}: the ACL refuses us ({})", options_.lock_path,
@@ -289,9 +291,9 @@ zkr::HeldLock Zklock::acquire() {
   }
   zkr::HeldLock held = std::move(outcome->held);
   if (options_.verbose()) {
-    say("got {} after {}: token {}, node {}, session {:#x}", options_.lock_path,
+    say("got {} after {}: token {}, node {}, session {}", options_.lock_path,
         format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)),
-        held.token().value(), held.node_path(), static_cast<std::uint64_t>(held.session_id()));
+        held.token().value(), held.node_path(), zkr::session_id_text(held.session_id()));
   }
   return held;
 }
@@ -310,6 +312,16 @@ int Zklock::run() {
   const int code = supervisor.run_under_lock(lock);
   session_->close();
   return code;
+}
+
+// For a conflict message only: one more listing, and never an error of its own.
+std::string Zklock::current_holders() {
+  if (options_.quiet()) return {};  // the message is not printed
+  try {
+    return describe_holders(zkr::list_contenders(*session_, options_.lock_path));
+  } catch (const zkr::Error& error) {
+    return fmt::format("someone else (who could not be listed: {})", error.what());
+  }
 }
 
 int Zklock::list() {
