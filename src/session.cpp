@@ -20,6 +20,16 @@ std::string_view to_string(LossReason reason) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(SessionLossCause cause) noexcept {
+  switch (cause) {
+    case SessionLossCause::server_expiry: return "the ensemble expired the session";
+    case SessionLossCause::local_deadline:
+      return "no acknowledgement through the leader before the session monitor's deadline";
+    case SessionLossCause::disconnect: return "the connection dropped (loss policy on_disconnect)";
+  }
+  return "unknown";
+}
+
 std::string session_id_text(std::int64_t session_id) {
   return fmt::format("{:#x}", static_cast<std::uint64_t>(session_id));
 }
@@ -60,6 +70,7 @@ Session::~Session() { close(); }
 
 SessionState Session::state() const { return core_->state(); }
 std::int64_t Session::id() const { return core_->session_id(); }
+std::optional<SessionLossCause> Session::last_loss_cause() const { return core_->last_loss_cause(); }
 std::chrono::milliseconds Session::negotiated_timeout() const { return core_->negotiated_timeout(); }
 std::chrono::milliseconds Session::lead_time() const { return core_->lead_time(); }
 std::chrono::milliseconds Session::silence_tolerance() const { return core_->silence_tolerance(); }

@@ -277,7 +277,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       ++session_metrics_.suspensions;
       if (options_.loss_policy == LossPolicy::on_disconnect) {
         ++session_metrics_.losses_by_disconnect;
-        declare_lost_locked(LossReason::connection_lost);
+        declare_lost_locked(LossReason::connection_lost, SessionLossCause::disconnect);
       } else {
         set_state_locked(SessionState::suspended);
       }
@@ -285,7 +285,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
     case ConnectionEvent::expired:
       if (!session_established_) break;
       ++session_metrics_.losses_by_expiry;
-      declare_lost_locked(LossReason::session_lost, /*server_expired=*/true);
+      declare_lost_locked(LossReason::session_lost, SessionLossCause::server_expiry);
       break;
     case ConnectionEvent::auth_failed: {
       end_reason_ = make_error_code(errc::auth_failed);
@@ -305,11 +305,13 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
 // deletes its ephemeral nodes at once if the server can still be reached) only once every holder
 // told of the loss has let go, or once the server would have expired the session anyway: closing
 // it earlier would hand a lock to the next waiter while its old holder is still stopping.
-void SessionCore::declare_lost_locked(LossReason reason, bool server_expired) {
+void SessionCore::declare_lost_locked(LossReason reason, SessionLossCause cause) {
   if (!session_established_) return;
   ++session_metrics_.sessions_lost;
+  last_loss_cause_.store(static_cast<int>(cause) + 1);
+  const bool server_expired = cause == SessionLossCause::server_expiry;
   const std::uint64_t lost_generation = generation_;
-  log(LogLevel::warning, "session {} lost ({})", session_id_text(session_id_.load()), to_string(reason));
+  log(LogLevel::warning, "session {} lost: {}", session_id_text(session_id_.load()), to_string(cause));
   set_state_locked(SessionState::lost);
   retired_.push_back(RetiredConnection{lost_generation, std::move(connection_), 0, nullptr});
   // Holders call hold_lost_session_locked from here.
@@ -364,11 +366,17 @@ void SessionCore::close_retired_locked(std::uint64_t generation) {
   close_in_background(std::move(connection));
 }
 
+std::optional<SessionLossCause> SessionCore::last_loss_cause() const {
+  const int stored = last_loss_cause_.load();
+  if (stored == 0) return std::nullopt;
+  return static_cast<SessionLossCause>(stored - 1);
+}
+
 bool SessionCore::alive_by_deadline_locked(std::uint64_t generation) {
   if (generation != generation_) return false;
   if (BootClock::now() < deadline_locked()) return true;
   ++session_metrics_.losses_by_deadline;
-  declare_lost_locked(LossReason::session_lost);
+  declare_lost_locked(LossReason::session_lost, SessionLossCause::local_deadline);
   return false;
 }
 

@@ -75,6 +75,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // ---- state (callers hold mutex() where noted) ----
   SessionState state() const { return state_.load(); }
   std::int64_t session_id() const { return session_id_.load(); }
+  std::optional<SessionLossCause> last_loss_cause() const;
   std::uint64_t generation_locked() const { return generation_; }
   bool usable_locked(std::uint64_t generation) const {
     return generation == generation_ && state_ == SessionState::connected;
@@ -146,7 +147,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void schedule_reopen_locked();
   std::string implausible_handshake(std::chrono::milliseconds negotiated) const;
   void on_connection_event(std::uint64_t generation, ConnectionEvent event);
-  void declare_lost_locked(LossReason reason, bool server_expired = false);
+  void declare_lost_locked(LossReason reason, SessionLossCause cause);
   void set_state_locked(SessionState state);
   void schedule_deadline_check_locked();
   void arm_deadline_timer_locked(std::uint64_t generation);
@@ -192,6 +193,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
 
   // metrics (under mutex_ or atomic)
   SessionMetrics session_metrics_;
+  // SessionLossCause + 1, 0 before any loss: atomic, so that it can be read from any callback.
+  std::atomic<int> last_loss_cause_{0};
   std::atomic<std::uint64_t> requests_sent_{0}, heartbeats_sent_{0};
 
   // Shared with the threads that run them: a thread that outlives the session (one that was

@@ -61,6 +61,16 @@ enum class LossReason {
 };
 std::string_view to_string(LossReason reason) noexcept;
 
+// What decided that a session was lost (for messages: LossReason::session_lost covers the first
+// two, LossReason::connection_lost the third).
+enum class SessionLossCause {
+  server_expiry,   // the ensemble expired it (heard on reconnecting)
+  local_deadline,  // the session monitor's deadline passed with no acknowledgement through the leader
+  disconnect,      // LossPolicy::on_disconnect and the connection dropped
+};
+// A phrase for messages: "the ensemble expired it", ...
+std::string_view to_string(SessionLossCause cause) noexcept;
+
 // A session id as the library, zklock and ZooKeeper's own tools write it: "0x" and lower-case hex.
 std::string session_id_text(std::int64_t session_id);
 
@@ -172,6 +182,8 @@ class Session {
   SessionState state() const;
   // Current session id, 0 while there is none.
   std::int64_t id() const;
+  // What decided the latest loss of a session of this Session; empty if none was lost.
+  std::optional<SessionLossCause> last_loss_cause() const;
   std::chrono::milliseconds negotiated_timeout() const;
   // The lead time holders get before the earliest possible server-side expiry.
   std::chrono::milliseconds lead_time() const;

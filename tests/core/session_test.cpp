@@ -193,6 +193,7 @@ TEST(Session, DeclaresLossAtItsOwnDeadlineAndReplacesTheSession) {
   // Lost before the server could expire the session (3 s after the last proof of life).
   EXPECT_LT(noticed, 3000ms);
   EXPECT_EQ(session.metrics().losses_by_deadline, 1u);
+  EXPECT_EQ(session.last_loss_cause(), SessionLossCause::local_deadline);
   proxy.pass();
   proxy.reset();
   ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }, testenv::scaled(20s)));
@@ -204,8 +205,10 @@ TEST(Session, LoseOnDisconnectPolicyLosesAtOnce) {
   auto options = session_options(proxy.address(), 6000ms);
   options.loss_policy = LossPolicy::on_disconnect;
   Session session(options);
+  EXPECT_FALSE(session.last_loss_cause());
   proxy.reset();
   ASSERT_TRUE(eventually([&] { return session.metrics().losses_by_disconnect == 1; }));
+  EXPECT_EQ(session.last_loss_cause(), SessionLossCause::disconnect);
   ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
 }
 
@@ -217,6 +220,7 @@ TEST(Session, ServerSideExpiryIsReportedAsLoss) {
   testenv::expire_session(testenv::shared_server(), id.session_id, id.password);
   proxy.reset();
   ASSERT_TRUE(eventually([&] { return session.metrics().losses_by_expiry == 1; }));
+  EXPECT_EQ(session.last_loss_cause(), SessionLossCause::server_expiry);
   ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
   EXPECT_NE(session.id(), id.session_id);
 }

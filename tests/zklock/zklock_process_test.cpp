@@ -471,6 +471,10 @@ TEST_F(ZklockTest, BlackholedHolderStopsItsJobBeforeAnotherIsGranted) {
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
   proxy.pass();
   EXPECT_EQ(holder.wait(scaled(60s)), 75);
+  // The message says what decided the loss: the local deadline, the server was never heard.
+  EXPECT_THAT(holder.read_all(scaled(5s)),
+              HasSubstr("lost the lock on " + path_ +
+                        " (session lost: no acknowledgement through the leader before the session monitor's deadline)"));
 }
 
 TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {

@@ -52,6 +52,13 @@ std::optional<bool> HeldZkLock::node_still_ours(std::string& problem) {
   }
 }
 
+// "session lost: the ensemble expired the session", "lock node deleted", ...
+std::string HeldZkLock::describe_loss(zkr::LossReason reason) const {
+  const auto cause = session_.last_loss_cause();
+  if (reason == zkr::LossReason::session_lost && cause) return fmt::format("{}: {}", zkr::to_string(reason), zkr::to_string(*cause));
+  return std::string(zkr::to_string(reason));
+}
+
 std::chrono::milliseconds HeldZkLock::verdict_bound() const { return session_.negotiated_timeout(); }
 
 void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
@@ -64,7 +71,7 @@ void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 // itself die, the keeper (keeper.hpp) kills the tree.
 int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (const auto reason = lock.loss_reason()) {
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, zkr::to_string(*reason));
+    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason));
     return options_.lost_exit_code;
   }
 
@@ -88,7 +95,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     return error.exit_code();
   }
 
-  const Supervised outcome = supervise(*job);
+  const Supervised outcome = supervise(*job, lock);
 
   // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
   // processes it left behind, in its group or not) still works under the lock: stop it here, the
@@ -106,7 +113,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     if (!options_.quiet()) {
       const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
       say("lost the lock on {} ({}) while the job ran", options_.lock_path,
-          reason ? zkr::to_string(*reason) : "its node is gone");
+          reason ? lock.describe_loss(*reason) : "its node is gone");
     }
   }
   const int code = lost ? options_.lost_exit_code : outcome.exit_code;
@@ -118,12 +125,12 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
 
 // Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
 // then stops the job).
-Supervisor::Supervised Supervisor::supervise(JobControl& job) {
+Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLock& lock) {
   int termination_requests = 0;
   while (!job.poll()) {
     if (const auto reason = inbox_.lost()) {
       if (!options_.quiet()) {
-        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, zkr::to_string(*reason),
+        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, lock.describe_loss(*reason),
             signal_label(options_.kill_signal));
       }
       return {options_.lost_exit_code, true};

@@ -34,6 +34,8 @@ class SupervisedLock {
   virtual std::int64_t session_id() const = 0;
   // Why the lock is lost, if it is known to be.
   virtual std::optional<zkr::LossReason> loss_reason() const = 0;
+  // The reason as messages give it, with what decided it when the session knows.
+  virtual std::string describe_loss(zkr::LossReason reason) const { return std::string(zkr::to_string(reason)); }
   // Asks the ensemble whether the lock's node still stands, in our session. No value while it
   // cannot answer (then `problem` says why).
   virtual std::optional<bool> node_still_ours(std::string& problem) = 0;
@@ -76,6 +78,7 @@ class HeldZkLock final : public SupervisedLock {
   std::string node_path() const override { return held_.node_path(); }
   std::int64_t session_id() const override { return held_.session_id(); }
   std::optional<zkr::LossReason> loss_reason() const override { return held_.loss_reason(); }
+  std::string describe_loss(zkr::LossReason reason) const override;
   std::optional<bool> node_still_ours(std::string& problem) override;
   std::chrono::milliseconds verdict_bound() const override;
   void release() override { held_.release(); }
@@ -106,7 +109,7 @@ class Supervisor {
     int exit_code;
     bool lost;  // the lock was lost and the job stopped for it
   };
-  Supervised supervise(JobControl& job);
+  Supervised supervise(JobControl& job, const SupervisedLock& lock);
   bool stop_job(JobControl& job, int signal, std::chrono::milliseconds grace);
   bool wait_a_little(JobControl& job, Clock::duration step);
   bool lost_while_job_ran(SupervisedLock& lock);
