@@ -82,20 +82,58 @@ std::chrono::milliseconds SessionCore::effective_timeout() const {
   return timeout > std::chrono::milliseconds::zero() ? timeout : options_.session_timeout;
 }
 
+namespace {
+
+// The session's timing, from its timeout and the ensemble's tick (see the top of zkr/session.hpp):
+// written once here, for the session and for shortest_session_timeout().
+std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
+  return std::max(std::min(timeout / 6, tick / 2), kMinHeartbeatInterval);
+}
+
+std::chrono::milliseconds forward_lag_for(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
+  return tick / 2 + heartbeat_interval_for(timeout, tick);
+}
+
+// The most lead time a session of `timeout` can give: at least two heartbeats must fit into the
+// silence it tolerates.
+std::chrono::milliseconds lead_time_room(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
+  return timeout - forward_lag_for(timeout, tick) - 2 * heartbeat_interval_for(timeout, tick);
+}
+
+}  // namespace
+
+}  // namespace zkr::detail
+
+namespace zkr {
+
+std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lead_time,
+                                                   std::chrono::milliseconds ensemble_tick_time) {
+  // The room for lead time grows with the timeout: search the smallest timeout that has enough.
+  std::chrono::milliseconds low{1}, high{std::chrono::hours(24 * 365)};
+  while (low < high) {
+    const auto middle = low + (high - low) / 2;
+    if (detail::lead_time_room(middle, ensemble_tick_time) >= lead_time) high = middle;
+    else low = middle + std::chrono::milliseconds(1);
+  }
+  return low;
+}
+
+}  // namespace zkr
+
+namespace zkr::detail {
+
 std::chrono::milliseconds SessionCore::heartbeat_interval() const {
-  const auto timeout = effective_timeout();
-  return std::max(std::min(timeout / 6, options_.ensemble_tick_time / 2), kMinHeartbeatInterval);
+  return heartbeat_interval_for(effective_timeout(), options_.ensemble_tick_time);
 }
 
 std::chrono::milliseconds SessionCore::forward_lag() const {
-  return options_.ensemble_tick_time / 2 + heartbeat_interval();
+  return forward_lag_for(effective_timeout(), options_.ensemble_tick_time);
 }
 
 // The requested margin, clamped so that at least two heartbeats fit into the silence tolerated.
 std::chrono::milliseconds SessionCore::margin_for(std::chrono::milliseconds timeout) const {
   auto margin = options_.safety_margin > std::chrono::milliseconds::zero() ? options_.safety_margin : timeout / 4;
-  const auto room = timeout - forward_lag() - 2 * heartbeat_interval();
-  return std::max(std::min(margin, room), std::chrono::milliseconds::zero());
+  return std::max(std::min(margin, lead_time_room(timeout, options_.ensemble_tick_time)), std::chrono::milliseconds::zero());
 }
 
 std::chrono::milliseconds SessionCore::lead_time() const { return margin_for(effective_timeout()); }

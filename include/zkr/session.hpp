@@ -119,6 +119,13 @@ struct SessionOptions {
   std::optional<DigestCredentials> credentials;
 };
 
+// The shortest session timeout that can give `lead_time` (as SessionOptions::safety_margin) on an
+// ensemble of tickTime `ensemble_tick_time`: for a holder that needs a given time to stop its work
+// (zklock's --kill-after). The ensemble may still negotiate it down to its maxSessionTimeout:
+// compare Session::lead_time() once connected.
+std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lead_time,
+                                                   std::chrono::milliseconds ensemble_tick_time);
+
 struct SessionMetrics {
   std::uint64_t sessions_established = 0;  // including replacements
   std::uint64_t sessions_lost = 0;

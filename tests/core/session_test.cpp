@@ -200,6 +200,24 @@ TEST(Session, DeclaresLossAtItsOwnDeadlineAndReplacesTheSession) {
   EXPECT_NE(session.id(), first_id);  // a new session, never the old one resumed
 }
 
+// shortest_session_timeout() is what a tool asks for to get a given lead time: the session it
+// names gives exactly that lead time, and one a millisecond shorter gives less.
+TEST(Session, ShortestSessionTimeoutGivesTheLeadTimeAskedFor) {
+  EXPECT_EQ(shortest_session_timeout(6000ms, 2000ms), 10000ms);  // zklock's defaults: -k 5, 10 s
+  for (const auto [lead, tick] : {std::pair{1300ms, 2000ms}, std::pair{2500ms, 100ms}, std::pair{700ms, 500ms}}) {
+    const auto timeout = shortest_session_timeout(lead, tick);
+    for (const auto requested : {timeout, timeout - 1ms}) {
+      auto options = session_options(testenv::shared_server(), requested);
+      options.safety_margin = lead;
+      options.ensemble_tick_time = tick;
+      Session session(options);
+      ASSERT_EQ(session.negotiated_timeout(), requested);
+      if (requested == timeout) EXPECT_EQ(session.lead_time(), lead) << "timeout " << requested.count() << " ms";
+      else EXPECT_LT(session.lead_time(), lead) << "timeout " << requested.count() << " ms";
+    }
+  }
+}
+
 TEST(Session, LoseOnDisconnectPolicyLosesAtOnce) {
   testenv::Proxy proxy(testenv::shared_server());
   auto options = session_options(proxy.address(), 6000ms);

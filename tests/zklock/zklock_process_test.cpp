@@ -477,6 +477,26 @@ TEST_F(ZklockTest, BlackholedHolderStopsItsJobBeforeAnotherIsGranted) {
                         " (session lost: no acknowledgement through the leader before the session monitor's deadline)"));
 }
 
+// The session timeout asked for leaves the lead time that --kill-after needs; when the ensemble
+// cannot grant it (its maxSessionTimeout, 60 s here), zklock refuses before queueing instead of
+// running a job that could outlive its lock.
+TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
+  const Outcome fitted = run_to_end({zklock_binary, "--zk", servers_, "-v", "--tick-time", "2", "--session-timeout",
+                                     "2", "-k", "0.3", path_, "-c", "echo job-ran"});
+  EXPECT_EQ(fitted.exit_code, 0) << fitted.output;
+  EXPECT_THAT(fitted.output, HasSubstr("asking for a session timeout of 4.595s"));
+  EXPECT_THAT(fitted.output, HasSubstr("negotiated timeout 4.595s, lead time 1.3s"));
+  EXPECT_THAT(fitted.output, HasSubstr("job-ran"));
+
+  const Outcome refused =
+      run_to_end({zklock_binary, "--zk", servers_, "--tick-time", "2", "-k", "70", path_, "-c", "echo job-ran"});
+  EXPECT_EQ(refused.exit_code, 64) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--kill-after 70s needs a lead time of 71s, so a session timeout of at least "
+                                        "75s (with --tick-time 2s); the ensemble granted 60s"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  EXPECT_LE(contender_count(), 0);
+}
+
 TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
   zkr::testenv::Proxy proxy(servers_);
   std::vector<std::string> argv = {
@@ -828,7 +848,7 @@ TEST_F(ZklockTest, AclRefusalExits77AndCredentialsFromAFileWork) {
 
   const Outcome refused = run_to_end(zklock({path_, "echo", "ran"}));
   EXPECT_EQ(refused.exit_code, 77) << refused.output;
-  EXPECT_THAT(refused.output, Not(HasSubstr("ran")));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
 
   const auto credentials = dir.file("credentials");
   std::ofstream(credentials) << "owner:secret\n";
@@ -836,17 +856,6 @@ TEST_F(ZklockTest, AclRefusalExits77AndCredentialsFromAFileWork) {
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
   EXPECT_THAT(allowed.output, HasSubstr("ran"));
   EXPECT_THAT(allowed.output, Not(HasSubstr("secret")));
-}
-
-TEST_F(ZklockTest, WarnsWhenTheGraceDoesNotFitTheLeadTime) {
-  const Outcome outcome = run_to_end({zklock_binary, "--zk", servers_, "--session-timeout", "2", "--kill-after",
-                                      "5", path_, "true"});
-  EXPECT_EQ(outcome.exit_code, 0);
-  EXPECT_THAT(outcome.output, HasSubstr("warning"));
-  EXPECT_THAT(outcome.output, HasSubstr("--kill-after 5s"));
-  const Outcome quiet = run_to_end({zklock_binary, "-q", "--zk", servers_, "--session-timeout", "2",
-                                    "--kill-after", "5", path_, "true"});
-  EXPECT_EQ(quiet.output, "");
 }
 
 TEST_F(ZklockTest, VerboseReportsTokenAndSession) {
@@ -967,7 +976,7 @@ TEST_F(ZklockTest, ChildNamedAlmostLikeAContenderIsNoHolder) {
   const Outcome refused = run_to_end(zklock({path_ + "/lock-0000000000", "echo", "ran"}));
   EXPECT_EQ(refused.exit_code, 64) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("contender"));
-  EXPECT_THAT(refused.output, Not(HasSubstr("ran")));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
 }
 
 // The server refuses these paths (ZBADARGUMENTS); zklock refuses them first, as usage errors

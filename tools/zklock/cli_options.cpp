@@ -408,8 +408,9 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
   -x, --exclusive               take the write side of a read/write lock; without -s or -x
                                 zklock takes a plain exclusive lock, which also excludes
                                 readers and writers
-      --session-timeout SECS    requested session timeout (default 10); the server may
-                                negotiate another, which is the one used
+      --session-timeout SECS    requested session timeout (default 10), raised if needed to
+                                give the lead time --kill-after needs; the server may
+                                negotiate another: if it leaves too little, zklock refuses (64)
       --connect-timeout SECS    how long to try to reach the ensemble (default 15)
       --tick-time SECS          the servers' tickTime (default: $ZKLOCK_TICK_TIME, else 2);
                                 the loss is declared early enough for a follower that tells

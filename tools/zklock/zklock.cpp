@@ -73,7 +73,8 @@ class Zklock {
  private:
   zkr::SessionOptions session_options() const;
   void connect();
-  void check_lead_time() const;
+  std::chrono::milliseconds lead_time_needed() const;
+  void require_lead_time() const;
   zkr::HeldLock acquire();
   [[noreturn]] void fail(std::error_code error, const std::string& message) const;
   std::string job_description() const;
@@ -103,8 +104,13 @@ zkr::SessionOptions Zklock::session_options() const {
   session.connect_timeout = options_.connect_timeout;
   session.ensemble_tick_time = options_.tick_time;
   // Lost must be declared early enough for the job to be stopped (stop signal, grace, SIGKILL)
-  // before the server could expire the session and grant the lock elsewhere.
-  session.safety_margin = options_.kill_after + 1s;
+  // before the server could expire the session and grant the lock elsewhere: the session timeout
+  // asked for is long enough for that lead time (require_lead_time() checks what was granted).
+  session.safety_margin = lead_time_needed();
+  if (options_.mode == Mode::run) {
+    session.session_timeout =
+        std::max(options_.session_timeout, zkr::shortest_session_timeout(session.safety_margin, options_.tick_time));
+  }
   if (options_.auth_file) {
     try {
       session.credentials = zkr::DigestCredentials::from_file(*options_.auth_file);
@@ -127,7 +133,14 @@ void Zklock::connect() {
     std::exception_ptr error;
   };
   auto attempt = std::make_shared<Attempt>();
-  std::thread connector([attempt, inbox = inbox_, session_options = session_options()] {
+  const zkr::SessionOptions requested = session_options();
+  if (options_.verbose() && requested.session_timeout > options_.session_timeout) {
+    say("asking for a session timeout of {}: --session-timeout {} leaves less than the {} of lead time "
+        "that --kill-after {} needs",
+        format_duration(requested.session_timeout), format_duration(options_.session_timeout),
+        format_duration(lead_time_needed()), format_duration(options_.kill_after));
+  }
+  std::thread connector([attempt, inbox = inbox_, session_options = requested] {
     std::unique_ptr<zkr::Session> session;
     std::exception_ptr error;
     try {
@@ -189,19 +202,23 @@ void Zklock::connect() {
   }
 }
 
-// The session clamps the safety margin so that two heartbeats still fit into the silence it
-// tolerates (SessionOptions::safety_margin): with a short session timeout or a long --kill-after,
-// the lead time may be shorter than stopping the job takes, and the user should know.
-void Zklock::check_lead_time() const {
-  const auto needed = options_.kill_after + 1s;
+// Stopping the job takes up to --kill-after, and 1 s more for zklock to see it gone.
+std::chrono::milliseconds Zklock::lead_time_needed() const { return options_.kill_after + 1s; }
+
+// session_options() asked for a session timeout long enough for the lead time the job needs; the
+// ensemble may have negotiated it down (to its maxSessionTimeout). Then the job could outlive the
+// lock: refuse before queueing rather than warn and run.
+void Zklock::require_lead_time() const {
+  const auto needed = lead_time_needed();
   const auto lead_time = session_->lead_time();
-  if (lead_time < needed && !options_.quiet()) {
-    say("warning: --kill-after {} plus 1s for stopping the job exceeds the lead time of {} that the "
-        "session gives (negotiated session timeout {}); the job might outlive the lock: raise "
-        "--session-timeout, lower --kill-after, or give the servers' --tick-time if it is below 2s",
-        format_duration(options_.kill_after), format_duration(lead_time),
-        format_duration(session_->negotiated_timeout()));
-  }
+  if (lead_time >= needed) return;
+  say("--kill-after {} needs a lead time of {}, so a session timeout of at least {} (with --tick-time {}); "
+      "the ensemble granted {} (its maxSessionTimeout?), a lead time of {}: lower --kill-after or raise "
+      "maxSessionTimeout on the servers",
+      format_duration(options_.kill_after), format_duration(needed),
+      format_duration(zkr::shortest_session_timeout(needed, options_.tick_time)), format_duration(options_.tick_time),
+      format_duration(session_->negotiated_timeout()), format_duration(lead_time));
+  throw ExitRequest{exit_code::usage};
 }
 
 std::string Zklock::job_description() const {
@@ -300,7 +317,7 @@ zkr::HeldLock Zklock::acquire() {
 
 int Zklock::run() {
   connect();
-  check_lead_time();
+  require_lead_time();
   // Declared before the supervisor's job, so destroyed (released) after it.
   zkr::HeldLock held = acquire();
   HeldZkLock lock(held, *session_, options_.lock_path, inbox_);
