@@ -123,6 +123,20 @@ TEST(ZklockOptions, ListMode) {
   EXPECT_THAT(usage_error({"--json", "/a", "true"}), HasSubstr("--json"));
 }
 
+TEST(ZklockOptions, SlotsTakeASemaphore) {
+  const CliOptions options = parse({"-N", "3", "/jobs/x", "true"});
+  EXPECT_EQ(options.kind, LockKind::semaphore);
+  EXPECT_EQ(options.slots, 3);
+  EXPECT_EQ(parse({"--slots", "1", "/jobs/x", "true"}).slots, 1);
+  EXPECT_EQ(parse({"/jobs/x", "true"}).kind, LockKind::mutex);
+  for (const char* bad : {"0", "-1", "10001", "2x", ""}) {
+    EXPECT_THAT(usage_error({"--slots", bad, "/jobs/x", "true"}),
+                HasSubstr(std::string("invalid value '") + bad + "' for --slots: expected a number of slots from 1 to 10000"));
+  }
+  EXPECT_THAT(usage_error({"-N", "2", "-s", "/jobs/x", "true"}), HasSubstr("-N/--slots and -s/-x exclude each other"));
+  EXPECT_THAT(usage_error({"-N", "2", "--list", "/jobs/x"}), HasSubstr("drop --slots"));
+}
+
 TEST(ZklockOptions, NestedRunOnTheParentsLockIsRefused) {
   const CliOptions nested = parse({"--zk", "z1:2181/app", "/jobs/x", "true"});
   const auto refusal = nested_on_parents_lock(nested, "/jobs/x", "z1:2181/app");
@@ -206,7 +220,7 @@ TEST(ZklockOptions, HelpMentionsEveryOption) {
   for (const char* option :
        {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
         "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
-        "--owner", "--auth-file", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
+        "--owner", "--auth-file", "--slots", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
         "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "70", "77",
         "126", "127"}) {
     EXPECT_THAT(help, HasSubstr(option));

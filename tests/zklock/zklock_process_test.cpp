@@ -24,6 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <zkr/fence.hpp>
+#include <zkr/semaphore.hpp>
+#include <zkr/session.hpp>
 
 #include "testenv.hpp"
 
@@ -288,6 +290,53 @@ TEST_F(ZklockTest, ConflictWithNonblockAndTimeout) {
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(scaled(30s)), 128 + SIGTERM);
   EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
+}
+
+// -N 2: two jobs run at once, each with its own token; a third waits for a slot (or, with -n,
+// names the holders); the path records 2, so another N or a plain lock is refused; --list reads
+// the slots from the path; the library's Semaphore shares the slots.
+TEST_F(ZklockTest, SlotsRunUpToNJobsAtOnce) {
+  std::string first_line, second_line;
+  auto first = start_holder({"-N", "2", "--owner", "slot-one"}, &first_line);
+  auto second = start_holder({"-N", "2", "--owner", "slot-two"}, &second_line);
+  EXPECT_NE(number_after(first_line, "held "), number_after(second_line, "held "));
+
+  const Outcome full = run_to_end(zklock({"-N", "2", "-n", path_, "echo", "job-ran"}));
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_THAT(full.output, HasSubstr("all 2 slots of " + path_ + " are taken, held by session 0x"));
+  EXPECT_THAT(full.output, HasSubstr("\"slot-one\""));
+  EXPECT_THAT(full.output, HasSubstr("\"slot-two\""));
+  EXPECT_THAT(full.output, Not(HasSubstr("job-ran")));
+
+  const Outcome other_n = run_to_end(zklock({"-N", "3", "-n", path_, "echo", "job-ran"}));
+  EXPECT_EQ(other_n.exit_code, 64) << other_n.output;
+  EXPECT_THAT(other_n.output, HasSubstr("the path is a semaphore of 2 slots, not 3: every participant must give --slots 2"));
+  const Outcome plain = run_to_end(zklock({"-n", path_, "echo", "job-ran"}));
+  EXPECT_EQ(plain.exit_code, 64) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("the path is a semaphore of 2 slots: take one with --slots 2"));
+
+  EXPECT_THAT(list().output, HasSubstr(path_ + ": 2 holders, 0 waiters (a semaphore of 2 slots)"));
+  EXPECT_THAT(list({"--json"}).output, HasSubstr(R"("exists":true,"slots":2,"contenders":)"));
+  {
+    zkr::SessionOptions options;
+    options.servers = servers_;
+    zkr::Session session(options);
+    zkr::Semaphore library(session, path_, 2);
+    EXPECT_FALSE(library.try_acquire()) << "the library saw a free slot beside two zklock jobs";
+  }
+
+  Process waiter(zklock({"-N", "2", "-w", scaled_seconds(30s), path_, "-c", "echo \"waiter $ZKLOCK_FENCING_TOKEN\""}),
+                 merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 3; }, 30s));
+  first->signal(SIGTERM);
+  EXPECT_EQ(first->wait(scaled(30s)), 128 + SIGTERM);
+  auto waited = waiter.wait_for_line("waiter ", scaled(30s));
+  ASSERT_TRUE(waited) << "the waiter never got the free slot";
+  EXPECT_GT(number_after(*waited, "waiter "), number_after(second_line, "held "));
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  second->signal(SIGTERM);
+  EXPECT_EQ(second->wait(scaled(30s)), 128 + SIGTERM);
+  EXPECT_LE(contender_count(), 0);
 }
 
 TEST_F(ZklockTest, LockIsFreedWhenTheJobEnds) {

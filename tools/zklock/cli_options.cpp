@@ -30,6 +30,7 @@ po::options_description option_table() {
       ("conflict-exit-code,E", text())
       ("shared,s", po::bool_switch())
       ("exclusive,x", po::bool_switch())
+      ("slots,N", text())
       ("session-timeout", text())
       ("connect-timeout", text())
       ("tick-time", text())
@@ -264,9 +265,23 @@ void read_ensemble(const GivenOptions& given, const char* env_servers, CliOption
   if (options.servers.empty()) throw UsageError("invalid value '' for --zk: expected HOST:PORT[,...][/chroot]");
 }
 
+// A semaphore's slot count: as many as a path's children can sensibly hold.
+constexpr int max_slots = 10'000;
+
 void read_lock_kind_and_verbosity(const GivenOptions& given, CliOptions& options) {
   if (given.flag("shared") && given.flag("exclusive")) throw UsageError("-s and -x exclude each other");
   options.kind = given.flag("shared") ? LockKind::read : given.flag("exclusive") ? LockKind::write : LockKind::mutex;
+  if (auto value = given.text("slots")) {
+    if (options.kind != LockKind::mutex) throw UsageError("-N/--slots and -s/-x exclude each other");
+    int slots = 0;
+    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), slots);
+    if (value->empty() || error != std::errc{} || end != value->data() + value->size() || slots < 1 || slots > max_slots) {
+      throw UsageError(fmt::format("invalid value '{}' for --slots: expected a number of slots from 1 to {}", *value,
+                                   max_slots));
+    }
+    options.kind = LockKind::semaphore;
+    options.slots = slots;
+  }
   if (given.flag("verbose") && given.flag("quiet")) throw UsageError("-v and -q exclude each other");
   options.verbosity = given.flag("verbose") ? Verbosity::verbose
                       : given.flag("quiet") ? Verbosity::quiet
@@ -320,6 +335,7 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     options.mode = Mode::list;
     options.lock_path = *list_path;
     if (!rest.empty()) throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
+    if (options.kind == LockKind::semaphore) throw UsageError("--list reads a semaphore's slots from the path: drop --slots");
     return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
@@ -408,6 +424,8 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
   -x, --exclusive               take the write side of a read/write lock; without -s or -x
                                 zklock takes a plain exclusive lock, which also excludes
                                 readers and writers
+  -N, --slots N                 take one of N slots of a semaphore: up to N jobs run at once
+                                (the library's Semaphore; every participant must give the same N)
       --session-timeout SECS    requested session timeout (default 10), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)

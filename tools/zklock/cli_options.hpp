@@ -13,8 +13,9 @@ namespace zklock {
 
 enum class Mode { run, list, help, version };
 // mutex: zkr::Lock, whose node names Curator's mutex and kazoo (with extra_lock_patterns) share.
-// read / write: the two sides of zkr::ReadWriteLock (-s / -x).
-enum class LockKind { mutex, read, write };
+// read / write: the two sides of zkr::ReadWriteLock (-s / -x). semaphore: a slot of zkr::Semaphore
+// (-N).
+enum class LockKind { mutex, read, write, semaphore };
 enum class Verbosity { quiet, normal, verbose };
 
 struct CliOptions {
@@ -30,6 +31,7 @@ struct CliOptions {
   std::optional<std::chrono::nanoseconds> wait_timeout;
   int conflict_exit_code = 1;
   LockKind kind = LockKind::mutex;
+  int slots = 0;  // LockKind::semaphore: how many jobs may hold at once
 
   std::chrono::milliseconds session_timeout{10'000};
   std::chrono::milliseconds connect_timeout{15'000};

@@ -131,11 +131,17 @@ std::string json_string(std::string_view text) {
 
 namespace {
 
-std::string contenders_table(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders) {
+std::string slots_note(std::optional<int> slots) {
+  return slots ? fmt::format(" (a semaphore of {} slot{})", *slots, *slots == 1 ? "" : "s") : std::string();
+}
+
+std::string contenders_table(std::string_view path, const std::vector<zkr::ContenderInfo>& contenders,
+                             std::optional<int> slots) {
   std::size_t holders = 0;
   for (const auto& contender : contenders) holders += contender.holds ? 1 : 0;
-  std::string out = fmt::format("{}: {} holder{}, {} waiter{}\n", path, holders, holders == 1 ? "" : "s",
-                                contenders.size() - holders, contenders.size() - holders == 1 ? "" : "s");
+  std::string out = fmt::format("{}: {} holder{}, {} waiter{}{}\n", path, holders, holders == 1 ? "" : "s",
+                                contenders.size() - holders, contenders.size() - holders == 1 ? "" : "s",
+                                slots_note(slots));
   const char* row = "{:<7} {:<9} {:<9} {:>12} {:<20} {:<24} {:<24} {}\n";
   out += fmt::format(fmt::runtime(row), "STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE");
   for (const auto& contender : contenders) {
@@ -149,15 +155,16 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
 
 }  // namespace
 
-std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot) {
+std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
+                                std::optional<int> slots) {
   if (!listing.exists) {
     if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
     return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
   }
   const auto& contenders = listing.contenders;
   std::string out;
-  if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters)\n", path);
-  else out = contenders_table(path, contenders);
+  if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
+  else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
   return out;
 }
@@ -175,9 +182,10 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
   return text.empty() ? "someone who has let go since" : text;
 }
 
-std::string format_listing_json(std::string_view path, const zkr::PathListing& listing) {
-  std::string out = fmt::format("{{\"path\":{},\"exists\":{},\"contenders\":[", json_string(path),
-                                listing.exists ? "true" : "false");
+std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots) {
+  std::string out = fmt::format("{{\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
+                                listing.exists ? "true" : "false",
+                                slots ? fmt::format("\"slots\":{},", *slots) : std::string());
   bool first = true;
   for (const auto& contender : listing.contenders) {
     if (!first) out += ',';

@@ -30,6 +30,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 #include <zkr/rwlock.hpp>
+#include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
 #include "cli_options.hpp"
@@ -68,6 +69,8 @@ class Zklock {
 
   int list();
   std::string current_holders();
+  std::string kind_description() const;
+  std::string limit_mismatch();
   int run();
 
  private:
@@ -88,6 +91,7 @@ class Zklock {
   // One of these, alive as long as the session.
   std::optional<zkr::Lock> mutex_;
   std::optional<zkr::ReadWriteLock> read_write_;
+  std::optional<zkr::Semaphore> semaphore_;
 };
 
 // The single place that prints a library failure and turns it into an exit code.
@@ -239,26 +243,40 @@ zkr::HeldLock Zklock::acquire() {
   }
   if (options_.auth_file) lock_options.acl = zkr::NodeAcl::creator_all_world_read;
 
-  zkr::Lock* lock = nullptr;
+  // Every kind acquires the same way (Lock::async_acquire and Semaphore::async_acquire agree).
+  std::function<void(std::chrono::nanoseconds, zkr::AcquireHandler, std::stop_token)> async_acquire;
   try {
-    if (options_.kind == LockKind::mutex) {
-      lock = &mutex_.emplace(*session_, options_.lock_path, lock_options);
-    } else {
-      read_write_.emplace(*session_, options_.lock_path, lock_options);
-      lock = options_.kind == LockKind::read ? &read_write_->read_lock() : &read_write_->write_lock();
+    switch (options_.kind) {
+      case LockKind::mutex: {
+        zkr::Lock& lock = mutex_.emplace(*session_, options_.lock_path, lock_options);
+        async_acquire = [&lock](auto timeout, auto handler, auto stop) { lock.async_acquire(timeout, std::move(handler), stop); };
+        break;
+      }
+      case LockKind::read:
+      case LockKind::write: {
+        read_write_.emplace(*session_, options_.lock_path, lock_options);
+        zkr::Lock& lock = options_.kind == LockKind::read ? read_write_->read_lock() : read_write_->write_lock();
+        async_acquire = [&lock](auto timeout, auto handler, auto stop) { lock.async_acquire(timeout, std::move(handler), stop); };
+        break;
+      }
+      case LockKind::semaphore: {
+        zkr::Semaphore& semaphore = semaphore_.emplace(*session_, options_.lock_path, options_.slots,
+                                                       zkr::SemaphoreOptions{lock_options.owner_data, lock_options.acl});
+        async_acquire = [&semaphore](auto timeout, auto handler, auto stop) {
+          semaphore.async_acquire(timeout, std::move(handler), stop);
+        };
+        break;
+      }
     }
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("invalid lock path '{}': {}", options_.lock_path, error.what()));
   }
 
-  if (options_.verbose()) {
-    say("acquiring {}{}", options_.lock_path,
-        options_.kind == LockKind::read ? " (read)" : options_.kind == LockKind::write ? " (write)" : "");
-  }
+  if (options_.verbose()) say("acquiring {}{}", options_.lock_path, kind_description());
   const auto started = Clock::now();
   std::stop_source cancel;
   const std::chrono::nanoseconds timeout = options_.wait_timeout.value_or(std::chrono::nanoseconds(-1));
-  lock->async_acquire(
+  async_acquire(
       timeout,
       [inbox = inbox_](std::error_code error, zkr::HeldLock held) {
         inbox->post_acquired(error, std::move(held));
@@ -292,6 +310,10 @@ zkr::HeldLock Zklock::acquire() {
     throw ExitRequest{exit_code::signal_base + *interrupted_by};
   }
   if (outcome->error == zkr::errc::would_block) {
+    if (options_.kind == LockKind::semaphore) {
+      fail(outcome->error, fmt::format("all {} slots of {} are taken, held by {}", options_.slots, options_.lock_path,
+                                       current_holders()));
+    }
     fail(outcome->error, fmt::format("{} is held by {}", options_.lock_path, current_holders()));
   }
   if (outcome->error == zkr::errc::timed_out) {
@@ -302,6 +324,9 @@ zkr::HeldLock Zklock::acquire() {
   if (outcome->error == zkr::zk_errc::no_auth || outcome->error == zkr::zk_errc::invalid_acl) {
     fail(outcome->error, fmt::format("not allowed to lock {}: the ACL refuses us ({})", options_.lock_path,
                                      outcome->error.message()));
+  }
+  if (outcome->error == zkr::errc::limit_mismatch) {
+    fail(outcome->error, fmt::format("cannot lock {}{}: {}", options_.lock_path, kind_description(), limit_mismatch()));
   }
   if (outcome->error) {
     fail(outcome->error, fmt::format("cannot lock {}: {}", options_.lock_path, outcome->error.message()));
@@ -331,11 +356,39 @@ int Zklock::run() {
   return code;
 }
 
+// " (read)", " (write)", " (one of 3 slots)", or nothing for a plain lock.
+std::string Zklock::kind_description() const {
+  switch (options_.kind) {
+    case LockKind::mutex: return {};
+    case LockKind::read: return " (read)";
+    case LockKind::write: return " (write)";
+    case LockKind::semaphore: return fmt::format(" (one of {} slots)", options_.slots);
+  }
+  return {};
+}
+
+// Why the path refused this kind of lock: what the path records, and what to pass instead.
+std::string Zklock::limit_mismatch() {
+  std::optional<int> recorded;
+  try {
+    recorded = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+  } catch (const zkr::Error&) {
+    // The generic message below still says what is wrong.
+  }
+  if (!recorded) return "the path belongs to another recipe or records another limit";
+  if (options_.kind == LockKind::semaphore) {
+    return fmt::format("the path is a semaphore of {} slots, not {}: every participant must give --slots {}", *recorded,
+                       options_.slots, *recorded);
+  }
+  return fmt::format("the path is a semaphore of {} slots: take one with --slots {}", *recorded, *recorded);
+}
+
 // For a conflict message only: one more listing, and never an error of its own.
 std::string Zklock::current_holders() {
   if (options_.quiet()) return {};  // the message is not printed
   try {
-    return describe_holders(zkr::list_contenders(*session_, options_.lock_path));
+    const int max_holders = options_.kind == LockKind::semaphore ? options_.slots : 1;
+    return describe_holders(zkr::list_contenders(*session_, options_.lock_path, max_holders));
   } catch (const zkr::Error& error) {
     return fmt::format("someone else (who could not be listed: {})", error.what());
   }
@@ -344,16 +397,19 @@ std::string Zklock::current_holders() {
 int Zklock::list() {
   connect();
   zkr::PathListing listing;
+  std::optional<int> slots;
   try {
-    listing = zkr::list_lock_path(*session_, options_.lock_path);
+    // A semaphore's path records its slots: its first N contenders hold, not only the first.
+    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    listing = zkr::list_lock_path(*session_, options_.lock_path, slots.value_or(1));
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
-  const std::string report = options_.json
-                                 ? format_listing_json(options_.lock_path, listing)
-                                 : format_listing_text(options_.lock_path, listing, servers ? servers->chroot : "");
+  const std::string report =
+      options_.json ? format_listing_json(options_.lock_path, listing, slots)
+                    : format_listing_text(options_.lock_path, listing, servers ? servers->chroot : "", slots);
   std::fwrite(report.data(), 1, report.size(), stdout);
   std::fflush(stdout);
   session_->close();
