@@ -142,4 +142,48 @@ PathListing list_lock_path(Session& session, std::string_view path, int max_hold
   return detail::list_path(detail::Internals::core(session), std::string(path), max_holders);
 }
 
+bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder) {
+  const auto core = detail::Internals::core(session);
+  if (auto problem = path_problem(path); !problem.empty())
+    throw Error(make_error_code(errc::invalid_path), "break the holder of", path, problem);
+  if (holder.node.find('/') != std::string::npos || !parse_contender_name(holder.node))
+    throw Error(make_error_code(errc::invalid_argument), "break the holder of", path,
+                fmt::format("'{}' is not a contender node's name", holder.node));
+  const std::string node = std::string(path) + "/" + holder.node;
+  const auto wait = core->options().connect_timeout;
+  if (!core->wait_connected(wait))
+    throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout), "break the holder of",
+                path);
+  // Only the node that holds this token: a node of the same name created since (its parent was
+  // reaped and made again) is another grant's. Between the read and the delete nothing but its
+  // owner's own rewrite can happen to it, so the delete is not version-checked.
+  auto done = std::make_shared<std::promise<std::pair<std::error_code, bool>>>();
+  auto future = done->get_future();
+  {
+    std::lock_guard lock(core->mutex());
+    const std::uint64_t generation = core->generation_locked();
+    std::weak_ptr<detail::SessionCore> weak_core = core;
+    core->get_data(generation, node, [done, weak_core, generation, node, token = holder.token](int rc, std::string, detail::NodeStat stat) {
+      if (rc == detail::kNoNode || (rc == detail::kOk && FencingToken(stat.czxid) != token))
+        return done->set_value({{}, false});
+      if (rc != detail::kOk) return done->set_value({zookeeper_error(rc), false});
+      auto session_core = weak_core.lock();
+      if (!session_core) return done->set_value({make_error_code(errc::session_closed), false});
+      std::lock_guard session_lock(session_core->mutex());
+      session_core->remove(generation, node, -1, [done](int remove_rc) {
+        if (remove_rc == detail::kOk) return done->set_value({{}, true});
+        if (remove_rc == detail::kNoNode) return done->set_value({{}, false});
+        done->set_value({zookeeper_error(remove_rc), false});
+      });
+    });
+  }
+  if (future.wait_for(wait) != std::future_status::ready)
+    throw Error(make_error_code(errc::timed_out), "break the holder of", path);
+  const auto [error, deleted] = future.get();
+  if (error) throw Error(error, "break the holder of", path);
+  if (deleted) detail::log(LogLevel::warning, "broke {}: deleted {} (token {}, session {})", path, holder.node,
+                   holder.token.value(), session_id_text(holder.session_id));
+  return deleted;
+}
+
 }  // namespace zkr

@@ -289,6 +289,42 @@ TEST_F(LockTest, AnOperatorDeletingTheNodeIsReportedAsLoss) {
   EXPECT_EQ(held.loss_reason(), LossReason::node_deleted);
 }
 
+// break_holder() is that operator: it deletes the holder's node (the holder is told node_deleted
+// and a waiter is granted with a larger token), once only, and never a node it was not shown.
+TEST_F(LockTest, BreakHolderDeletesTheHoldersNodeOnce) {
+  Session holder_session(session_options(servers)), operator_session(session_options(servers));
+  Lock lock(holder_session, path);
+  HeldLock held = lock.acquire();
+  Lock waiting(operator_session, path);
+  auto waiter = std::async(std::launch::async, [&] { return waiting.acquire(); });
+  ASSERT_TRUE(eventually([&] { return list_contenders(operator_session, path).size() == 2; }));
+
+  const auto contenders = list_contenders(operator_session, path);
+  ASSERT_TRUE(contenders.front().holds);
+  ContenderInfo stale = contenders.front();
+  stale.token = FencingToken(stale.token.value() + 1);  // the same name, another grant's token
+  EXPECT_FALSE(break_holder(operator_session, path, stale));
+  EXPECT_FALSE(held.lost());
+
+  EXPECT_TRUE(break_holder(operator_session, path, contenders.front()));
+  ASSERT_TRUE(eventually([&] { return held.lost(); }));
+  EXPECT_EQ(held.loss_reason(), LossReason::node_deleted);
+  ASSERT_EQ(waiter.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  HeldLock next = waiter.get();
+  EXPECT_GT(next.token(), held.token());
+  EXPECT_FALSE(break_holder(operator_session, path, contenders.front()));  // gone already
+
+  ContenderInfo not_a_contender = contenders.front();
+  not_a_contender.node = "config";
+  try {
+    break_holder(operator_session, path, not_a_contender);
+    ADD_FAILURE() << "deleted a node that is not a contender's";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(error.what()).find("'config' is not a contender node's name"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace zkr::test
 

@@ -137,6 +137,18 @@ TEST(ZklockOptions, SlotsTakeASemaphore) {
   EXPECT_THAT(usage_error({"-N", "2", "--list", "/jobs/x"}), HasSubstr("drop --slots"));
 }
 
+TEST(ZklockOptions, BreakTakesAPathAndOptionallyANode) {
+  const CliOptions options = parse({"--break", "/jobs/x", "--node", "_c_a-lock-0000000001", "--force"});
+  EXPECT_EQ(options.mode, Mode::break_lock);
+  EXPECT_EQ(options.lock_path, "/jobs/x");
+  EXPECT_EQ(options.break_node, "_c_a-lock-0000000001");
+  EXPECT_TRUE(options.force);
+  EXPECT_FALSE(parse({"--break", "/jobs/x"}).force);
+  EXPECT_THAT(usage_error({"--force", "/jobs/x", "true"}), HasSubstr("--node and --force apply only to --break"));
+  EXPECT_THAT(usage_error({"--break", "/jobs/x", "true"}), HasSubstr("--break takes no command"));
+  EXPECT_THAT(usage_error({"--break", "/jobs/x", "--list", "/jobs/y"}), HasSubstr("--list and --break exclude each other"));
+}
+
 TEST(ZklockOptions, NestedRunOnTheParentsLockIsRefused) {
   const CliOptions nested = parse({"--zk", "z1:2181/app", "/jobs/x", "true"});
   const auto refusal = nested_on_parents_lock(nested, "/jobs/x", "z1:2181/app");
@@ -220,7 +232,7 @@ TEST(ZklockOptions, HelpMentionsEveryOption) {
   for (const char* option :
        {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
         "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
-        "--owner", "--auth-file", "--slots", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
+        "--owner", "--auth-file", "--slots", "--break", "--node", "--force", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
         "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "70", "77",
         "126", "127"}) {
     EXPECT_THAT(help, HasSubstr(option));

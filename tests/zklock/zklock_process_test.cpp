@@ -157,6 +157,8 @@ class ZklockTest : public ::testing::Test {
     return holder;
   }
 
+  Outcome list_of(const std::string& path) const { return run_to_end(zklock({"--list", path, "--json"})); }
+
   Outcome list(std::vector<std::string> extra = {}) const {
     std::vector<std::string> argv = {"--list", path_};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -337,6 +339,66 @@ TEST_F(ZklockTest, SlotsRunUpToNJobsAtOnce) {
   second->signal(SIGTERM);
   EXPECT_EQ(second->wait(scaled(30s)), 128 + SIGTERM);
   EXPECT_LE(contender_count(), 0);
+}
+
+// An operator breaks a stuck lock: asked first (no terminal, no --force: refused), then the
+// holder's node goes, its zklock stops the job and exits 75; nothing left to break afterwards.
+// With several holders (a semaphore), --node says which.
+TEST_F(ZklockTest, BreakDeletesTheHoldersNodeAndItsJobStops) {
+  auto holder = start_holder({"--owner", "stuck-job"});
+  const Outcome unconfirmed = run_to_end(zklock({"--break", path_}));
+  EXPECT_EQ(unconfirmed.exit_code, 64) << unconfirmed.output;
+  EXPECT_THAT(unconfirmed.output, HasSubstr("standard input is not a terminal: add --force"));
+  EXPECT_EQ(contender_count(), 1);
+
+  const Outcome broken = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(broken.exit_code, 0) << broken.output;
+  EXPECT_THAT(broken.output, HasSubstr("broke " + path_ + ": deleted the node _c_"));
+  EXPECT_THAT(broken.output, HasSubstr("(owner \"stuck-job\""));
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
+  EXPECT_THAT(holder->read_all(scaled(5s)), HasSubstr("lost the lock on " + path_ + " (lock node deleted)"));
+  const Outcome nothing = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.output;
+  EXPECT_THAT(nothing.output, HasSubstr("no holder, nothing to break"));
+
+  const std::string semaphore_path = path_ + "-slots";
+  Process first(zklock({"-N", "2", semaphore_path, "-c", "echo held; exec sleep 600"}), merged_output());
+  Process second(zklock({"-N", "2", semaphore_path, "-c", "echo held; exec sleep 600"}), merged_output());
+  ASSERT_TRUE(first.wait_for_line("held", scaled(30s)));
+  ASSERT_TRUE(second.wait_for_line("held", scaled(30s)));
+  const Outcome which = run_to_end(zklock({"--break", semaphore_path, "--force"}));
+  EXPECT_EQ(which.exit_code, 64) << which.output;
+  EXPECT_THAT(which.output, HasSubstr("has 2 holders: give --node NAME to break one of them"));
+  const Outcome listing = list_of(semaphore_path);
+  const auto at = listing.output.find("\"node\":\"");
+  ASSERT_NE(at, std::string::npos) << listing.output;
+  const std::string node = listing.output.substr(at + 8, listing.output.find('"', at + 8) - (at + 8));
+  const Outcome one = run_to_end(zklock({"--break", semaphore_path, "--node", node, "--force"}));
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(contender_count(semaphore_path), 1);
+  EXPECT_TRUE(first.wait(scaled(30s)) == 75 || second.wait(scaled(30s)) == 75);
+  first.signal(SIGTERM);
+  second.signal(SIGTERM);
+  first.wait(scaled(30s));
+  second.wait(scaled(30s));
+}
+
+// On a terminal, --break asks; only "y" breaks.
+TEST_F(ZklockTest, BreakAsksOnATerminal) {
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "needs script(1) for a pseudo-terminal";
+  auto holder = start_holder();
+  for (const std::string answer : {"n", "y"}) {
+    std::string inner;
+    for (const std::string& arg : zklock({"--break", path_})) inner += "'" + arg + "' ";
+    Process::Options options = merged_output();
+    options.pipe_stdin = true;
+    Process terminal({"/usr/bin/script", "-qec", inner, "/dev/null"}, options);
+    terminal.write_stdin(answer + "\n");  // typed ahead: the terminal keeps it until zklock asks
+    EXPECT_THAT(terminal.read_all(scaled(30s)), ::testing::ContainsRegex("delete the node _c_.* of session 0x.*, token [0-9]+\\? \\[y/N\\]"));
+    EXPECT_EQ(terminal.wait(scaled(30s)), answer == "y" ? 0 : 1);
+    EXPECT_EQ(contender_count(), answer == "y" ? 0 : 1);
+  }
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
 }
 
 TEST_F(ZklockTest, LockIsFreedWhenTheJobEnds) {

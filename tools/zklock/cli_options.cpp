@@ -42,6 +42,9 @@ po::options_description option_table() {
       ("verbose,v", po::bool_switch())
       ("quiet,q", po::bool_switch())
       ("list", text())
+      ("break", text())
+      ("node", text())
+      ("force", po::bool_switch())
       ("json", po::bool_switch())
       ("help,h", po::bool_switch())
       ("version,V", po::bool_switch());
@@ -331,6 +334,19 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
 // What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
 // command ("--" may stand before it).
 void read_operands(const GivenOptions& given, std::vector<std::string> rest, CliOptions& options) {
+  const bool breaking = given.text("break").has_value();
+  if (!breaking && (given.text("node") || given.flag("force"))) throw UsageError("--node and --force apply only to --break");
+  if (breaking) {
+    if (given.text("list")) throw UsageError("--list and --break exclude each other");
+    options.mode = Mode::break_lock;
+    options.lock_path = *given.text("break");
+    if (auto node = given.text("node")) options.break_node = *node;
+    options.force = given.flag("force");
+    if (!rest.empty()) throw UsageError(fmt::format("--break takes no command (found '{}')", rest.front()));
+    if (options.json) throw UsageError("--json applies only to --list");
+    if (options.kind == LockKind::semaphore) throw UsageError("--break reads a semaphore's slots from the path: drop --slots");
+    return;
+  }
   if (auto list_path = given.text("list")) {
     options.mode = Mode::list;
     options.lock_path = *list_path;
@@ -404,6 +420,7 @@ std::string help_text() {
   zklock [options] LOCKPATH COMMAND [ARGS...]
   zklock [options] LOCKPATH -c 'SHELL COMMAND'
   zklock [options] --list LOCKPATH
+  zklock [options] --break LOCKPATH [--node NAME] [--force]
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
 runs in its own process group. If the lock is lost (session expired, or the session monitor's
@@ -445,6 +462,10 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
                                 session, owner data, since when; then exit (66 if LOCKPATH
                                 does not exist)
       --json                    with --list: print JSON instead of a table
+      --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
+                                first on a terminal); its zklock stops the job and exits 75
+      --node NAME               with --break: which holder, when there are several
+      --force                   with --break: do not ask
   -h, --help                    print this help and exit
   -V, --version                 print the version and exit
 

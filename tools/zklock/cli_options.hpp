@@ -11,7 +11,7 @@
 
 namespace zklock {
 
-enum class Mode { run, list, help, version };
+enum class Mode { run, list, break_lock, help, version };
 // mutex: zkr::Lock, whose node names Curator's mutex and kazoo (with extra_lock_patterns) share.
 // read / write: the two sides of zkr::ReadWriteLock (-s / -x). semaphore: a slot of zkr::Semaphore
 // (-N).
@@ -44,6 +44,9 @@ struct CliOptions {
   std::optional<std::filesystem::path> auth_file;
   Verbosity verbosity = Verbosity::normal;
   bool json = false;
+  // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
+  std::optional<std::string> break_node;
+  bool force = false;
 
   bool nonblocking() const {
     return wait_timeout && *wait_timeout == std::chrono::nanoseconds::zero();

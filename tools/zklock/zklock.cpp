@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,6 +69,7 @@ class Zklock {
         inbox_(std::make_shared<Inbox>()) {}
 
   int list();
+  int break_lock();
   std::string current_holders();
   std::string kind_description() const;
   std::string limit_mismatch();
@@ -417,6 +419,71 @@ int Zklock::list() {
   return listing.exists ? 0 : exit_code::no_such_path;
 }
 
+// An operator breaks a stuck lock: the holder's node is deleted, so its zklock hears node_deleted,
+// stops its job and exits 75, and the next waiter is granted (possibly before that: the next
+// holder's larger token is what protects the resource). Asks first unless --force; with several
+// holders (a semaphore, readers), --node says which.
+int Zklock::break_lock() {
+  connect();
+  std::vector<zkr::ContenderInfo> holders;
+  std::optional<int> slots;
+  try {
+    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    for (auto& contender : zkr::list_contenders(*session_, options_.lock_path, slots.value_or(1)))
+      if (contender.holds && (!options_.break_node || contender.node == *options_.break_node))
+        holders.push_back(std::move(contender));
+  } catch (const zkr::Error& error) {
+    fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
+  }
+  if (holders.empty()) {
+    if (!options_.quiet()) {
+      say("{}: {}, nothing to break", options_.lock_path,
+          options_.break_node ? fmt::format("no holder's node is named {}", escape_for_terminal(*options_.break_node))
+                              : std::string("no holder"));
+    }
+    return 1;
+  }
+  if (holders.size() > 1) {
+    std::string names;
+    for (const auto& holder : holders)
+      names += fmt::format("\n  {} ({})", escape_for_terminal(holder.node), describe_holders({holder}));
+    say("{} has {} holders: give --node NAME to break one of them:{}", options_.lock_path, holders.size(), names);
+    return exit_code::usage;
+  }
+  const zkr::ContenderInfo& holder = holders.front();
+  const std::string who = describe_holders({holder});
+  const std::string node = escape_for_terminal(holder.node);
+  if (!options_.force) {
+    if (!::isatty(STDIN_FILENO)) {
+      say("--break asks before deleting {}'s node; standard input is not a terminal: add --force", who);
+      return exit_code::usage;
+    }
+    std::fprintf(stderr, "zklock: break %s: delete the node %s of %s, token %lld? [y/N] ", options_.lock_path.c_str(),
+                 node.c_str(), who.c_str(), static_cast<long long>(holder.token.value()));
+    std::fflush(stderr);
+    std::string answer;
+    if (!std::getline(std::cin, answer) || (answer != "y" && answer != "Y" && answer != "yes")) {
+      say("not broken");
+      return 1;
+    }
+  }
+  bool deleted = false;
+  try {
+    deleted = zkr::break_holder(*session_, options_.lock_path, holder);
+  } catch (const zkr::Error& error) {
+    fail(error.code(), fmt::format("cannot break {}: {}", options_.lock_path, error.what()));
+  }
+  if (!deleted) {
+    if (!options_.quiet()) say("{}: the holder let go meanwhile, nothing to break", options_.lock_path);
+    return 1;
+  }
+  if (!options_.quiet()) {
+    say("broke {}: deleted the node {} of {} (token {})", options_.lock_path, node, who, holder.token.value());
+  }
+  session_->close();
+  return 0;
+}
+
 void route_library_log_to_stderr() {
   zkr::set_log_sink(
       [](zkr::LogLevel level, std::string_view message) {
@@ -488,7 +555,9 @@ int zklock_main(int argc, char** argv) {
   try {
     SignalReceiver signals;
     Zklock zklock(options, signals, std::move(given_descriptors));
-    return options.mode == Mode::list ? zklock.list() : zklock.run();
+    if (options.mode == Mode::list) return zklock.list();
+    if (options.mode == Mode::break_lock) return zklock.break_lock();
+    return zklock.run();
   } catch (const ExitRequest& request) {
     return request.code;
   } catch (const std::exception& error) {
