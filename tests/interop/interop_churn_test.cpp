@@ -267,8 +267,10 @@ TEST_F(InteropChurnTest, ElectionMixedWithCuratorUnderKillsFreezesAndServerResta
   const int peer_pairs = at_scale ? 6 : 2;  // each one LeaderSelector and one LeaderLatch process
   const int curator_jvms = at_scale ? 2 : 1, curator_clients = 3;
   constexpr int kHoldMs = 30;
-  constexpr int kPeerSessionMs = 2000;
-  constexpr auto kBriefFreeze = 1000ms, kLongFreeze = 3000ms, kCuratorFreeze = 2000ms;
+  // A brief freeze stays clear of the session timeout even after the longest quiet spell before
+  // it (a third of the timeout between pings); a long one outlives it.
+  constexpr int kPeerSessionMs = 3000;
+  constexpr auto kBriefFreeze = 1000ms, kLongFreeze = 4500ms, kCuratorFreeze = 2000ms;
   const auto server_restart_every = at_scale ? 30s : 15s;
 
   testenv::Cluster cluster({.servers = 3, .tick_ms = 100, .sync_limit = 5});
@@ -427,7 +429,9 @@ TEST_F(InteropChurnTest, ReadWriteLockMixedWithCuratorUnderKillsAndFreezesExclud
   const int peer_pairs = at_scale ? 4 : 2;  // each one writer and one reader process
   const int curator_clients = at_scale ? 6 : 4;  // alternately writing and reading
   constexpr int kHoldMs = 20;
-  constexpr int kPeerSessionMs = 3000;
+  // Freezes stay clear of the session timeouts even after the longest quiet spell before them (a
+  // third of the timeout between pings): no session expires, so no overlap is excused.
+  constexpr int kPeerSessionMs = 4000;
   constexpr auto kPeerFreeze = 1500ms, kCuratorFreeze = 2000ms;
 
   const std::string servers = testenv::shared_server();
