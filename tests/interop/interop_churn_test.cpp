@@ -517,14 +517,14 @@ TEST_F(InteropChurnTest, ReadWriteLockMixedWithCuratorUnderKillsAndFreezesExclud
   RecordProperty("sections_ours", ours);
   RecordProperty("sections_curator", theirs);
   RecordProperty("overlaps", static_cast<int>(bad.size()));
-  RecordProperty("reads_shared_across_libraries", static_cast<int>(shared.size()));
+  RecordProperty("read_pairs_shared_across_libraries", static_cast<int>(shared.size()));
   RecordProperty("kills", faults.kills);
   RecordProperty("sections_ended_by_a_kill", killed);
   RecordProperty("freezes", faults.freezes_within_session);
   RecordProperty("curator_freezes", faults.curator_freezes);
   RecordProperty("seconds", static_cast<int>(seconds));
   std::printf("rwlock churn: %d holders, %zu sections (%d writes, %d reads; %d ours, %d Curator's), %zu overlaps "
-              "with a writer, %zu read sections shared across the libraries, %d kills (%d sections ended by a kill), "
+              "with a writer, %zu pairs of read sections shared across the libraries, %d kills (%d sections ended by a kill), "
               "%d freezes, %d Curator JVM freezes, %d Curator client errors retried, %lld s\n",
               holders_count, record.sections.size(), writes, reads, ours, theirs, bad.size(), shared.size(),
               faults.kills, killed, faults.freezes_within_session, faults.curator_freezes, curator_retries(),
