@@ -110,9 +110,10 @@ class InteropChurnTest : public ::testing::Test {
     options.pipe_stdin = true;
     options.merge_stderr = true;
     CuratorProcess curator;
-    // Short JIT and a small heap: two cores are shared, and JVM start is slow.
+    // Short JIT and a small heap: two cores are shared, and JVM start is slow. setpriv makes the
+    // JVM die with the test, even while frozen (a test killed by its timeout cannot thaw it).
     curator.process = std::make_unique<testenv::Process>(
-        std::vector<std::string>{ZKR_JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-cp",
+        std::vector<std::string>{"setpriv", "--pdeathsig", "KILL", ZKR_JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-cp",
                                  ZKR_CURATOR_CLASSPATH, "CuratorPeer", servers, path, mode, who, log.file(), "0",
                                  std::to_string(hold_ms), std::to_string(clients)},
         options);
