@@ -1,11 +1,8 @@
 // Our recipes beside real peers on the same path: Curator (Java) and kazoo (Python) participants
 // run as processes against the shared server. Every participant, ours and theirs, appends
 // "ENTER <who> <monotonic ns>" and "EXIT <who> <monotonic ns>" around each critical section to one
-// log file (one O_APPEND write per line); the test then checks that no two sections that must
-// exclude each other overlap, and that every participant got in.
-//
-// The recorded section lies inside the real one (ENTER after the grant, EXIT before the release),
-// so an overlap in the log proves two participants held at once.
+// log file (section_log.hpp); the test then checks that no two sections that must exclude each
+// other overlap, and that every participant got in. The same under churn: interop_churn_test.cpp.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -30,101 +27,13 @@
 #include <zkr/rwlock.hpp>
 
 #include "../core/test_support.hpp"
+#include "section_log.hpp"
 
 namespace zkr::test {
 namespace {
 
 constexpr int kIterations = 5;
 constexpr int kHoldMs = 20;
-
-// The shared log, as our participants write it.
-class SectionLog {
- public:
-  SectionLog() {
-    std::random_device random;
-    file_ = (std::filesystem::temp_directory_path() / fmt::format("zkr-interop-{:08x}.log", random())).string();
-    fd_ = ::open(file_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot create " + file_);
-  }
-  ~SectionLog() {
-    ::close(fd_);
-    std::filesystem::remove(file_);
-  }
-  const std::string& file() const { return file_; }
-
-  void record(std::string_view event, std::string_view who) {
-    const auto now = std::chrono::steady_clock::now().time_since_epoch();  // CLOCK_MONOTONIC
-    const std::string line = fmt::format("{} {} {}\n", event, who, std::chrono::nanoseconds(now).count());
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-      throw std::runtime_error("short write to " + file_);
-  }
-
- private:
-  std::string file_;
-  int fd_ = -1;
-};
-
-struct Section {
-  std::string who;
-  std::int64_t enter = 0;
-  std::int64_t exit = 0;
-};
-
-// Pairs each participant's ENTER with its next EXIT. A malformed or unpaired line fails the test.
-std::vector<Section> read_sections(const std::string& file) {
-  std::ifstream in(file);
-  std::map<std::string, std::int64_t> open;
-  std::vector<Section> sections;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string event, who;
-    std::int64_t at = 0;
-    if (!(fields >> event >> who >> at)) {
-      ADD_FAILURE() << "malformed log line: " << line;
-      continue;
-    }
-    if (event == "ENTER") {
-      if (open.count(who)) ADD_FAILURE() << who << " entered twice";
-      open[who] = at;
-    } else if (event == "EXIT") {
-      auto it = open.find(who);
-      if (it == open.end()) {
-        ADD_FAILURE() << who << " left without entering";
-        continue;
-      }
-      sections.push_back({who, it->second, at});
-      open.erase(it);
-    } else {
-      ADD_FAILURE() << "unknown event: " << line;
-    }
-  }
-  for (const auto& [who, at] : open) ADD_FAILURE() << who << " never left";
-  return sections;
-}
-
-using Excludes = std::function<bool(const Section&, const Section&)>;
-
-// Every pair of sections that overlap although they must exclude each other, as text.
-std::vector<std::string> overlaps(const std::vector<Section>& sections, const Excludes& excludes) {
-  std::vector<std::string> found;
-  for (std::size_t i = 0; i < sections.size(); ++i)
-    for (std::size_t j = i + 1; j < sections.size(); ++j) {
-      const Section& a = sections[i];
-      const Section& b = sections[j];
-      if (a.enter < b.exit && b.enter < a.exit && excludes(a, b))
-        found.push_back(fmt::format("{} [{}, {}] overlaps {} [{}, {}]", a.who, a.enter, a.exit, b.who, b.enter, b.exit));
-    }
-  return found;
-}
-
-std::map<std::string, int> entries_by_participant(const std::vector<Section>& sections) {
-  std::map<std::string, int> counts;
-  for (const auto& section : sections) ++counts[section.who];
-  return counts;
-}
-
-bool everyone_excludes(const Section&, const Section&) { return true; }
 
 class InteropTest : public ::testing::Test {
  protected:
@@ -247,7 +156,7 @@ TEST_F(InteropTest, LockAndCuratorInterProcessMutexExcludeEachOther) {
       },
       [](int i) { return fmt::format("ours-{}", i); });
   await_done(*curator);
-  auto sections = read_sections(log.file());
+  auto sections = read_sections(log.file()).sections;
   auto bad = overlaps(sections, everyone_excludes);
   EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
   expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
@@ -273,7 +182,7 @@ TEST_F(KazooInteropTest, LockAndKazooLockWithExtraPatternExcludeEachOther) {
       },
       [](int i) { return fmt::format("ours-{}", i); });
   await_done(*kazoo);
-  auto sections = read_sections(log.file());
+  auto sections = read_sections(log.file()).sections;
   auto bad = overlaps(sections, everyone_excludes);
   EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
   expect_everyone_in(sections, {"kazoo-0", "kazoo-1", "ours-0", "ours-1"});
@@ -332,7 +241,7 @@ TEST_F(InteropTest, ElectionAndCuratorLeaderSelectorAgreeOnOneLeader) {
   }
   await_done(*curator);
   for (auto& selector : selectors) selector->close();
-  auto sections = read_sections(log.file());
+  auto sections = read_sections(log.file()).sections;
   auto bad = overlaps(sections, everyone_excludes);
   EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
   expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
@@ -357,7 +266,7 @@ TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
       },
       name);
   await_done(*curator);
-  auto sections = read_sections(log.file());
+  auto sections = read_sections(log.file()).sections;
   auto is_writer = [](const Section& s) { return s.who.find("-w") != std::string::npos; };
   auto bad = overlaps(sections, [&](const Section& a, const Section& b) { return is_writer(a) || is_writer(b); });
   EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();

@@ -9,6 +9,12 @@
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
 // "EXIT <name> <ns>" to LOG (System.nanoTime, CLOCK_MONOTONIC on Linux), each line with one
 // O_APPEND write. Prints "DONE" and exits when every client is done.
+//
+// ITERATIONS 0 is the churn mode: every client goes on until a second line (or the end) of stdin,
+// then leaves and "DONE" is printed. Errors a client meets (a lost connection while the test
+// restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader mode
+// each ENTER line also carries the term's fencing token, the czxid of the client's election node
+// (as this library's tokens), so that a checker can tell overlapping terms apart by token.
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -18,6 +24,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
@@ -26,6 +34,8 @@ import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.data.Stat;
 
 public final class CuratorPeer {
   private static FileOutputStream log;
@@ -33,6 +43,27 @@ public final class CuratorPeer {
   private static synchronized void record(String event, String who) throws IOException {
     // One write call per line: with O_APPEND the line lands whole, after every earlier one.
     log.write((event + " " + who + " " + System.nanoTime() + "\n").getBytes(StandardCharsets.US_ASCII));
+  }
+
+  private static synchronized void record(String event, String who, long token) throws IOException {
+    log.write((event + " " + who + " " + System.nanoTime() + " " + token + "\n").getBytes(StandardCharsets.US_ASCII));
+  }
+
+  // The czxid of this client's node under `path` (its data is the selector's id), or -1 when it is
+  // gone already (leadership lost before we looked).
+  private static long ownToken(CuratorFramework client, String path, String name) throws Exception {
+    long token = -1;
+    for (String child : client.getChildren().forPath(path)) {
+      Stat stat = new Stat();
+      byte[] data;
+      try {
+        data = client.getData().storingStatIn(stat).forPath(path + "/" + child);
+      } catch (KeeperException.NoNodeException gone) {
+        continue;
+      }
+      if (name.equals(new String(data, StandardCharsets.UTF_8))) token = Math.max(token, stat.getCzxid());
+    }
+    return token;
   }
 
   public static void main(String[] argv) throws Exception {
@@ -62,8 +93,12 @@ public final class CuratorPeer {
     }
     System.out.println("READY");
     System.out.flush();
-    new BufferedReader(new InputStreamReader(System.in)).readLine();
+    final BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
+    stdin.readLine();
 
+    final boolean churn = iterations == 0;
+    final AtomicBoolean stopping = new AtomicBoolean(false);
+    final AtomicInteger leading = new AtomicInteger(0);  // leader mode: clients inside a term
     final CountDownLatch done = new CountDownLatch(clientCount);
     List<Thread> threads = new ArrayList<>();
     List<LeaderSelector> selectors = new ArrayList<>();
@@ -77,10 +112,21 @@ public final class CuratorPeer {
         self[0] = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
           @Override
           public void takeLeadership(CuratorFramework unused) throws Exception {
-            if (terms[0] >= iterations) return;  // done: hand on at once until closed
-            record("ENTER", name);
-            Thread.sleep(holdMs);
-            record("EXIT", name);
+            leading.incrementAndGet();  // before the check, so that stopping waits for this term
+            try {
+              if (churn && stopping.get()) return;
+              if (!churn && terms[0] >= iterations) return;  // done: hand on at once until closed
+              final long token = ownToken(client, path, name);
+              if (token < 0) return;  // lost already
+              record("ENTER", name, token);
+              try {
+                Thread.sleep(holdMs);  // interrupted when the connection is suspended or lost
+              } finally {
+                record("EXIT", name);
+              }
+            } finally {
+              leading.decrementAndGet();
+            }
             if (++terms[0] == iterations) {
               done.countDown();
               new Thread(() -> self[0].close()).start();  // leave the election
@@ -99,14 +145,29 @@ public final class CuratorPeer {
           else if (mode.equals("rw") && writer) mutex = new InterProcessReadWriteLock(client, path).writeLock();
           else if (mode.equals("rw")) mutex = new InterProcessReadWriteLock(client, path).readLock();
           else throw new IllegalArgumentException("unknown mode " + mode);
-          for (int n = 0; n < iterations; ++n) {
-            mutex.acquire();
+          for (int n = 0; churn ? !stopping.get() : n < iterations; ++n) {
+            if (churn) {
+              try {
+                if (!mutex.acquire(1, TimeUnit.SECONDS)) continue;
+              } catch (Exception e) {
+                System.out.println("RETRY " + name + " " + e);
+                Thread.sleep(100);
+                continue;
+              }
+            } else {
+              mutex.acquire();
+            }
             try {
               record("ENTER", name);
               Thread.sleep(holdMs);
               record("EXIT", name);
             } finally {
-              mutex.release();
+              try {
+                mutex.release();
+              } catch (Exception e) {
+                if (!churn) throw e;
+                System.out.println("RETRY " + name + " " + e);  // the node goes with the session
+              }
             }
           }
         } catch (Exception e) {
@@ -119,6 +180,26 @@ public final class CuratorPeer {
     }
     for (LeaderSelector selector : selectors) selector.start();
     for (Thread thread : threads) thread.start();
+    if (churn) {
+      // Until the test says stop (a line or the end of stdin); an hour at most.
+      Thread reader = new Thread(() -> {
+        try {
+          stdin.readLine();
+        } catch (IOException ignored) {
+          // the end of stdin is the signal as well
+        }
+        stopping.set(true);
+      });
+      reader.setDaemon(true);
+      reader.start();
+      reader.join(TimeUnit.HOURS.toMillis(1));
+      stopping.set(true);
+      if (!selectors.isEmpty()) {
+        // Let a running term end and log its EXIT before the selectors close.
+        for (int wait = 0; wait < 100 && leading.get() > 0; ++wait) Thread.sleep(100);
+        for (int i = 0; i < clientCount; ++i) done.countDown();
+      }
+    }
     boolean finished = done.await(60, TimeUnit.SECONDS);
     for (LeaderSelector selector : selectors) {
       try {
