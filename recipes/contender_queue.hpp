@@ -130,8 +130,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void set_phase_locked(Phase next);  // checked in sanitizer builds (state_check.hpp)
   void begin_locked();
   void ensure_parent_then_create_locked();
-  void on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat);
-  void on_children(std::uint64_t attempt, int rc, std::vector<std::string> children);
+  void on_created(std::uint64_t attempt, zk_errc rc, std::string path, NodeStat stat);
+  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children);
   void recover_locked();
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);
@@ -152,7 +152,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void complete_locked(std::error_code outcome);
   void finish_locked();
   void retry_after_reconnect_locked(Retry what);
-  bool handle_session_trouble_locked(int rc, Retry what);
+  bool handle_session_trouble_locked(zk_errc rc, Retry what);
   void give_up_after_drops_locked();
   void arm_timeout();
   void cancel_timeout();

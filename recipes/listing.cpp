@@ -15,9 +15,6 @@ namespace zkr {
 namespace detail {
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
-
 struct Listing {
   std::mutex mutex;
   std::promise<std::error_code> done;
@@ -50,13 +47,13 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
     std::lock_guard lock(core->mutex());
     const std::uint64_t generation = core->generation_locked();
     std::weak_ptr<SessionCore> weak_core = core;
-    core->get_children(generation, path, [listing, weak_core, generation, path](int rc, std::vector<std::string> children) {
+    core->get_children(generation, path, [listing, weak_core, generation, path](zk_errc rc, std::vector<std::string> children) {
       std::lock_guard guard(listing->mutex);
-      if (rc == kNoNode) {
+      if (rc == zk_errc::no_node) {
         listing->exists = false;
         return listing->finish({});
       }
-      if (rc != kOk) return listing->finish(zookeeper_error(rc));
+      if (rc != zk_errc::ok) return listing->finish(make_error_code(rc));
       for (auto& child : children) {
         if (auto name = parse_contender_name(child)) listing->names.push_back(std::move(*name));
         else listing->not_contenders.push_back(std::move(child));
@@ -68,11 +65,11 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
       listing->outstanding = listing->names.size();
       std::lock_guard session_lock(session->mutex());
       for (const auto& name : listing->names) {
-        session->get_data(generation, path + "/" + name.name, [listing, child = name.name](int data_rc, std::string data, NodeStat stat) {
+        session->get_data(generation, path + "/" + name.name, [listing, child = name.name](zk_errc data_rc, std::string data, NodeStat stat) {
           std::lock_guard inner(listing->mutex);
           // A node deleted since the listing is simply no longer a contender.
-          if (data_rc == kOk) listing->details[child] = {std::move(data), stat};
-          else if (data_rc != kNoNode) return listing->finish(zookeeper_error(data_rc));
+          if (data_rc == zk_errc::ok) listing->details[child] = {std::move(data), stat};
+          else if (data_rc != zk_errc::no_node) return listing->finish(make_error_code(data_rc));
           if (--listing->outstanding == 0) listing->finish({});
         });
       }
