@@ -11,7 +11,7 @@
 // always has a larger one) and a loss signal (callback and std::stop_token), exactly like a held
 // lock: leadership is lost when the session monitor declares the session lost, before the server
 // can expire it and let another participant lead. Send the token with every write that only the
-// leader may make, and have the resource refuse lower tokens (fence.hpp).
+// leader may make, and have the resource refuse lower tokens (fence_gate.hpp).
 //
 // Two styles:
 //   - LeaderLatch: join, then ask is_leader() or wait for leadership; a listener hears every term

@@ -7,7 +7,7 @@
 //
 // The fencing token of a grant is the czxid of its node, taken from the create's reply. It grows
 // with every grant on the path, across leader changes and re-creation of the parent. Pass it to the
-// resource with every write and have the resource refuse lower tokens (see fence.hpp): that, not
+// resource with every write and have the resource refuse lower tokens (see fence_gate.hpp): that, not
 // the lock, is what makes a correctness lock safe against paused holders.
 //
 // Reentrancy: none. A second acquisition from the same process (same or another Lock object, same
@@ -25,7 +25,7 @@
 #include <system_error>
 #include <vector>
 
-#include <zkr/fencing.hpp>
+#include <zkr/fencing_token.hpp>
 #include <zkr/names.hpp>
 #include <zkr/session.hpp>
 
