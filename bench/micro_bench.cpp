@@ -9,7 +9,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/names.hpp>
 
 namespace {

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/lock.hpp>
 
 using namespace std::chrono_literals;

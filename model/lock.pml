@@ -1,7 +1,7 @@
 /*
  * The lock protocol (the exclusive lock; the read/write lock with RWLOCK): the server, NC clients
  * each running the contender queue of recipes/contender_queue.cpp with the session monitor of
- * src/session_core.cpp, and a fenced resource behind its gate (src/fence.cpp). docs/MODEL.md maps
+ * src/session_core.cpp, and a fenced resource behind its gate (src/fence_gate.cpp). docs/MODEL.md maps
  * every step to the code and says what is abstracted away.
  *
  * Configuration (-D on spin's command line, see model/check):

@@ -14,7 +14,7 @@
 #include <system_error>
 #include <utility>
 
-#include "contender_queue.hpp"
+#include "contender_wait.hpp"
 
 namespace zkr::detail {
 

@@ -1,7 +1,6 @@
 #include "contender_queue.hpp"
 
 #include <algorithm>
-#include <future>
 #include <mutex>
 
 #include <boost/asio/post.hpp>
@@ -17,13 +16,9 @@
 namespace zkr::detail {
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
-constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
-constexpr int kBadVersion = static_cast<int>(zk_errc::bad_version);
 // The adapter's result codes, read through the library's conditions (zkr/error.hpp).
-bool is_connection_trouble(int rc) { return zookeeper_error(rc) == condition::connection_trouble; }
-bool is_session_ended(int rc) { return zookeeper_error(rc) == condition::session_ended; }
+bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
+bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;
@@ -40,19 +35,7 @@ std::string new_guid() {
   return boost::uuids::to_string(generator());
 }
 
-bool blocks_reader(ContenderRole role) { return role != ContenderRole::read; }
-
 }  // namespace
-
-std::string_view node_marker(ContenderRole role) {
-  switch (role) {
-    case ContenderRole::exclusive: return "lock-";
-    case ContenderRole::read: return "__READ__";
-    case ContenderRole::write: return "__WRIT__";
-    case ContenderRole::latch: return "latch-";
-  }
-  return "lock-";
-}
 
 namespace {
 std::string_view to_string(Contender::Phase phase) {
@@ -98,56 +81,6 @@ void Contender::set_phase_locked(Phase next) {
   if (kStateChecks && !phase_transition_allowed(phase_, next))
     state_check_failed("contender phase", to_string(phase_), to_string(next));
   phase_ = next;
-}
-
-// Who wakes whom, without a herd.
-//
-// Lock and writer (max_holders = 1): the holder is index 0; every waiter watches its immediate
-// predecessor. A release deletes the holder's node, which wakes exactly its successor, the next
-// holder. A reader waits for the nearest earlier writer only.
-//
-// Semaphore (max_holders = N > 1): indices 0..N-1 hold. A waiter's place moves up whenever any
-// node ahead of it goes, and a promotion deletes nothing; the wake-ups must also not depend on
-// any one waiter's process, which may be dead or frozen while its session (and node) lives on.
-//   - The first two waiters (indices N and N+1) watch the parent's children: any release wakes
-//     both. If the first waiter's process is gone, the second still wakes, moves up, and is
-//     granted on the next release: a dead or frozen waiter never makes the one behind it sleep.
-//   - Every later waiter (index k > N+1) watches its two predecessors (k-1 and k-2), both
-//     waiters. It must move up into the children-watching pair exactly when those two move up
-//     (one becomes the first waiter, the other is granted). Both tell it, each by "touching" its
-//     node (a data rewrite that fires the watch): a contender touches when it becomes the first
-//     waiter and when it is granted. One of the two is enough, so one dead or frozen
-//     predecessor does not stop the chain; two dead neighbours in a row can delay the waiters
-//     behind them until one of their sessions ends.
-//   - A waiter whose watch shows an already touched predecessor (version > 0: it moved before
-//     the watch was set) checks again at once, once per touch.
-// A release therefore wakes the two children watchers, and through their touches the next two
-// waiters: a constant number of wake-ups whatever the queue length, plus two for every arrival or
-// departure elsewhere in the queue (the children watches fire on any change).
-//
-// The grant touch is two conditional rewrites (to version 1, then to 2), so that a granted
-// semaphore node always has version 2 or more and a first waiter's touch (to version 1 only)
-// never does: the listing tells a lease holder from a node that is entitled but whose owner has
-// not taken the lease (a dead waiter's node, or one a moment before its owner notices).
-QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy) {
-  if (policy.role == ContenderRole::read) {
-    for (std::size_t i = index; i-- > 0;)
-      if (blocks_reader(sorted[i].role)) return {false, i, false};
-    return {true, 0, false};
-  }
-  const auto limit = static_cast<std::size_t>(std::max(policy.max_holders, 1));
-  if (index < limit) return {true, 0, false};
-  if (limit == 1) return {false, index - 1, false};
-  QueueDecision waiting;
-  if (index <= limit + 1) {
-    waiting.watch_children = true;
-    waiting.first_waiter = index == limit;
-    return waiting;
-  }
-  waiting.blocker = index - 1;
-  waiting.watch_second = true;
-  waiting.second_blocker = index - 2;
-  return waiting;
 }
 
 Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
@@ -207,7 +140,7 @@ void Contender::begin_locked() {
       fmt::format("{}/_c_{}-{}", request_.parent, guid_, node_marker(request_.policy.role));
   std::weak_ptr<Contender> self = weak_from_this();
   core_->create(generation_, prefix, request_.owner_data, CreateMode::ephemeral_sequential, request_.acl,
-                [self, attempt](int rc, std::string path, NodeStat stat) {
+                [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
                   if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
                 });
   parent_verified_ = !request_.check_parent;
@@ -215,7 +148,7 @@ void Contender::begin_locked() {
   if (!parent_verified_) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
-  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
     if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
   });
 }
@@ -244,8 +177,8 @@ void Contender::ensure_parent_then_create_locked() {
     // other identities, so they are created open.
     core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(), CreateMode::container,
                   last ? request_.acl : NodeAcl::open,
-                  [self, attempt, first, last, chroot_missing](int rc, std::string, NodeStat) {
-                    if (first && rc == kNoNode) *chroot_missing = true;
+                  [self, attempt, first, last, chroot_missing](zk_errc rc, std::string, NodeStat) {
+                    if (first && rc == zk_errc::no_node) *chroot_missing = true;
                     if (!last) return;
                     auto contender = self.lock();
                     if (!contender) return;
@@ -254,61 +187,61 @@ void Contender::ensure_parent_then_create_locked() {
                     if (*chroot_missing) {
                       contender->complete_locked(make_error_code(errc::missing_chroot));
                       contender->finish_locked();
-                    } else if (rc == kOk || rc == kNodeExists || rc == kNoNode) {
+                    } else if (rc == zk_errc::ok || rc == zk_errc::node_exists || rc == zk_errc::no_node) {
                       contender->begin_locked();
                     } else if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
-                      contender->complete_locked(zookeeper_error(rc));
+                      contender->complete_locked(make_error_code(rc));
                       contender->finish_locked();
                     }
                   });
   }
 }
 
-void Contender::on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat) {
+void Contender::on_created(std::uint64_t attempt, zk_errc rc, std::string path, NodeStat stat) {
   std::unique_lock lock(core_->mutex());
   if (attempt != attempt_ || phase_ != Phase::creating) {
     // A create we no longer track that still took effect (its session is current): delete it.
-    if (rc == kOk && core_->usable_locked(generation_) && path != node_path_)
-      core_->remove(generation_, path, -1, [](int) {});
+    if (rc == zk_errc::ok && core_->usable_locked(generation_) && path != node_path_)
+      core_->remove(generation_, path, -1, [](zk_errc) {});
     return;
   }
-  if (abandon_ && rc != kOk && !is_connection_trouble(rc)) {
+  if (abandon_ && rc != zk_errc::ok && !is_connection_trouble(rc)) {
     finish_locked();  // nothing was created and nothing is wanted any more
     return;
   }
-  if (rc == kOk) {
+  if (rc == zk_errc::ok) {
     node_path_ = std::move(path);
     token_ = FencingToken(stat.czxid);
     session_id_ = core_->session_id();
     if (abandon_) remove_node_locked();
     return;  // the pipelined listing decides
   }
-  if (rc == kNoNode) {
+  if (rc == zk_errc::no_node) {
     ensure_parent_then_create_locked();
     return;
   }
   if (handle_session_trouble_locked(rc, Retry::recover)) return;
-  complete_locked(zookeeper_error(rc));  // no node was created (no auth, invalid ACL, ...)
+  complete_locked(make_error_code(rc));  // no node was created (no auth, invalid ACL, ...)
   finish_locked();
 }
 
-void Contender::on_children(std::uint64_t attempt, int rc, std::vector<std::string> children) {
+void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children) {
   std::unique_lock lock(core_->mutex());
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
   set_phase_locked(Phase::checking);
-  if (rc == kOk) drops_in_a_row_ = 0;
-  if (rc == kOk && parent_problem_) {
+  if (rc == zk_errc::ok) drops_in_a_row_ = 0;
+  if (rc == zk_errc::ok && parent_problem_) {
     complete_locked(parent_problem_);
     remove_node_locked();
-  } else if (rc == kOk && !parent_verified_) {
+  } else if (rc == zk_errc::ok && !parent_verified_) {
     check_locked();  // the parent check was answered with a transient error: ask again
-  } else if (rc == kOk) {
+  } else if (rc == zk_errc::ok) {
     evaluate_locked(children);
-  } else if (rc == kNoNode) {
+  } else if (rc == zk_errc::no_node) {
     begin_locked();  // the parent, and so our node, is gone: queue again
   } else if (!handle_session_trouble_locked(rc, Retry::check)) {
-    complete_locked(zookeeper_error(rc));
+    complete_locked(make_error_code(rc));
     remove_node_locked();
   }
 }
@@ -320,16 +253,16 @@ void Contender::recover_locked() {
   set_phase_locked(Phase::recovering);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->sync(generation_, request_.parent, [](int) {});  // the listing behind it reports failures
-  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+  core_->sync(generation_, request_.parent, [](zk_errc) {});  // the listing behind it reports failures
+  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
     if (attempt != contender->attempt_ || contender->phase_ != Phase::recovering) return;
-    if (rc == kOk) contender->drops_in_a_row_ = 0;
-    if (rc != kOk && rc != kNoNode) {
+    if (rc == zk_errc::ok) contender->drops_in_a_row_ = 0;
+    if (rc != zk_errc::ok && rc != zk_errc::no_node) {
       if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
-        contender->complete_locked(zookeeper_error(rc));
+        contender->complete_locked(make_error_code(rc));
         contender->finish_locked();
       }
       return;
@@ -342,12 +275,12 @@ void Contender::recover_locked() {
       return;
     }
     const std::string candidate = contender->request_.parent + "/" + *found;
-    contender->core_->exists(contender->generation_, candidate, [self, attempt, candidate](int exists_rc, NodeStat stat) {
+    contender->core_->exists(contender->generation_, candidate, [self, attempt, candidate](zk_errc exists_rc, NodeStat stat) {
       auto again = self.lock();
       if (!again) return;
       std::unique_lock inner(again->core_->mutex());
       if (attempt != again->attempt_ || again->phase_ != Phase::recovering) return;
-      if (exists_rc == kOk && stat.ephemeral_owner == again->core_->session_id() && again->core_->session_id() != 0) {
+      if (exists_rc == zk_errc::ok && stat.ephemeral_owner == again->core_->session_id() && again->core_->session_id() != 0) {
         // Ours: created by this very session. Never adopt a node whose owner is another session.
         again->node_path_ = candidate;
         again->token_ = FencingToken(stat.czxid);
@@ -357,10 +290,10 @@ void Contender::recover_locked() {
           return;
         }
         again->check_locked();
-      } else if (exists_rc == kOk || exists_rc == kNoNode) {
+      } else if (exists_rc == zk_errc::ok || exists_rc == zk_errc::no_node) {
         again->begin_locked();
       } else if (!again->handle_session_trouble_locked(exists_rc, Retry::recover)) {
-        again->complete_locked(zookeeper_error(exists_rc));
+        again->complete_locked(make_error_code(exists_rc));
         again->finish_locked();
       }
     });
@@ -374,7 +307,7 @@ void Contender::check_locked() {
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
-  core_->get_children(generation_, request_.parent, [self, attempt](int rc, std::vector<std::string> children) {
+  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
     if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
   });
 }
@@ -383,16 +316,16 @@ void Contender::check_locked() {
 // before the listing is evaluated.
 void Contender::verify_parent_locked(std::uint64_t attempt) {
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->get_data(generation_, request_.parent, [self, attempt](int rc, std::string data, NodeStat) {
+  core_->get_data(generation_, request_.parent, [self, attempt](zk_errc rc, std::string data, NodeStat) {
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
     if (attempt != contender->attempt_) return;
-    if (rc == kOk) {
+    if (rc == zk_errc::ok) {
       contender->parent_verified_ = true;
       contender->parent_problem_ = contender->request_.check_parent(data);
-    } else if (rc != kNoNode && !is_connection_trouble(rc) && !is_session_ended(rc)) {
-      contender->parent_problem_ = zookeeper_error(rc);  // for example no read permission on the parent
+    } else if (rc != zk_errc::no_node && !is_connection_trouble(rc) && !is_session_ended(rc)) {
+      contender->parent_problem_ = make_error_code(rc);  // for example no read permission on the parent
     }
     // Otherwise the listing fails the same way and its handling retries.
   });
@@ -468,24 +401,24 @@ void Contender::watch_locked(const std::string& blocker, bool granted_by_its_del
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
       generation_, blocker,
-      [self, attempt, blocker, granted_by_its_deletion](int rc, std::string, NodeStat stat) {
+      [self, attempt, blocker, granted_by_its_deletion](zk_errc rc, std::string, NodeStat stat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == kOk && contender->request_.policy.promotes_without_deleting() && stat.version > 0) {
+        if (rc == zk_errc::ok && contender->request_.policy.promotes_without_deleting() && stat.version > 0) {
           // A touched predecessor was promoted before our watch was set (see decide()): look again,
           // once per touch, so that a node touched by someone else cannot keep us re-checking.
           if (contender->first_sight_of_touch_locked(blocker, stat.version)) contender->check_locked();
           return;
         }
-        if (rc == kOk) return;  // watch set; wait for it
-        if (rc == kNoNode) {
+        if (rc == zk_errc::ok) return;  // watch set; wait for it
+        if (rc == zk_errc::no_node) {
           // Gone already: ours, or look again.
           if (granted_by_its_deletion) contender->grant_locked();
           else contender->check_locked();
         } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
-          contender->complete_locked(zookeeper_error(rc));
+          contender->complete_locked(make_error_code(rc));
           contender->remove_node_locked();
         }
       },
@@ -507,15 +440,15 @@ void Contender::watch_second_blocker_locked(const std::string& node) {
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
       generation_, node,
-      [self, attempt, node](int rc, std::string, NodeStat stat) {
+      [self, attempt, node](zk_errc rc, std::string, NodeStat stat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == kOk) {
+        if (rc == zk_errc::ok) {
           if (stat.version > 0 && contender->first_sight_of_touch_locked(node, stat.version))
             contender->check_locked();
-        } else if (rc == kNoNode) {
+        } else if (rc == zk_errc::no_node) {
           contender->check_locked();
         }
         // Anything else reaches the blocker's watch too, which handles it.
@@ -539,18 +472,18 @@ void Contender::watch_children_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_children(
       generation_, request_.parent,
-      [self, attempt](int rc, std::vector<std::string> children) {
+      [self, attempt](zk_errc rc, std::vector<std::string> children) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == kOk) {
+        if (rc == zk_errc::ok) {
           contender->drops_in_a_row_ = 0;
           contender->evaluate_locked(children, true);
-        } else if (rc == kNoNode) {
+        } else if (rc == zk_errc::no_node) {
           contender->check_locked();  // the parent went, and our node with it: check queues again
         } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
-          contender->complete_locked(zookeeper_error(rc));
+          contender->complete_locked(make_error_code(rc));
           contender->remove_node_locked();
         }
       },
@@ -607,8 +540,8 @@ void Contender::schedule_own_node_watch_locked() {
 // before the own-node watch, which the server therefore registers after these changes.
 void Contender::touch_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
-  auto on_reply = [self](int rc, NodeStat) {
-    if (rc == kOk || rc == kNoNode || rc == kBadVersion) return;
+  auto on_reply = [self](zk_errc rc, NodeStat) {
+    if (rc == zk_errc::ok || rc == zk_errc::no_node || rc == zk_errc::bad_version) return;
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
@@ -628,8 +561,8 @@ void Contender::touch_as_first_waiter_locked() {
   first_waiter_touch_sent_ = true;
   std::weak_ptr<Contender> self = weak_from_this();
   const std::uint64_t generation = generation_;
-  core_->set_data(generation_, node_path_, request_.owner_data, 0, [self, generation](int rc, NodeStat) {
-    if (rc == kOk || rc == kNoNode || rc == kBadVersion) return;
+  core_->set_data(generation_, node_path_, request_.owner_data, 0, [self, generation](zk_errc rc, NodeStat) {
+    if (rc == zk_errc::ok || rc == zk_errc::no_node || rc == zk_errc::bad_version) return;
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
@@ -656,17 +589,17 @@ void Contender::watch_own_node_locked() {
   };
   core_->get_data(
       generation_, node_path_,
-      [self, still_this_node](int rc, std::string, NodeStat) {
+      [self, still_this_node](zk_errc rc, std::string, NodeStat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (!still_this_node(*contender)) return;
-        if (rc == kOk) {
+        if (rc == zk_errc::ok) {
           contender->own_watch_ = OwnWatch::set;
           return;
         }
         contender->own_watch_ = OwnWatch::none;
-        if (rc == kNoNode) {
+        if (rc == zk_errc::no_node) {
           contender->own_node_gone_locked();
         } else if (contender->phase_ == Phase::held && contender->retry_ != Retry::touch) {
           // A pending touch resends this watch too. The client registers a watch only with its
@@ -788,15 +721,15 @@ void Contender::remove_node_locked() {
   }
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->remove(generation_, node_path_, -1, [self, attempt](int rc) {
+  core_->remove(generation_, node_path_, -1, [self, attempt](zk_errc rc) {
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
     if (attempt != contender->attempt_ || contender->phase_ != Phase::releasing) return;
-    if (rc == kOk || rc == kNoNode) {
+    if (rc == zk_errc::ok || rc == zk_errc::no_node) {
       contender->finish_locked();
     } else if (!contender->handle_session_trouble_locked(rc, Retry::remove)) {
-      log(LogLevel::error, "deleting {} failed: {}", contender->node_path_, zookeeper_error(rc).message());
+      log(LogLevel::error, "deleting {} failed: {}", contender->node_path_, make_error_code(rc).message());
       contender->finish_locked();
     }
   });
@@ -825,7 +758,7 @@ void Contender::finish_locked() {
 
 // Connection loss or a closing/expired handle: true if handled (the step resumes on reconnect or
 // on a new session), false if rc is a real failure for the caller to report.
-bool Contender::handle_session_trouble_locked(int rc, Retry what) {
+bool Contender::handle_session_trouble_locked(zk_errc rc, Retry what) {
   if (is_connection_trouble(rc)) {
     // Every request in flight fails with one drop: count the drop, and decide, once. Only an
     // acquisition gives up: a holder keeps its grant, and a release (a small delete) keeps trying
@@ -995,65 +928,6 @@ void Contender::on_lost(std::function<void(LossReason)> callback) {
     return;
   }
   lost_callbacks_.push_back(std::move(callback));
-}
-
-// ---- waiting for an outcome ----
-
-namespace {
-using CancelOnStop = std::stop_callback<std::function<void()>>;
-
-std::function<void()> canceller(const std::shared_ptr<Contender>& contender) {
-  return [weak = std::weak_ptr<Contender>(contender)] {
-    if (auto c = weak.lock()) c->cancel(make_error_code(errc::cancelled));
-  };
-}
-}  // namespace
-
-std::pair<std::error_code, std::shared_ptr<Contender>> await_contender(const std::shared_ptr<SessionCore>& core,
-                                                                      ContenderRequest request,
-                                                                      std::stop_token stop) {
-  auto outcome = std::make_shared<std::promise<std::error_code>>();
-  auto future = outcome->get_future();
-  request.on_done_inline = true;  // only sets the promise
-  request.on_done = [outcome](std::error_code result, const std::shared_ptr<Contender>&) {
-    outcome->set_value(result);
-  };
-  auto contender = Contender::start(core, std::move(request));
-  std::error_code result;
-  {
-    CancelOnStop cancel_on_stop(stop, canceller(contender));
-    result = future.get();
-  }
-  return {result, std::move(contender)};
-}
-
-void start_contender_async(const std::shared_ptr<SessionCore>& core, ContenderRequest request,
-                           std::function<void(std::error_code, const std::shared_ptr<Contender>&)> done,
-                           std::stop_token stop) {
-  // The outcome may arrive before the stop callback is even registered.
-  struct StopRegistration {
-    std::mutex mutex;
-    bool finished = false;
-    std::unique_ptr<CancelOnStop> callback;
-  };
-  auto registration = std::make_shared<StopRegistration>();
-  request.on_done_inline = false;
-  request.on_done = [done = std::move(done), registration](std::error_code ec,
-                                                           const std::shared_ptr<Contender>& contender) {
-    std::unique_ptr<CancelOnStop> callback;
-    {
-      std::lock_guard lock(registration->mutex);
-      registration->finished = true;
-      callback = std::move(registration->callback);
-    }
-    callback.reset();
-    done(ec, contender);
-  };
-  auto contender = Contender::start(core, std::move(request));
-  if (!stop.stop_possible()) return;
-  auto callback = std::make_unique<CancelOnStop>(stop, canceller(contender));
-  std::lock_guard lock(registration->mutex);
-  if (!registration->finished) registration->callback = std::move(callback);
 }
 
 }  // namespace zkr::detail

@@ -5,7 +5,7 @@
 // node that blocks it, watches only that node, re-checks when it changes, and is granted when
 // nothing blocks it. The grant carries the node's czxid as the fencing token and is lost when the
 // session is lost or the node is deleted. A recipe is a QueuePolicy: how its node is named, how
-// many may hold at once, and which earlier nodes block it (see decide()).
+// many may hold at once, and which earlier nodes block it (queue_policy.hpp).
 //
 // Invariants enforced here, and only here:
 //   - the fencing token is the czxid from our own create's reply (or, after a lost reply, from the
@@ -30,37 +30,14 @@
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 
+#include "queue_policy.hpp"
 #include "session_core.hpp"
 
 namespace zkr::detail {
 
-struct QueuePolicy {
-  ContenderRole role = ContenderRole::exclusive;  // names our node and decides what blocks it
-  int max_holders = 1;
-  // Several hold at once: a promotion deletes nothing, so a grant rewrites (touches) its node to
-  // wake the waiters behind it, and watches and listings read node versions (see decide()).
-  bool promotes_without_deleting() const { return max_holders > 1; }
-};
-
-// What a contender at `index` of the sorted queue does next.
-struct QueueDecision {
-  bool holds = false;
-  std::size_t blocker = 0;      // index of the node to watch when !holds and !watch_children
-  bool watch_children = false;  // watch the parent's children instead (first two waiters, max_holders > 1)
-  // Semaphore waiters further back also watch the node before their blocker (see decide()).
-  bool watch_second = false;
-  std::size_t second_blocker = 0;
-  // This waiter is the first one: it tells the waiters behind it by touching its node.
-  bool first_waiter = false;
-};
-QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
-
 // The lease limit a semaphore records in its path node's data ("max_leases=N"), or nullopt if
 // the data is no such record (semaphore.cpp). Recipes of one holder refuse such a path.
 std::optional<int> semaphore_limit_of(std::string_view parent_data);
-
-// The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-").
-std::string_view node_marker(ContenderRole role);
 
 struct ContenderRequest {
   std::string parent;  // validated recipe path
@@ -130,8 +107,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void set_phase_locked(Phase next);  // checked in sanitizer builds (state_check.hpp)
   void begin_locked();
   void ensure_parent_then_create_locked();
-  void on_created(std::uint64_t attempt, int rc, std::string path, NodeStat stat);
-  void on_children(std::uint64_t attempt, int rc, std::vector<std::string> children);
+  void on_created(std::uint64_t attempt, zk_errc rc, std::string path, NodeStat stat);
+  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children);
   void recover_locked();
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);
@@ -152,7 +129,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void complete_locked(std::error_code outcome);
   void finish_locked();
   void retry_after_reconnect_locked(Retry what);
-  bool handle_session_trouble_locked(int rc, Retry what);
+  bool handle_session_trouble_locked(zk_errc rc, Retry what);
   void give_up_after_drops_locked();
   void arm_timeout();
   void cancel_timeout();
@@ -194,20 +171,6 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
 };
-
-// Blocks the calling thread until the contender's outcome; a stop request cancels it
-// (errc::cancelled). The stop callback lives on this thread's stack: it must never be destroyed
-// under the session mutex, where a concurrent stop request (waiting for that mutex inside
-// cancel()) would deadlock its destructor.
-std::pair<std::error_code, std::shared_ptr<Contender>> await_contender(const std::shared_ptr<SessionCore>& core,
-                                                                      ContenderRequest request,
-                                                                      std::stop_token stop);
-
-// Starts a contender whose outcome runs `done` on the session's callback thread; a stop request
-// cancels it. The stop callback is dropped when the outcome arrives, on the callback thread.
-void start_contender_async(const std::shared_ptr<SessionCore>& core, ContenderRequest request,
-                           std::function<void(std::error_code, const std::shared_ptr<Contender>&)> done,
-                           std::stop_token stop);
 
 // Reads who holds and who waits under `path` (see zkr::list_contenders). Throws Error.
 std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,

@@ -35,16 +35,8 @@ struct Leadership::Term {
   std::stop_source ended;
 };
 
-FencingToken Leadership::token() const { return term_ ? term_->held.token() : FencingToken{}; }
-std::string Leadership::node_path() const { return term_ ? term_->held.node_path() : std::string(); }
-std::int64_t Leadership::session_id() const { return term_ ? term_->held.session_id() : 0; }
-bool Leadership::lost() const { return term_ && term_->held.lost(); }
-std::optional<LossReason> Leadership::loss_reason() const {
-  return term_ ? term_->held.loss_reason() : std::nullopt;
-}
-std::stop_token Leadership::lost_token() const { return term_ ? term_->held.lost_token() : std::stop_token{}; }
-void Leadership::on_lost(std::function<void(LossReason)> callback) {
-  if (term_) term_->held.on_lost(std::move(callback));
+Leadership::Leadership(detail::Passkey, std::shared_ptr<Term> term) : term_(std::move(term)) {
+  if (term_) share(term_->held);
 }
 bool Leadership::ended() const { return term_ && term_->ended.stop_requested(); }
 std::stop_token Leadership::ended_token() const { return term_ ? term_->ended.get_token() : std::stop_token{}; }

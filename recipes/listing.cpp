@@ -15,9 +15,6 @@ namespace zkr {
 namespace detail {
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
-
 struct Listing {
   std::mutex mutex;
   std::promise<std::error_code> done;
@@ -50,13 +47,13 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
     std::lock_guard lock(core->mutex());
     const std::uint64_t generation = core->generation_locked();
     std::weak_ptr<SessionCore> weak_core = core;
-    core->get_children(generation, path, [listing, weak_core, generation, path](int rc, std::vector<std::string> children) {
+    core->get_children(generation, path, [listing, weak_core, generation, path](zk_errc rc, std::vector<std::string> children) {
       std::lock_guard guard(listing->mutex);
-      if (rc == kNoNode) {
+      if (rc == zk_errc::no_node) {
         listing->exists = false;
         return listing->finish({});
       }
-      if (rc != kOk) return listing->finish(zookeeper_error(rc));
+      if (rc != zk_errc::ok) return listing->finish(make_error_code(rc));
       for (auto& child : children) {
         if (auto name = parse_contender_name(child)) listing->names.push_back(std::move(*name));
         else listing->not_contenders.push_back(std::move(child));
@@ -68,11 +65,11 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
       listing->outstanding = listing->names.size();
       std::lock_guard session_lock(session->mutex());
       for (const auto& name : listing->names) {
-        session->get_data(generation, path + "/" + name.name, [listing, child = name.name](int data_rc, std::string data, NodeStat stat) {
+        session->get_data(generation, path + "/" + name.name, [listing, child = name.name](zk_errc data_rc, std::string data, NodeStat stat) {
           std::lock_guard inner(listing->mutex);
           // A node deleted since the listing is simply no longer a contender.
-          if (data_rc == kOk) listing->details[child] = {std::move(data), stat};
-          else if (data_rc != kNoNode) return listing->finish(zookeeper_error(data_rc));
+          if (data_rc == zk_errc::ok) listing->details[child] = {std::move(data), stat};
+          else if (data_rc != zk_errc::no_node) return listing->finish(make_error_code(data_rc));
           if (--listing->outstanding == 0) listing->finish({});
         });
       }
@@ -163,17 +160,17 @@ bool break_holder(Session& session, std::string_view path, const ContenderInfo& 
     std::lock_guard lock(core->mutex());
     const std::uint64_t generation = core->generation_locked();
     std::weak_ptr<detail::SessionCore> weak_core = core;
-    core->get_data(generation, node, [done, weak_core, generation, node, token = holder.token](int rc, std::string, detail::NodeStat stat) {
-      if (rc == detail::kNoNode || (rc == detail::kOk && FencingToken(stat.czxid) != token))
+    core->get_data(generation, node, [done, weak_core, generation, node, token = holder.token](zk_errc rc, std::string, detail::NodeStat stat) {
+      if (rc == zk_errc::no_node || (rc == zk_errc::ok && FencingToken(stat.czxid) != token))
         return done->set_value({{}, false});
-      if (rc != detail::kOk) return done->set_value({zookeeper_error(rc), false});
+      if (rc != zk_errc::ok) return done->set_value({make_error_code(rc), false});
       auto session_core = weak_core.lock();
       if (!session_core) return done->set_value({make_error_code(errc::session_closed), false});
       std::lock_guard session_lock(session_core->mutex());
-      session_core->remove(generation, node, -1, [done](int remove_rc) {
-        if (remove_rc == detail::kOk) return done->set_value({{}, true});
-        if (remove_rc == detail::kNoNode) return done->set_value({{}, false});
-        done->set_value({zookeeper_error(remove_rc), false});
+      session_core->remove(generation, node, -1, [done](zk_errc remove_rc) {
+        if (remove_rc == zk_errc::ok) return done->set_value({{}, true});
+        if (remove_rc == zk_errc::no_node) return done->set_value({{}, false});
+        done->set_value({make_error_code(remove_rc), false});
       });
     });
   }

@@ -19,10 +19,23 @@ namespace zkr {
 using detail::Contender;
 using detail::ContenderRequest;
 
+// ---- Grant ----
+
+FencingToken Grant::token() const { return contender_ ? contender_->token() : FencingToken{}; }
+std::string Grant::node_path() const { return contender_ ? contender_->node_path() : std::string(); }
+std::int64_t Grant::session_id() const { return contender_ ? contender_->session_id() : 0; }
+bool Grant::lost() const { return contender_ && contender_->lost(); }
+std::optional<LossReason> Grant::loss_reason() const {
+  return contender_ ? contender_->loss_reason() : std::nullopt;
+}
+std::stop_token Grant::lost_token() const { return contender_ ? contender_->lost_token() : std::stop_token{}; }
+void Grant::on_lost(std::function<void(LossReason)> callback) {
+  if (contender_) contender_->on_lost(std::move(callback));
+}
+
 // ---- HeldLock ----
 
-HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender)
-    : contender_(std::move(contender)) {}
+HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender) : Grant(std::move(contender)) {}
 HeldLock::HeldLock(HeldLock&&) noexcept = default;
 HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
   if (this != &other) {
@@ -33,17 +46,6 @@ HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
 }
 HeldLock::~HeldLock() { release(); }
 
-FencingToken HeldLock::token() const { return contender_ ? contender_->token() : FencingToken{}; }
-std::string HeldLock::node_path() const { return contender_ ? contender_->node_path() : std::string(); }
-std::int64_t HeldLock::session_id() const { return contender_ ? contender_->session_id() : 0; }
-bool HeldLock::lost() const { return contender_ && contender_->lost(); }
-std::optional<LossReason> HeldLock::loss_reason() const {
-  return contender_ ? contender_->loss_reason() : std::nullopt;
-}
-std::stop_token HeldLock::lost_token() const { return contender_ ? contender_->lost_token() : std::stop_token{}; }
-void HeldLock::on_lost(std::function<void(LossReason)> callback) {
-  if (contender_) contender_->on_lost(std::move(callback));
-}
 void HeldLock::release() {
   if (contender_) contender_->release();
 }

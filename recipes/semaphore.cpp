@@ -124,19 +124,19 @@ std::optional<int> Semaphore::recorded_limit(Session& session, std::string_view 
   if (!core->wait_connected(wait))
     throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout),
                 "read semaphore limit of", node);
-  auto reply = std::make_shared<std::promise<std::pair<int, std::string>>>();
+  auto reply = std::make_shared<std::promise<std::pair<zk_errc, std::string>>>();
   auto future = reply->get_future();
   {
     std::lock_guard lock(core->mutex());
-    core->get_data(core->generation_locked(), node, [reply](int rc, std::string data, detail::NodeStat) {
+    core->get_data(core->generation_locked(), node, [reply](zk_errc rc, std::string data, detail::NodeStat) {
       reply->set_value({rc, std::move(data)});
     });
   }
   if (future.wait_for(wait) != std::future_status::ready)
     throw Error(make_error_code(errc::timed_out), "read semaphore limit of", node);
   auto [rc, data] = future.get();
-  if (rc == static_cast<int>(zk_errc::no_node)) return std::nullopt;
-  if (rc != 0) throw Error(zookeeper_error(rc), "read semaphore limit of", node);
+  if (rc == zk_errc::no_node) return std::nullopt;
+  if (rc != zk_errc::ok) throw Error(make_error_code(rc), "read semaphore limit of", node);
   return parse_limit(data);
 }
 

@@ -12,6 +12,7 @@ class ZooKeeperCategory final : public std::error_category {
   const char* name() const noexcept override { return "zookeeper"; }
   std::string message(int rc) const override {
     switch (static_cast<zk_errc>(rc)) {
+      case zk_errc::ok: return "ok";
       case zk_errc::system_error: return "system error";
       case zk_errc::runtime_inconsistency: return "runtime inconsistency";
       case zk_errc::data_inconsistency: return "data inconsistency";
@@ -143,15 +144,13 @@ const std::error_category& category() noexcept {
 }
 
 std::error_code make_error_code(zk_errc e) noexcept {
+  if (e == zk_errc::ok) return {};
   return {static_cast<int>(e), zookeeper_category()};
 }
 
 std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
 
-std::error_code zookeeper_error(int rc) noexcept {
-  if (rc == 0) return {};
-  return {rc, zookeeper_category()};
-}
+std::error_code zookeeper_error(int rc) noexcept { return make_error_code(static_cast<zk_errc>(rc)); }
 
 static std::string describe(std::error_code ec, std::string_view operation, std::string_view path,
                             std::string_view detail) {

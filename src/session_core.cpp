@@ -17,30 +17,10 @@
 namespace zkr::detail {
 namespace {
 
-constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
 // The deadline timer wakes at least this often, so that a deadline passed during a suspend of the
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
-
-// True if a result code proves that the server received and answered the request.
-bool server_answered(int rc) {
-  switch (static_cast<zk_errc>(rc)) {
-    case zk_errc::connection_loss:
-    case zk_errc::operation_timeout:
-    case zk_errc::invalid_state:
-    case zk_errc::session_expired:
-    case zk_errc::closing:
-    case zk_errc::auth_failed:
-    case zk_errc::session_moved:
-    case zk_errc::marshalling_error:
-    case zk_errc::system_error:
-    case zk_errc::runtime_inconsistency:
-      return false;
-    default:
-      return rc == 0 || rc <= static_cast<int>(zk_errc::api_error);
-  }
-}
 
 }  // namespace
 
@@ -216,8 +196,8 @@ void SessionCore::open_connection_locked() {
   reopen_backoff_ = std::chrono::milliseconds::zero();
   if (options_.credentials) {
     std::string user_password = options_.credentials->user + ":" + options_.credentials->password;
-    connection_->add_digest_auth(user_password, [](int rc) {
-      if (rc != 0) log(LogLevel::warning, "digest authentication failed: {}", zookeeper_error(rc).message());
+    connection_->add_digest_auth(user_password, [](zk_errc rc) {
+      if (rc != zk_errc::ok) log(LogLevel::warning, "digest authentication failed: {}", make_error_code(rc).message());
     });
   }
   set_state_locked(SessionState::connecting);
@@ -456,7 +436,7 @@ void SessionCore::send_heartbeat(std::uint64_t generation) {
   if (generation != generation_ || ended()) return;
   if (state_ == SessionState::connected) {
     ++heartbeats_sent_;
-    sync(generation, "/", [](int) {});
+    sync(generation, "/", [](zk_errc) {});
   }
   heartbeat_timer_.expires_after(heartbeat_interval());
   heartbeat_timer_.async_wait([self = weak_from_this(), generation](boost::system::error_code ec) {
@@ -474,23 +454,23 @@ template <typename Callback, typename Issue, typename... FailArgs>
 void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request,
                         FailArgs... fail_args) {
   auto shared_done = std::make_shared<Callback>(std::move(done));
-  auto fail_later = [this, shared_done, fail_args...](int rc) {
+  auto fail_later = [this, shared_done, fail_args...](zk_errc rc) {
     post_to_worker([shared_done, rc, fail_args...] { (*shared_done)(rc, fail_args...); });
   };
   if (generation != generation_ || !connection_) {
-    fail_later(kInvalidState);
+    fail_later(zk_errc::invalid_state);
     return;
   }
   ++requests_sent_;
   ++in_flight_;
   const auto sent = BootClock::now();
-  Callback wrapped = [self = weak_from_this(), generation, sent, proof, shared_done](int rc, auto... results) {
+  Callback wrapped = [self = weak_from_this(), generation, sent, proof, shared_done](zk_errc rc, auto... results) {
     auto core = self.lock();
     if (core && proof == Proof::leader && server_answered(rc)) core->note_leader_proof(generation, sent);
     (*shared_done)(rc, std::move(results)...);
     if (core) core->request_finished();
   };
-  if (int rc = issue_request(*connection_, std::move(wrapped)); rc != 0) {
+  if (zk_errc rc = issue_request(*connection_, std::move(wrapped)); rc != zk_errc::ok) {
     request_finished();
     fail_later(rc);
   }

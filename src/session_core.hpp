@@ -107,7 +107,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // ---- requests (caller holds mutex()) ----
   // Each is sent on the connection of `generation`. If that connection is gone or the request
   // cannot be queued, the callback runs later on the worker thread with the ZooKeeper code
-  // (ZINVALIDSTATE for a stale generation). Callbacks run without the mutex held.
+  // (zk_errc::invalid_state for a stale generation). Callbacks run without the mutex held.
   // Pipelined before a listing that must see every committed write (after a connection loss).
   void sync(std::uint64_t generation, const std::string& path, ResultCallback done);
   void create(std::uint64_t generation, const std::string& path, const std::string& data, CreateMode mode,

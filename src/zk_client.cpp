@@ -18,6 +18,11 @@
 namespace zkr::detail {
 namespace {
 
+// The C client's result codes are the protocol's, as zk_errc spells them.
+static_assert(ZOK == static_cast<int>(zk_errc::ok) && ZNONODE == static_cast<int>(zk_errc::no_node) &&
+              ZCONNECTIONLOSS == static_cast<int>(zk_errc::connection_loss));
+zk_errc code(int rc) { return static_cast<zk_errc>(rc); }
+
 NodeStat to_node_stat(const Stat* stat) {
   NodeStat out;
   if (stat == nullptr) return out;
@@ -130,23 +135,23 @@ std::unique_ptr<Callback> take(const void* data) {
 
 void on_create(int rc, const char* created, const Stat* stat, const void* data) {
   auto done = take<CreateCallback>(data);
-  (*done)(rc, rc == ZOK && created ? std::string(created) : std::string(), to_node_stat(rc == ZOK ? stat : nullptr));
+  (*done)(code(rc), rc == ZOK && created ? std::string(created) : std::string(), to_node_stat(rc == ZOK ? stat : nullptr));
 }
 
 
 void on_stat(int rc, const Stat* stat, const void* data) {
   auto done = take<StatCallback>(data);
-  (*done)(rc, to_node_stat(rc == ZOK ? stat : nullptr));
+  (*done)(code(rc), to_node_stat(rc == ZOK ? stat : nullptr));
 }
 
 void on_void(int rc, const void* data) {
   auto done = take<ResultCallback>(data);
-  (*done)(rc);
+  (*done)(code(rc));
 }
 
 void on_string(int rc, const char*, const void* data) {
   auto done = take<ResultCallback>(data);
-  (*done)(rc);
+  (*done)(code(rc));
 }
 
 // The client registers a data or children watch only on success: nothing will ever fire the
@@ -168,7 +173,7 @@ void on_data(int rc, const char* value, int length, const Stat* stat, const void
   forget_unregistered_watch(request->watch, rc);
   std::string content;
   if (rc == ZOK && value && length > 0) content.assign(value, static_cast<std::size_t>(length));
-  request->done(rc, std::move(content), to_node_stat(rc == ZOK ? stat : nullptr));
+  request->done(code(rc), std::move(content), to_node_stat(rc == ZOK ? stat : nullptr));
 }
 
 struct ChildrenRequest {
@@ -184,7 +189,7 @@ void on_children(int rc, const String_vector* children, const void* data) {
     names.reserve(children->count);
     for (int i = 0; i < children->count; ++i) names.emplace_back(children->data[i]);
   }
-  request->done(rc, std::move(names));
+  request->done(code(rc), std::move(names));
 }
 
 class CConnection final : public ZooKeeperConnection {
@@ -193,16 +198,16 @@ class CConnection final : public ZooKeeperConnection {
       : context_(std::move(context)), handle_(handle) {}
   ~CConnection() override { close(); }
 
-  int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
+  zk_errc create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
              CreateCallback done) override {
     auto callback = std::make_unique<CreateCallback>(std::move(done));
     int rc = zoo_acreate2(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), to_acl(acl),
                           to_flags(mode), on_create, callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
-  int get_children(const std::string& path, ChildrenCallback done, NodeWatch watch) override {
+  zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch) override {
     auto request = std::make_unique<ChildrenRequest>();
     request->done = std::move(done);
     request->watch = track(std::move(watch));
@@ -210,10 +215,10 @@ class CConnection final : public ZooKeeperConnection {
                                 on_children, request.get());
     if (rc != ZOK) untrack(request->watch);
     else request.release();
-    return rc;
+    return code(rc);
   }
 
-  int get_data(const std::string& path, DataCallback done, NodeWatch watch) override {
+  zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch) override {
     auto request = std::make_unique<DataRequest>();
     request->done = std::move(done);
     request->watch = track(std::move(watch));
@@ -221,44 +226,44 @@ class CConnection final : public ZooKeeperConnection {
                        request.get());
     if (rc != ZOK) untrack(request->watch);
     else request.release();
-    return rc;
+    return code(rc);
   }
 
-  int set_data(const std::string& path, const std::string& data, int version, StatCallback done) override {
+  zk_errc set_data(const std::string& path, const std::string& data, int version, StatCallback done) override {
     auto callback = std::make_unique<StatCallback>(std::move(done));
     int rc = zoo_aset(handle_, path.c_str(), data.data(), static_cast<int>(data.size()), version, on_stat,
                       callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
-  int exists(const std::string& path, StatCallback done) override {
+  zk_errc exists(const std::string& path, StatCallback done) override {
     auto callback = std::make_unique<StatCallback>(std::move(done));
     int rc = zoo_aexists(handle_, path.c_str(), 0, on_stat, callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
-  int remove(const std::string& path, int version, ResultCallback done) override {
+  zk_errc remove(const std::string& path, int version, ResultCallback done) override {
     auto callback = std::make_unique<ResultCallback>(std::move(done));
     int rc = zoo_adelete(handle_, path.c_str(), version, on_void, callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
-  int sync(const std::string& path, ResultCallback done) override {
+  zk_errc sync(const std::string& path, ResultCallback done) override {
     auto callback = std::make_unique<ResultCallback>(std::move(done));
     int rc = zoo_async(handle_, path.c_str(), on_string, callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
-  int add_digest_auth(const std::string& user_password, ResultCallback done) override {
+  zk_errc add_digest_auth(const std::string& user_password, ResultCallback done) override {
     auto callback = std::make_unique<ResultCallback>(std::move(done));
     int rc = zoo_add_auth(handle_, "digest", user_password.data(), static_cast<int>(user_password.size()),
                           on_void, callback.get());
     if (rc == ZOK) callback.release();
-    return rc;
+    return code(rc);
   }
 
   std::int64_t session_id() const override {

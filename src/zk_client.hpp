@@ -14,6 +14,7 @@
 #include <system_error>
 #include <vector>
 
+#include <zkr/error.hpp>
 #include <zkr/session.hpp>
 
 namespace zkr::detail {
@@ -37,37 +38,53 @@ struct ClientId {
   std::string password;  // 16 bytes
 };
 
-using CreateCallback = std::function<void(int rc, std::string created_path, NodeStat)>;
-using ChildrenCallback = std::function<void(int rc, std::vector<std::string>)>;
-using DataCallback = std::function<void(int rc, std::string data, NodeStat)>;
-using StatCallback = std::function<void(int rc, NodeStat)>;
-using ResultCallback = std::function<void(int rc)>;
+// Every reply carries ZooKeeper's result code (zk_errc::ok on success); results only with ok.
+using CreateCallback = std::function<void(zk_errc rc, std::string created_path, NodeStat)>;
+using ChildrenCallback = std::function<void(zk_errc rc, std::vector<std::string>)>;
+using DataCallback = std::function<void(zk_errc rc, std::string data, NodeStat)>;
+using StatCallback = std::function<void(zk_errc rc, NodeStat)>;
+using ResultCallback = std::function<void(zk_errc rc)>;
 // A one-shot node watch. Session events are filtered out by the adapter; the watch fires once
 // with the node event, or never (if the handle is closed first).
 using NodeWatch = std::function<void(NodeEvent)>;
 
-// Each request returns 0 once it is queued; its callback then runs exactly once on the completion
-// thread. A request that cannot be queued (handle expired or closing, bad arguments) returns the
-// ZooKeeper code and its callback never runs: the caller decides where to report that.
+// True if a result code proves that the server received and answered the request: success, or a
+// server's refusal of the request itself (no_node, bad_version, ...). The client's own codes (above
+// api_error: connection loss, timeout, invalid state, ...) and the session's troubles are not.
+inline bool server_answered(zk_errc rc) {
+  switch (rc) {
+    case zk_errc::session_expired:
+    case zk_errc::closing:
+    case zk_errc::auth_failed:
+    case zk_errc::session_moved:
+      return false;
+    default:
+      return rc == zk_errc::ok || rc <= zk_errc::api_error;
+  }
+}
+
+// Each request returns zk_errc::ok once it is queued; its callback then runs exactly once on the
+// completion thread. A request that cannot be queued (handle expired or closing, bad arguments)
+// returns the ZooKeeper code and its callback never runs: the caller decides where to report that.
 class ZooKeeperConnection {
  public:
   virtual ~ZooKeeperConnection() = default;
 
-  virtual int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
-                     CreateCallback done) = 0;
+  virtual zk_errc create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
+                         CreateCallback done) = 0;
   // With a watch, a children watch is registered only if the node exists.
-  virtual int get_children(const std::string& path, ChildrenCallback done, NodeWatch watch = {}) = 0;
+  virtual zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch = {}) = 0;
   // With a watch, it is registered only if the node exists (a data watch, never an exists watch).
-  virtual int get_data(const std::string& path, DataCallback done, NodeWatch watch = {}) = 0;
-  virtual int exists(const std::string& path, StatCallback done) = 0;
+  virtual zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch = {}) = 0;
+  virtual zk_errc exists(const std::string& path, StatCallback done) = 0;
   // Sets the node's data if its version is `version` (-1: any version).
-  virtual int set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
-  virtual int remove(const std::string& path, int version, ResultCallback done) = 0;
+  virtual zk_errc set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
+  virtual zk_errc remove(const std::string& path, int version, ResultCallback done) = 0;
   // Has the server we are connected to catch up with the leader. Its success proves that the
   // leader answered after this was sent: unlike a read, which a follower cut off from the leader
   // keeps answering from its own copy.
-  virtual int sync(const std::string& path, ResultCallback done) = 0;
-  virtual int add_digest_auth(const std::string& user_password, ResultCallback done) = 0;
+  virtual zk_errc sync(const std::string& path, ResultCallback done) = 0;
+  virtual zk_errc add_digest_auth(const std::string& user_password, ResultCallback done) = 0;
 
   virtual std::int64_t session_id() const = 0;
   virtual ClientId client_id() const = 0;

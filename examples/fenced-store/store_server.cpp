@@ -26,8 +26,8 @@
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 
-#include <zkr/fence.hpp>
-#include <zkr/fencing.hpp>
+#include <zkr/fence_gate.hpp>
+#include <zkr/fencing_token.hpp>
 
 namespace asio = boost::asio;
 using asio::ip::tcp;

@@ -4,7 +4,7 @@
 //
 // Each fired job is recorded with the term's fencing token. A later leader always has a larger
 // token, so the store that receives the jobs (here an append-only file; in production a database
-// with the token check of fence.hpp) can refuse anything a deposed leader still sends.
+// with the token check of fence_gate.hpp) can refuse anything a deposed leader still sends.
 //
 // Usage: zkr_scheduler SERVERS ELECTION_PATH NAME JOURNAL [--interval SECS] [--session-timeout SECS]
 //                      [--tick-time SECS (the servers' tickTime, default 2)]

@@ -11,7 +11,7 @@
 // always has a larger one) and a loss signal (callback and std::stop_token), exactly like a held
 // lock: leadership is lost when the session monitor declares the session lost, before the server
 // can expire it and let another participant lead. Send the token with every write that only the
-// leader may make, and have the resource refuse lower tokens (fence.hpp).
+// leader may make, and have the resource refuse lower tokens (fence_gate.hpp).
 //
 // Two styles:
 //   - LeaderLatch: join, then ask is_leader() or wait for leadership; a listener hears every term
@@ -62,24 +62,12 @@ std::vector<Participant> election_participants(Session& session, std::string_vie
 std::optional<Participant> election_leader(Session& session, std::string_view path);
 
 // One term of leadership. A handle: copies share the term, and dropping them does not resign
-// (the latch or selector that won the term ends it). All members are thread-safe.
-class Leadership {
+// (the latch or selector that won the term ends it). The token and the loss signal are Grant's,
+// those of the term's held lock. All members are thread-safe.
+class Leadership : public Grant {
  public:
   Leadership() = default;  // no term
   explicit operator bool() const noexcept { return term_ != nullptr; }
-
-  FencingToken token() const;
-  std::string node_path() const;
-  std::int64_t session_id() const;
-
-  // True once leadership is lost (session lost, node deleted, session closed). Never reset.
-  bool lost() const;
-  std::optional<LossReason> loss_reason() const;
-  // Requested when leadership is lost, as HeldLock::lost_token().
-  std::stop_token lost_token() const;
-  // Runs once on the session's callback thread when leadership is lost (at once if it already
-  // is). Must not block for long.
-  void on_lost(std::function<void(LossReason)> callback);
 
   // True once the term is over for any reason: lost, resigned, or the latch/selector closed.
   bool ended() const;
@@ -89,7 +77,7 @@ class Leadership {
 
   struct Term;  // the library's (recipes/election.cpp): opaque here
   // The library's (see detail::Passkey): only the latch and the selector make terms.
-  Leadership(detail::Passkey, std::shared_ptr<Term> term) : term_(std::move(term)) {}
+  Leadership(detail::Passkey, std::shared_ptr<Term> term);
 
  private:
   std::shared_ptr<Term> term_;

@@ -18,8 +18,9 @@
 
 namespace zkr {
 
-// ZooKeeper result codes (values as in the protocol).
+// ZooKeeper result codes (values as in the protocol). `ok` is success: its error_code is empty.
 enum class zk_errc : int {
+  ok = 0,
   system_error = -1,
   runtime_inconsistency = -2,
   data_inconsistency = -3,
@@ -81,7 +82,7 @@ std::error_code make_error_code(zk_errc e) noexcept;
 std::error_code make_error_code(errc e) noexcept;
 std::error_condition make_error_condition(condition c) noexcept;
 
-// Wraps a raw ZooKeeper result code (as returned by the C client).
+// Wraps a raw ZooKeeper result code (as returned by the C client); 0 gives an empty error_code.
 std::error_code zookeeper_error(int rc) noexcept;
 
 // The exception thrown by the throwing forms.

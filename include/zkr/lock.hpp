@@ -7,7 +7,7 @@
 //
 // The fencing token of a grant is the czxid of its node, taken from the create's reply. It grows
 // with every grant on the path, across leader changes and re-creation of the parent. Pass it to the
-// resource with every write and have the resource refuse lower tokens (see fence.hpp): that, not
+// resource with every write and have the resource refuse lower tokens (see fence_gate.hpp): that, not
 // the lock, is what makes a correctness lock safe against paused holders.
 //
 // Reentrancy: none. A second acquisition from the same process (same or another Lock object, same
@@ -25,7 +25,7 @@
 #include <system_error>
 #include <vector>
 
-#include <zkr/fencing.hpp>
+#include <zkr/fencing_token.hpp>
 #include <zkr/names.hpp>
 #include <zkr/session.hpp>
 
@@ -42,8 +42,42 @@ class Contender;
 class Acquisition;
 }
 
-// A granted lock. Move-only; releases on destruction. All members are thread-safe.
-class HeldLock {
+// What the holder of a grant of the contender queue learns of it: the base of a held lock or lease
+// (HeldLock) and of a term of leadership (Leadership). An empty grant answers with empty values.
+// All members are thread-safe.
+class Grant {
+ public:
+  // The fencing token: the czxid of the grant's node, larger for every later grant on the path.
+  FencingToken token() const;
+  std::string node_path() const;
+  std::int64_t session_id() const;
+
+  // True once the grant is lost (session lost, node deleted, session closed); never reset. A grant
+  // that was released (a lock released, a term resigned) is not "lost".
+  bool lost() const;
+  std::optional<LossReason> loss_reason() const;
+  // Requested when the grant is lost; pass it to the critical section.
+  std::stop_token lost_token() const;
+  // Runs once on the session's callback thread when the grant is lost (at once, on that thread, if
+  // it already is). Must not block for long.
+  void on_lost(std::function<void(LossReason)> callback);
+
+ protected:
+  Grant() = default;
+  explicit Grant(std::shared_ptr<detail::Contender> contender) : contender_(std::move(contender)) {}
+  Grant(const Grant&) = default;
+  Grant(Grant&&) noexcept = default;
+  Grant& operator=(const Grant&) = default;
+  Grant& operator=(Grant&&) noexcept = default;
+  ~Grant() = default;
+  // Shares another grant's node (a term shares its held lock's).
+  void share(const Grant& other) { contender_ = other.contender_; }
+
+  std::shared_ptr<detail::Contender> contender_;
+};
+
+// A granted lock. Move-only; releases on destruction. The token and the loss signal are Grant's.
+class HeldLock : public Grant {
  public:
   HeldLock() = default;  // holds nothing
   // The library's (see detail::Passkey): a grant of the contender queue.
@@ -54,26 +88,10 @@ class HeldLock {
 
   explicit operator bool() const noexcept { return contender_ != nullptr; }
 
-  FencingToken token() const;
-  std::string node_path() const;
-  std::int64_t session_id() const;
-
-  // True once the lock is lost (never reset). A lock that was released is not "lost".
-  bool lost() const;
-  std::optional<LossReason> loss_reason() const;
-  // Requested when the lock is lost; pass it to the critical section.
-  std::stop_token lost_token() const;
-  // Runs once on the session's callback thread when the lock is lost (at once, on that thread, if
-  // it already is). Must not block for long.
-  void on_lost(std::function<void(LossReason)> callback);
-
   // Deletes the node. Idempotent and non-blocking: if the connection is down the delete is retried
   // after reconnecting, until it succeeds or the session ends (which deletes the node as well).
   // Never touches a node other than this grant's own.
   void release();
-
- private:
-  std::shared_ptr<detail::Contender> contender_;
 };
 
 // One row of contenders(): the holder(s) first, then waiters in queue order.

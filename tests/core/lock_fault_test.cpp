@@ -8,7 +8,7 @@
 #include <thread>
 
 #include <zkr/error.hpp>
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/lock.hpp>
 
 #include "internals.hpp"

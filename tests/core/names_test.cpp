@@ -10,6 +10,8 @@
 #include <zkr/error.hpp>
 #include <zkr/names.hpp>
 
+#include "zk_client.hpp"  // server_answered()
+
 namespace {
 
 TEST(Paths, AcceptsPlainAbsolutePaths) {
@@ -286,6 +288,28 @@ TEST(Errors, EveryCodeMeansOneCondition) {
       EXPECT_EQ(code == c, expected == c) << code.message() << " vs " << make_error_condition(c).message();
     }
   }
+}
+
+// ZooKeeper's success code is no error at all, however it is made.
+TEST(Errors, ZooKeeperSuccessIsTheEmptyErrorCode) {
+  EXPECT_FALSE(make_error_code(zkr::zk_errc::ok));
+  EXPECT_EQ(make_error_code(zkr::zk_errc::ok), std::error_code());
+  EXPECT_EQ(zkr::zookeeper_error(0), std::error_code());
+  EXPECT_EQ(zkr::zookeeper_error(-101), zkr::zk_errc::no_node);
+}
+
+// The session monitor's proof of life (and the fake's): a reply proves that the server answered
+// only if it is a success or the server's refusal of the request itself.
+TEST(Errors, OnlyTheServersOwnAnswersProveItAnswered) {
+  using zkr::zk_errc;
+  for (zk_errc answered : {zk_errc::ok, zk_errc::no_node, zk_errc::no_auth, zk_errc::bad_version,
+                           zk_errc::node_exists, zk_errc::not_empty, zk_errc::invalid_acl})
+    EXPECT_TRUE(zkr::detail::server_answered(answered)) << make_error_code(answered).message();
+  for (zk_errc not_answered : {zk_errc::connection_loss, zk_errc::operation_timeout, zk_errc::invalid_state,
+                               zk_errc::marshalling_error, zk_errc::system_error, zk_errc::bad_arguments,
+                               zk_errc::session_expired, zk_errc::closing, zk_errc::auth_failed,
+                               zk_errc::session_moved})
+    EXPECT_FALSE(zkr::detail::server_answered(not_answered)) << make_error_code(not_answered).message();
 }
 
 }  // namespace

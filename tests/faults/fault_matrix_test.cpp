@@ -14,7 +14,7 @@
 #include <thread>
 
 #include <zkr/error.hpp>
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 

@@ -216,8 +216,8 @@ TEST_F(FastPartitionTest, ZklocksJobStopsBeforeTheNextJobStartsEvenIfTheLinkHeal
       options);
   ASSERT_TRUE(first->wait_for_line("started", scaled(60s)));
   auto second = lab.spawn(1,
-                          {ZKLOCK_BINARY, "--zk", others, "--tick-time", tick, "--session-timeout", "6", path,
-                           "bash", "-c", fmt::format("date +%s%N > {}", second_log)},
+                          {ZKLOCK_BINARY, "--zk", others, "--tick-time", tick, "--session-timeout", "6",
+                           "--kill-after", "1", path, "bash", "-c", fmt::format("date +%s%N > {}", second_log)},
                           options);
   std::this_thread::sleep_for(1s);  // the second zklock queues
 

@@ -64,7 +64,7 @@ cmd_install() {
   local libdir
   libdir=$(libdir_of "$prefix")
   local expected=(
-    include/zkr/lock.hpp include/zkr/session.hpp include/zkr/fence.hpp
+    include/zkr/lock.hpp include/zkr/session.hpp include/zkr/fence_gate.hpp include/zkr/fencing_token.hpp
     bin/zklock share/man/man1/zklock.1 share/bash-completion/completions/zklock
   )
   for file in "${expected[@]}"; do

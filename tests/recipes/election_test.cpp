@@ -13,7 +13,7 @@
 
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 
 #include "internals.hpp"
 #include "recipe_test_support.hpp"

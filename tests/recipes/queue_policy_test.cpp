@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "contender_queue.hpp"
+#include "queue_policy.hpp"
 
 namespace zkr::detail {
 namespace {

@@ -17,28 +17,6 @@ using detail::NodeStat;
 
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
-constexpr int kBadArguments = static_cast<int>(zk_errc::bad_arguments);
-constexpr int kInvalidState = static_cast<int>(zk_errc::invalid_state);
-constexpr int kApiError = static_cast<int>(zk_errc::api_error);
-constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
-constexpr int kBadVersion = static_cast<int>(zk_errc::bad_version);
-constexpr int kNoChildrenForEphemerals = static_cast<int>(zk_errc::no_children_for_ephemerals);
-constexpr int kNodeExists = static_cast<int>(zk_errc::node_exists);
-constexpr int kNotEmpty = static_cast<int>(zk_errc::not_empty);
-constexpr int kSessionExpired = static_cast<int>(zk_errc::session_expired);
-constexpr int kClosing = static_cast<int>(zk_errc::closing);
-constexpr int kAuthFailed = static_cast<int>(zk_errc::auth_failed);
-constexpr int kSessionMoved = static_cast<int>(zk_errc::session_moved);
-
-// A reply that proves the server received the request (the session monitor's notion).
-bool proves_answer(int rc) {
-  if (rc == kOk) return true;
-  if (rc == kSessionExpired || rc == kAuthFailed || rc == kClosing || rc == kSessionMoved) return false;
-  return rc <= kApiError;
-}
-
 // A reply to a request that only the leader answers (a sync, or a write, which followers forward):
 // only those count as the monitor's proof of life. `what` is "<op> <path>".
 bool went_through_leader(std::string_view what) {
@@ -91,7 +69,7 @@ struct FakeServer::Request {
   Op op = Op::create;
   std::string path;
   std::function<Applied(std::int64_t owner_override)> apply;  // under the mutex
-  std::function<void(int)> fail;                              // the callback with an error, no results
+  std::function<void(zk_errc)> fail;                              // the callback with an error, no results
   FakeClock::time_point sent;
 };
 
@@ -128,8 +106,8 @@ struct FakeServer::Link {
   enum class Kind { reply, node_event, session_event };
   struct Entry {
     Kind kind = Kind::reply;
-    int rc = 0;
-    std::function<void(int)> run;
+    zk_errc rc = zk_errc::ok;
+    std::function<void(zk_errc)> run;
     FakeClock::time_point sent{};
     std::uint64_t watch_id = 0;  // a reply that registered this watch, or an event it fired
     std::string what;            // for tests: "<op> <path>", "<event> <path>", "session <event>"
@@ -156,71 +134,71 @@ class FakeConnection final : public detail::ZooKeeperConnection {
       : server_(std::move(server)), link_(std::move(link)) {}
   ~FakeConnection() override { close(); }
 
-  int create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl,
-             detail::CreateCallback done) override {
+  zk_errc create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl,
+                 detail::CreateCallback done) override {
     const bool sequential = mode == CreateMode::ephemeral_sequential;
-    if (!valid_path(sequential ? path + "0" : path)) return kBadArguments;
+    if (!valid_path(sequential ? path + "0" : path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::CreateCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::create;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc, {}, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, data, mode, session = link_->session,
                      callback](std::int64_t owner_override) {
       std::string created;
       NodeStat stat;
-      int rc = server->create_locked(path, data, mode, session, created, stat);
-      if (rc == kOk && owner_override != 0 && is_ephemeral(mode)) {
+      zk_errc rc = server->create_locked(path, data, mode, session, created, stat);
+      if (rc == zk_errc::ok && owner_override != 0 && is_ephemeral(mode)) {
         server->nodes_[created].stat.ephemeral_owner = owner_override;
         stat.ephemeral_owner = owner_override;
       }
       return FakeServer::Applied{rc,
-                                 [callback, created, stat](int reported) {
-                                   if (reported == kOk) (*callback)(kOk, created, stat);
+                                 [callback, created, stat](zk_errc reported) {
+                                   if (reported == zk_errc::ok) (*callback)(zk_errc::ok, created, stat);
                                    else (*callback)(reported, {}, {});
                                  },
-                                 rc == kOk ? created : std::string()};
+                                 rc == zk_errc::ok ? created : std::string()};
     };
     return server_->submit(*link_, std::move(request));
   }
 
-  int get_children(const std::string& path, detail::ChildrenCallback done, detail::NodeWatch watch) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc get_children(const std::string& path, detail::ChildrenCallback done, detail::NodeWatch watch) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::ChildrenCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::get_children;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
     request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
-        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}); }, {}};
+        return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}); }, {}};
       std::uint64_t watch_id = 0;
       if (watch) {
         watch_id = server->next_watch_id_++;
         server->children_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
       }
       std::vector<std::string> names(it->second.children.begin(), it->second.children.end());
-      return FakeServer::Applied{kOk,
-                                 [callback, names](int reported) {
-                                   (*callback)(reported, reported == kOk ? names : std::vector<std::string>());
+      return FakeServer::Applied{zk_errc::ok,
+                                 [callback, names](zk_errc reported) {
+                                   (*callback)(reported, reported == zk_errc::ok ? names : std::vector<std::string>());
                                  },
                                  {}, watch_id};
     };
     return server_->submit(*link_, std::move(request));
   }
 
-  int get_data(const std::string& path, detail::DataCallback done, detail::NodeWatch watch) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc get_data(const std::string& path, detail::DataCallback done, detail::NodeWatch watch) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::DataCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::get_data;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc, {}, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
-        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}, {}); }, {}};
+        return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}, {}); }, {}};
       std::uint64_t watch_id = 0;
       if (watch) {
         watch_id = server->next_watch_id_++;
@@ -228,9 +206,9 @@ class FakeConnection final : public detail::ZooKeeperConnection {
       }
       std::string data = it->second.data;
       NodeStat stat = server->stat_locked(it->second);
-      return FakeServer::Applied{kOk,
-                                 [callback, data, stat](int reported) {
-                                   if (reported == kOk) (*callback)(kOk, data, stat);
+      return FakeServer::Applied{zk_errc::ok,
+                                 [callback, data, stat](zk_errc reported) {
+                                   if (reported == zk_errc::ok) (*callback)(zk_errc::ok, data, stat);
                                    else (*callback)(reported, {}, {});
                                  },
                                  {}, watch_id};
@@ -238,76 +216,76 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     return server_->submit(*link_, std::move(request));
   }
 
-  int exists(const std::string& path, detail::StatCallback done) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc exists(const std::string& path, detail::StatCallback done) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::StatCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::exists;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
     request.apply = [server = server_.get(), path, callback](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
-        return FakeServer::Applied{kNoNode, [callback](int rc) { (*callback)(rc, {}); }, {}};
+        return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}); }, {}};
       NodeStat stat = server->stat_locked(it->second);
       return FakeServer::Applied{
-          kOk, [callback, stat](int reported) { (*callback)(reported, reported == kOk ? stat : NodeStat{}); }, {}};
+          zk_errc::ok, [callback, stat](zk_errc reported) { (*callback)(reported, reported == zk_errc::ok ? stat : NodeStat{}); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }
 
-  int set_data(const std::string& path, const std::string& data, int version, detail::StatCallback done) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc set_data(const std::string& path, const std::string& data, int version, detail::StatCallback done) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::StatCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::set_data;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
     request.apply = [server = server_.get(), path, data, version, callback](std::int64_t) {
       NodeStat stat;
-      int rc = server->set_data_locked(path, data, version, stat);
+      zk_errc rc = server->set_data_locked(path, data, version, stat);
       return FakeServer::Applied{
-          rc, [callback, stat](int reported) { (*callback)(reported, reported == kOk ? stat : NodeStat{}); }, {}};
+          rc, [callback, stat](zk_errc reported) { (*callback)(reported, reported == zk_errc::ok ? stat : NodeStat{}); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }
 
-  int remove(const std::string& path, int version, detail::ResultCallback done) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc remove(const std::string& path, int version, detail::ResultCallback done) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::ResultCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::remove;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc); };
     request.apply = [server = server_.get(), path, version, callback](std::int64_t) {
-      int rc = server->remove_locked(path, version);
-      return FakeServer::Applied{rc, [callback](int reported) { (*callback)(reported); }, {}};
+      zk_errc rc = server->remove_locked(path, version);
+      return FakeServer::Applied{rc, [callback](zk_errc reported) { (*callback)(reported); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }
 
   // One server plays the leader too: a sync is answered in order, like any request.
-  int sync(const std::string& path, detail::ResultCallback done) override {
-    if (!valid_path(path)) return kBadArguments;
+  zk_errc sync(const std::string& path, detail::ResultCallback done) override {
+    if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::ResultCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::sync;
     request.path = path;
-    request.fail = [callback](int rc) { (*callback)(rc); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc); };
     request.apply = [callback](std::int64_t) {
-      return FakeServer::Applied{kOk, [callback](int reported) { (*callback)(reported); }, {}};
+      return FakeServer::Applied{zk_errc::ok, [callback](zk_errc reported) { (*callback)(reported); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }
 
   // Credentials are accepted as given (ACLs are not modelled).
-  int add_digest_auth(const std::string&, detail::ResultCallback done) override {
+  zk_errc add_digest_auth(const std::string&, detail::ResultCallback done) override {
     std::lock_guard lock(server_->mutex_);
     if (link_->state == FakeServer::Link::State::expired || link_->state == FakeServer::Link::State::closed)
-      return kInvalidState;
-    server_->enqueue_reply_locked(*link_, kOk, [done = std::move(done)](int rc) { done(rc); }, FakeClock::now(),
+      return zk_errc::invalid_state;
+    server_->enqueue_reply_locked(*link_, zk_errc::ok, [done = std::move(done)](zk_errc rc) { done(rc); }, FakeClock::now(),
                                   "add_digest_auth");
-    return kOk;
+    return zk_errc::ok;
   }
 
   std::int64_t session_id() const override { return link_->session; }
@@ -348,15 +326,15 @@ FakeServer::Link* FakeServer::link_locked(std::int64_t session) const {
   return link.get();  // kept alive by its connection, which cannot finish closing while we hold the mutex
 }
 
-int FakeServer::create_locked(const std::string& path, const std::string& data, CreateMode mode,
-                              std::int64_t owner, std::string& created, NodeStat& stat) {
+zk_errc FakeServer::create_locked(const std::string& path, const std::string& data, CreateMode mode,
+                                  std::int64_t owner, std::string& created, NodeStat& stat) {
   const bool sequential = mode == CreateMode::ephemeral_sequential;
-  if (!valid_path(sequential ? path + "0" : path) || path == "/") return kBadArguments;
+  if (!valid_path(sequential ? path + "0" : path) || path == "/") return zk_errc::bad_arguments;
   auto parent = nodes_.find(parent_of(path));
-  if (parent == nodes_.end()) return kNoNode;
-  if (parent->second.stat.ephemeral_owner != 0) return kNoChildrenForEphemerals;
+  if (parent == nodes_.end()) return zk_errc::no_node;
+  if (parent->second.stat.ephemeral_owner != 0) return zk_errc::no_children_for_ephemerals;
   std::string actual = sequential ? fmt::format("{}{:010d}", path, parent->second.cversion) : path;
-  if (nodes_.count(actual)) return kNodeExists;
+  if (nodes_.count(actual)) return zk_errc::node_exists;
   FakeNode node;
   node.data = data;
   node.mode = mode;
@@ -371,15 +349,15 @@ int FakeServer::create_locked(const std::string& path, const std::string& data, 
   created = actual;
   fire_locked(children_watches_, parent->first, NodeEvent::children_changed);
   changed_locked();
-  return kOk;
+  return zk_errc::ok;
 }
 
-int FakeServer::remove_locked(const std::string& path, int version) {
-  if (!valid_path(path) || path == "/") return kBadArguments;
+zk_errc FakeServer::remove_locked(const std::string& path, int version) {
+  if (!valid_path(path) || path == "/") return zk_errc::bad_arguments;
   auto it = nodes_.find(path);
-  if (it == nodes_.end()) return kNoNode;
-  if (version != -1 && it->second.stat.version != version) return kBadVersion;
-  if (!it->second.children.empty()) return kNotEmpty;
+  if (it == nodes_.end()) return zk_errc::no_node;
+  if (version != -1 && it->second.stat.version != version) return zk_errc::bad_version;
+  if (!it->second.children.empty()) return zk_errc::not_empty;
   nodes_.erase(it);
   ++zxid_;
   const std::string parent_path = parent_of(path);
@@ -390,20 +368,20 @@ int FakeServer::remove_locked(const std::string& path, int version) {
   fire_locked(children_watches_, path, NodeEvent::deleted);
   fire_locked(children_watches_, parent_path, NodeEvent::children_changed);
   changed_locked();
-  return kOk;
+  return zk_errc::ok;
 }
 
-int FakeServer::set_data_locked(const std::string& path, const std::string& data, int version, NodeStat& stat) {
+zk_errc FakeServer::set_data_locked(const std::string& path, const std::string& data, int version, NodeStat& stat) {
   auto it = nodes_.find(path);
-  if (it == nodes_.end()) return kNoNode;
-  if (version != -1 && it->second.stat.version != version) return kBadVersion;
+  if (it == nodes_.end()) return zk_errc::no_node;
+  if (version != -1 && it->second.stat.version != version) return zk_errc::bad_version;
   it->second.data = data;
   ++it->second.stat.version;
   ++zxid_;
   stat = stat_locked(it->second);
   fire_locked(data_watches_, path, NodeEvent::changed);
   changed_locked();
-  return kOk;
+  return zk_errc::ok;
 }
 
 // A fired watch travels to its session's client like a reply: in order, on the completion thread.
@@ -415,21 +393,21 @@ void FakeServer::fire_locked(std::multimap<std::string, Watch>& watches, const s
   for (auto& watch : fired) {
     Link* link = link_locked(watch.session);
     if (!link) continue;
-    Link::Entry entry{Link::Kind::node_event, kOk, [fire = std::move(watch.fire), event](int) { fire(event); }, {},
+    Link::Entry entry{Link::Kind::node_event, zk_errc::ok, [fire = std::move(watch.fire), event](zk_errc) { fire(event); }, {},
                       watch.id, fmt::format("{} {}", to_string(event), path)};
     if (link->state == Link::State::connected) link->queue.push_back(std::move(entry));
     else if (link->state == Link::State::disconnected) link->after_reconnect.push_back(std::move(entry));
   }
 }
 
-void FakeServer::enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
+void FakeServer::enqueue_reply_locked(Link& link, zk_errc rc, std::function<void(zk_errc)> deliver, FakeClock::time_point sent,
                                       std::string what, std::uint64_t watch_id) {
   link.queue.push_back({Link::Kind::reply, rc, std::move(deliver), sent, watch_id, std::move(what)});
   changed_locked();
 }
 
 void FakeServer::enqueue_session_event_locked(Link& link, ConnectionEvent event) {
-  link.queue.push_back({Link::Kind::session_event, kOk, [handler = link.on_event, event](int) { handler(event); }, {},
+  link.queue.push_back({Link::Kind::session_event, zk_errc::ok, [handler = link.on_event, event](zk_errc) { handler(event); }, {},
                         0, fmt::format("session {}", to_string(event))});
   changed_locked();
 }
@@ -449,22 +427,22 @@ const Fault* FakeServer::take_fault_locked(Op op, const std::string& path, std::
   return nullptr;
 }
 
-int FakeServer::submit(Link& link, Request request) {
+zk_errc FakeServer::submit(Link& link, Request request) {
   std::lock_guard lock(mutex_);
   request.sent = FakeClock::now();
   switch (link.state) {
     case Link::State::expired:
     case Link::State::closed:
-      return kInvalidState;
+      return zk_errc::invalid_state;
     case Link::State::disconnected:
       link.held.push_back(std::move(request));  // sent once the connection is back
       changed_locked();
-      return kOk;
+      return zk_errc::ok;
     case Link::State::connected:
       run_request_locked(link, std::move(request));
-      return kOk;
+      return zk_errc::ok;
   }
-  return kOk;
+  return zk_errc::ok;
 }
 
 void FakeServer::run_request_locked(Link& link, Request request) {
@@ -476,19 +454,19 @@ void FakeServer::run_request_locked(Link& link, Request request) {
     return;
   }
   if (link.state != Link::State::connected) {
-    enqueue_reply_locked(link, link.state == Link::State::expired ? kSessionExpired : kClosing, request.fail,
+    enqueue_reply_locked(link, link.state == Link::State::expired ? zk_errc::session_expired : zk_errc::closing, request.fail,
                          request.sent, describe(request));
     return;
   }
-  RequestRecord record{link.session, request.op, request.path, {}, kOk, false, request.sent};
-  if (fault && fault->rc != kOk && !fault->after_apply) {
+  RequestRecord record{link.session, request.op, request.path, {}, zk_errc::ok, false, request.sent};
+  if (fault && fault->rc != zk_errc::ok && !fault->after_apply) {
     record.reported_rc = fault->rc;
     enqueue_reply_locked(link, fault->rc, request.fail, request.sent, describe(request));
   } else {
     Applied applied = request.apply(fault ? fault->owner_override : 0);
-    record.applied = applied.rc == kOk;
+    record.applied = applied.rc == zk_errc::ok;
     record.created = applied.created;
-    record.reported_rc = fault && fault->rc != kOk ? fault->rc : applied.rc;
+    record.reported_rc = fault && fault->rc != zk_errc::ok ? fault->rc : applied.rc;
     enqueue_reply_locked(link, record.reported_rc, std::move(applied.deliver), request.sent, describe(request),
                          applied.watch_id);
   }
@@ -514,7 +492,7 @@ void FakeServer::drop_locked(Link& link) {
       if (known_watches_.count(entry.watch_id)) link.after_reconnect.push_back(std::move(entry));
       continue;
     }
-    if (entry.kind == Link::Kind::reply) entry.rc = kConnectionLoss;
+    if (entry.kind == Link::Kind::reply) entry.rc = zk_errc::connection_loss;
     kept.push_back(std::move(entry));
   }
   link.queue = std::move(kept);
@@ -526,7 +504,7 @@ void FakeServer::reconnect_locked(Link& link) {
   if (!live_sessions_.count(link.session)) {
     link.state = Link::State::expired;
     for (auto& request : link.held)
-      enqueue_reply_locked(link, kSessionExpired, request.fail, request.sent, describe(request));
+      enqueue_reply_locked(link, zk_errc::session_expired, request.fail, request.sent, describe(request));
     link.held.clear();
     link.after_reconnect.clear();
     enqueue_session_event_locked(link, ConnectionEvent::expired);
@@ -585,13 +563,13 @@ void FakeServer::deliver_loop(Link& link) {
     link.queue.pop_front();
     if (link.paused && !link.stopping && link.credit > 0) --link.credit;
     // The client registers a watch when the reply that set it arrives.
-    if (entry.kind == Link::Kind::reply && entry.rc == kOk && entry.watch_id != 0)
+    if (entry.kind == Link::Kind::reply && entry.rc == zk_errc::ok && entry.watch_id != 0)
       known_watches_.insert(entry.watch_id);
     lock.unlock();
     entry.run(entry.rc);
     lock.lock();
     // Replies drained by close() reach a client that no longer listens: they acknowledge nothing.
-    if (entry.kind == Link::Kind::reply && proves_answer(entry.rc) && went_through_leader(entry.what) &&
+    if (entry.kind == Link::Kind::reply && detail::server_answered(entry.rc) && went_through_leader(entry.what) &&
         !link.stopping) {
       auto& last = last_answered_send_[link.session];
       last = std::max(last, entry.sent);
@@ -620,7 +598,7 @@ void FakeServer::close_link(Link& link) {
         if (entry.kind == Link::Kind::reply) replies.push_back(std::move(entry));
       link.queue = std::move(replies);
       for (auto& request : link.held)
-        enqueue_reply_locked(link, kClosing, request.fail, request.sent, describe(request));
+        enqueue_reply_locked(link, zk_errc::closing, request.fail, request.sent, describe(request));
       link.held.clear();
       link.after_reconnect.clear();
       link.state = Link::State::closed;
@@ -635,12 +613,12 @@ void FakeServer::close_link(Link& link) {
 
 // ---- the public API ----
 
-int FakeServer::create(const std::string& path, const std::string& data, CreateMode mode,
-                       std::int64_t ephemeral_owner, std::string* created) {
+zk_errc FakeServer::create(const std::string& path, const std::string& data, CreateMode mode,
+                           std::int64_t ephemeral_owner, std::string* created) {
   std::lock_guard lock(mutex_);
   std::string actual;
   NodeStat stat;
-  int rc = create_locked(path, data, mode, ephemeral_owner, actual, stat);
+  zk_errc rc = create_locked(path, data, mode, ephemeral_owner, actual, stat);
   if (created) *created = actual;
   return rc;
 }
@@ -657,12 +635,12 @@ void FakeServer::ensure_path(const std::string& path, CreateMode mode) {
   create_locked(path, {}, mode, 0, created, stat);
 }
 
-int FakeServer::remove(const std::string& path, int version) {
+zk_errc FakeServer::remove(const std::string& path, int version) {
   std::lock_guard lock(mutex_);
   return remove_locked(path, version);
 }
 
-int FakeServer::set_data(const std::string& path, const std::string& data, int version) {
+zk_errc FakeServer::set_data(const std::string& path, const std::string& data, int version) {
   std::lock_guard lock(mutex_);
   NodeStat stat;
   return set_data_locked(path, data, version, stat);

@@ -5,13 +5,13 @@
 // per-parent sequence counter, container/persistent/ephemeral modes, one-shot data and children
 // watches; ACLs are ignored) and the sessions of the connections made by fake_factory().
 //
-// A FakeConnection keeps the adapter's contract: a request returns 0 once queued and its callback
+// A FakeConnection keeps the adapter's contract: a request returns ok once queued and its callback
 // runs exactly once, later, on the connection's single completion thread, in order with the watch
 // events and session events of that connection. A request is applied to the tree at once, when it
 // is sent; its reply then travels through the connection's queue. Holding that queue (pause) is
 // therefore "the reply is on the wire": the server has acted, the client does not know yet.
 //
-//   - drop_connection(): every reply still queued is lost (it becomes ZCONNECTIONLOSS, although
+//   - drop_connection(): every reply still queued is lost (it becomes connection_loss, although
 //     the request took effect), then ConnectionEvent::connecting. Requests sent while disconnected
 //     are held and sent on reconnect(), as the C client does. The session lives on in the server
 //     until expired. Watches follow the real client and server: the server keeps watches per
@@ -21,8 +21,8 @@
 //     it fires meanwhile is delivered after the reconnection.
 //   - expire_session(): the server deletes the session's ephemeral nodes (firing the watches of
 //     everybody else) and forgets its watches; the client learns it on reconnection (at once, or
-//     when the test calls reconnect()): held requests fail with ZSESSIONEXPIRED, then
-//     ConnectionEvent::expired, and every later request returns ZINVALIDSTATE.
+//     when the test calls reconnect()): held requests fail with session_expired, then
+//     ConnectionEvent::expired, and every later request returns invalid_state.
 //   - inject(Fault): the next matching request fails with a code before it takes effect, or after
 //     (the lost reply), optionally dropping the connection and rewriting the created node's owner;
 //     or a hook runs just before the request is applied (to change the tree at that exact point).
@@ -44,12 +44,20 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "zk_client.hpp"
+
+namespace zkr {
+// GoogleTest prints a result code by name and number, not as raw bytes.
+inline void PrintTo(zk_errc rc, std::ostream* out) {
+  *out << make_error_code(rc).message() << " (" << static_cast<int>(rc) << ")";
+}
+}  // namespace zkr
 
 namespace zkr::fake {
 
@@ -66,7 +74,7 @@ struct Fault {
   int skip = 0;               // let this many matching requests pass untouched first
   // Runs just before the request is applied (under the fake's mutex): may change the tree.
   std::function<void()> before;
-  int rc = 0;                       // non-zero: report this code instead of the real result
+  zk_errc rc = zk_errc::ok;         // otherwise: report this code instead of the real result
   bool after_apply = false;         // with rc: the request takes effect first (its reply is lost)
   bool drop_connection = false;     // then drop the connection (see FakeServer::drop_connection)
   std::int64_t owner_override = 0;  // a create applied under this fault gets this ephemeral owner
@@ -85,7 +93,7 @@ struct RequestRecord {
   Op op = Op::create;
   std::string path;     // as sent (a sequential create's prefix)
   std::string created;  // the created node, for a create that took effect
-  int reported_rc = 0;  // what the client is told (before any later connection loss)
+  zk_errc reported_rc = zk_errc::ok;  // what the client is told (before any later connection loss)
   bool applied = false; // took effect on the tree
   FakeClock::time_point sent;
 };
@@ -99,13 +107,13 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
 
   // ---- the tree, as an outside client (an operator) sees and changes it ----
   // Returns the ZooKeeper code; `created` receives the created path.
-  int create(const std::string& path, const std::string& data = {},
-             detail::CreateMode mode = detail::CreateMode::persistent, std::int64_t ephemeral_owner = 0,
+  zk_errc create(const std::string& path, const std::string& data = {},
+                 detail::CreateMode mode = detail::CreateMode::persistent, std::int64_t ephemeral_owner = 0,
              std::string* created = nullptr);
   // Creates every missing node of `path` (ancestors as containers, the last with `mode`).
   void ensure_path(const std::string& path, detail::CreateMode mode = detail::CreateMode::container);
-  int remove(const std::string& path, int version = -1);
-  int set_data(const std::string& path, const std::string& data, int version = -1);
+  zk_errc remove(const std::string& path, int version = -1);
+  zk_errc set_data(const std::string& path, const std::string& data, int version = -1);
   std::optional<FakeNode> node(const std::string& path) const;
   std::vector<std::string> children(const std::string& path) const;  // sorted; empty if no node
   std::size_t data_watches(const std::string& path) const;
@@ -170,8 +178,8 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
     std::uint64_t id;
   };
   struct Applied {
-    int rc;
-    std::function<void(int)> deliver;  // runs the callback with a code (results only when 0)
+    zk_errc rc;
+    std::function<void(zk_errc)> deliver;  // runs the callback with a code (results only with ok)
     std::string created;
     std::uint64_t watch_id = 0;  // the watch this request registered, if any
   };
@@ -179,10 +187,10 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::shared_ptr<Link> open_link(std::chrono::milliseconds timeout, detail::ConnectionEventHandler on_event);
   void close_link(Link& link);
   void deliver_loop(Link& link);
-  int submit(Link& link, Request request);
+  zk_errc submit(Link& link, Request request);
   void run_request_locked(Link& link, Request request);
   const Fault* take_fault_locked(Op op, const std::string& path, std::int64_t session, Fault& storage);
-  void enqueue_reply_locked(Link& link, int rc, std::function<void(int)> deliver, FakeClock::time_point sent,
+  void enqueue_reply_locked(Link& link, zk_errc rc, std::function<void(zk_errc)> deliver, FakeClock::time_point sent,
                             std::string what, std::uint64_t watch_id = 0);
   void enqueue_session_event_locked(Link& link, detail::ConnectionEvent event);
   void drop_locked(Link& link);
@@ -192,10 +200,10 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   Link* link_locked(std::int64_t session) const;
   void changed_locked();
 
-  int create_locked(const std::string& path, const std::string& data, detail::CreateMode mode,
-                    std::int64_t owner, std::string& created, detail::NodeStat& stat);
-  int remove_locked(const std::string& path, int version);
-  int set_data_locked(const std::string& path, const std::string& data, int version, detail::NodeStat& stat);
+  zk_errc create_locked(const std::string& path, const std::string& data, detail::CreateMode mode,
+                        std::int64_t owner, std::string& created, detail::NodeStat& stat);
+  zk_errc remove_locked(const std::string& path, int version);
+  zk_errc set_data_locked(const std::string& path, const std::string& data, int version, detail::NodeStat& stat);
   detail::NodeStat stat_locked(const FakeNode& node) const;
 
   mutable std::recursive_mutex mutex_;

@@ -33,8 +33,6 @@ namespace {
 using namespace std::chrono_literals;
 using testenv::scaled;
 
-constexpr int kConnectionLoss = static_cast<int>(zk_errc::connection_loss);
-constexpr int kNoNode = static_cast<int>(zk_errc::no_node);
 constexpr auto kForever = std::chrono::hours(1);
 
 // An acquisition on its own thread. Destroying it first cancels it (the jthread's stop token) and
@@ -94,7 +92,7 @@ Fault lost_create_reply(const std::string& path_prefix) {
   Fault fault;
   fault.op = Op::create;
   fault.path_prefix = path_prefix;
-  fault.rc = kConnectionLoss;
+  fault.rc = zk_errc::connection_loss;
   fault.after_apply = true;
   fault.drop_connection = true;
   return fault;
@@ -291,7 +289,7 @@ TEST_F(QueueInterleaving, PredecessorDeletedBetweenListingAndWatchIsRecheckedAnd
   // The interleaving really happened: the watch on the stale predecessor found no node.
   const auto watches = requests_of(waiter_id, Op::get_data, predecessor);
   ASSERT_FALSE(watches.empty());
-  EXPECT_EQ(watches.front().reported_rc, kNoNode);
+  EXPECT_EQ(watches.front().reported_rc, zk_errc::no_node);
   EXPECT_EQ(server->data_watches(predecessor), 0u);
   EXPECT_EQ(server->children(parent).size(), 1u);
 }
@@ -321,7 +319,7 @@ TEST_F(QueueInterleaving, CancelWhileTheCreateIsInFlightDeletesTheNodeOnceItsNam
   ASSERT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
   const auto removes = requests_of(session_id, Op::remove, created);
   ASSERT_EQ(removes.size(), 1u);
-  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_EQ(removes[0].reported_rc, zk_errc::ok);
   EXPECT_EQ(session->metrics().acquire_cancellations, 1u);
   EXPECT_EQ(session->metrics().acquisitions, 0u);
 }
@@ -348,7 +346,7 @@ TEST_F(QueueInterleaving, CancelWhileTheCreateOutcomeIsUnknownDeletesTheNodeOnce
   ASSERT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
   const auto removes = requests_of(session_id, Op::remove, created);
   ASSERT_EQ(removes.size(), 1u);
-  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_EQ(removes[0].reported_rc, zk_errc::ok);
   EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 1u);  // no second attempt
   EXPECT_EQ(session->metrics().acquisitions, 0u);
 }
@@ -384,7 +382,7 @@ class TimeoutRacingGrant : public QueueInterleaving {
     std::string created;
     EXPECT_EQ(server->create(parent + "/_c_00000000-0000-0000-0000-000000000000-lock-", "another client",
                              detail::CreateMode::ephemeral_sequential, holder_session->id(), &created),
-              0);
+              zk_errc::ok);
     return created;
   }
   void wait_until_watching(const std::string& predecessor) {
@@ -430,7 +428,7 @@ TEST_F(TimeoutRacingGrant, TimeoutWinsWhileTheGrantingListingIsOnTheWire) {
   wait_until_watching(predecessor);
   server->pause(waiter_id);
   holder.release();
-  ASSERT_EQ(server->remove(predecessor), 0);
+  ASSERT_EQ(server->remove(predecessor), zk_errc::ok);
   const std::string wake_up = "deleted " + predecessor;
   const std::string listing = "get_children " + parent;
   ASSERT_TRUE(wait_until([&] { return on_the_wire(wake_up); }));
@@ -526,7 +524,7 @@ TEST_F(QueueInterleaving, ReleaseWhileDisconnectedDeletesAfterReconnecting) {
   ASSERT_TRUE(wait_until([&] { return !server->node(node); }));
   const auto removes = requests_of(session_id, Op::remove, node);
   ASSERT_EQ(removes.size(), 1u);
-  EXPECT_EQ(removes[0].reported_rc, 0);
+  EXPECT_EQ(removes[0].reported_rc, zk_errc::ok);
   EXPECT_FALSE(held.lost());
 }
 
@@ -554,7 +552,7 @@ TEST_F(QueueInterleaving, LostReleaseReplyIsRetriedAndNoNodeMeansDone) {
   }));
   const auto removes = requests_of(session_id, Op::remove, node);
   EXPECT_TRUE(removes[0].applied);
-  EXPECT_EQ(removes[1].reported_rc, kNoNode);
+  EXPECT_EQ(removes[1].reported_rc, zk_errc::no_node);
   EXPECT_TRUE(server->children(parent).empty());
   EXPECT_FALSE(held.lost());
   // Another contender is granted at once: nothing of ours blocks the queue.
@@ -608,7 +606,7 @@ TEST_F(TimeoutRacingGrant, LostReplyOfTheGrantingListingIsRetriedAfterReconnecti
   server->inject(fault);
 
   holder.release();
-  ASSERT_EQ(server->remove(predecessor), 0);
+  ASSERT_EQ(server->remove(predecessor), zk_errc::ok);
   ASSERT_TRUE(wait_until([&] { return waiter_session->state() == SessionState::suspended; }));
   EXPECT_FALSE(waiter.finished());
   server->reconnect(waiter_id);
@@ -646,7 +644,7 @@ TEST_F(QueueInterleaving, HolderStillLearnsOfItsNodeDeletedAfterItsWatchReplyWas
   std::promise<LossReason> lost;
   held.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
   auto told = lost.get_future();
-  ASSERT_EQ(server->remove(held.node_path()), 0);
+  ASSERT_EQ(server->remove(held.node_path()), zk_errc::ok);
   ASSERT_EQ(told.wait_for(scaled(5s)), std::future_status::ready) << "the holder was never told its node is gone";
   EXPECT_EQ(told.get(), LossReason::node_deleted);
   EXPECT_TRUE(held.lost());
@@ -736,7 +734,7 @@ TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   held.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
   auto told = lost.get_future();
 
-  ASSERT_EQ(server->remove(held.node_path()), 0);
+  ASSERT_EQ(server->remove(held.node_path()), zk_errc::ok);
   ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
   EXPECT_EQ(told.get(), LossReason::node_deleted);
   EXPECT_TRUE(held.lost());
@@ -907,7 +905,7 @@ TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateI
   reap.op = Op::create;
   reap.path_prefix = parent + "/";
   reap.skip = 1;
-  reap.before = [this, parent] { EXPECT_EQ(server->remove(parent), 0); };
+  reap.before = [this, parent] { EXPECT_EQ(server->remove(parent), zk_errc::ok); };
   server->inject(reap);
   Lock lock(*session, parent);
   BackgroundAcquire acquire(lock, kForever);
@@ -918,9 +916,9 @@ TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateI
   EXPECT_EQ(server->pending_faults(), 0u);
   const auto node_creates = requests_of(session_id, Op::create, parent + "/");
   ASSERT_EQ(node_creates.size(), 3u);
-  EXPECT_EQ(node_creates[0].reported_rc, kNoNode);
-  EXPECT_EQ(node_creates[1].reported_rc, kNoNode);
-  EXPECT_EQ(node_creates[2].reported_rc, 0);
+  EXPECT_EQ(node_creates[0].reported_rc, zk_errc::no_node);
+  EXPECT_EQ(node_creates[1].reported_rc, zk_errc::no_node);
+  EXPECT_EQ(node_creates[2].reported_rc, zk_errc::ok);
   std::size_t parent_creates = 0;
   for (const auto& record : requests_of(session_id, Op::create, parent))
     if (record.path == parent && record.applied) ++parent_creates;
@@ -1024,7 +1022,7 @@ TEST_F(QueueInterleaving, SemaphoreTouchLostWithTheConnectionIsResentAndTheNextW
   touch_lost.op = Op::set_data;
   touch_lost.path_prefix = first_waiter_node;
   touch_lost.session = promoted_id;
-  touch_lost.rc = kConnectionLoss;
+  touch_lost.rc = zk_errc::connection_loss;
   touch_lost.drop_connection = true;
   server->inject(touch_lost);
 
@@ -1076,7 +1074,7 @@ TEST_F(QueueInterleaving, ARequestThatDropsTheConnectionEveryTimeFailsAfterABoun
     drop.op = Op::get_children;
     drop.path_prefix = path;
     drop.session = id;
-    drop.rc = kConnectionLoss;
+    drop.rc = zk_errc::connection_loss;
     drop.drop_connection = true;
     server->inject(drop);
   }

@@ -23,7 +23,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 

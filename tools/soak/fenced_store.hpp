@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 
 namespace zkr::soak {
 

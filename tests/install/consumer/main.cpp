@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include <zkr/error.hpp>
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 #include <zkr/session.hpp>

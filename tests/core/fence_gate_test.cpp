@@ -3,7 +3,7 @@
 #include <thread>
 #include <vector>
 
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include <zkr/fencing.hpp>
+#include <zkr/fencing_token.hpp>
 
 namespace zkr {
 

@@ -1,4 +1,4 @@
-#include <zkr/fence.hpp>
+#include <zkr/fence_gate.hpp>
 
 namespace zkr {
 
