@@ -349,6 +349,63 @@ TEST_F(PostgresFencingTest, LowerTokenAbortsTheWholeTransaction) {
   EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "x"}, EntryRow{kName, 200, "x"}));
 }
 
+// Writers of one name are serialized by the fence row's lock: a stale writer that arrives while a
+// later one's transaction is open waits for it, and is then compared with the token it committed
+// (READ COMMITTED re-reads the row), not with the one it saw when it started.
+TEST_F(PostgresFencingTest, StaleWriterWaitingOnALaterOneIsRefusedWhenItCommits) {
+  auto connect = [&] {
+    PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+    EXPECT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+    return connection;
+  };
+  PgConnection later = connect(), stale = connect(), observer = connect();
+  auto run = [](PGconn* connection, const char* sql) { return PgResult(PQexec(connection, sql), &PQclear); };
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO fence (name, token) VALUES ('ledger', 50)").get()),
+            PGRES_COMMAND_OK);
+
+  ASSERT_EQ(PQresultStatus(run(later.get(), "BEGIN").get()), PGRES_COMMAND_OK);
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO fence (name, token) VALUES ('ledger', 200) "
+                                            "ON CONFLICT (name) DO UPDATE SET token = excluded.token")
+                               .get()),
+            PGRES_COMMAND_OK);
+  // The stale writer (token 100, higher than the committed 50) sends its whole transaction.
+  ASSERT_EQ(PQsendQuery(stale.get(),
+                        "BEGIN; INSERT INTO fence (name, token) VALUES ('ledger', 100) "
+                        "ON CONFLICT (name) DO UPDATE SET token = excluded.token; "
+                        "INSERT INTO entries (name, token, value) VALUES ('ledger', 100, 'stale'); COMMIT"),
+            1);
+  const int stale_pid = PQbackendPID(stale.get());
+  const auto deadline = std::chrono::steady_clock::now() + scaled(10s);
+  bool waiting = false;
+  while (!waiting && std::chrono::steady_clock::now() < deadline) {
+    PgResult blocked = run(observer.get(), fmt::format("SELECT count(*) FROM pg_locks WHERE pid = {} AND NOT granted",
+                                                       stale_pid).c_str());
+    waiting = PQresultStatus(blocked.get()) == PGRES_TUPLES_OK && std::string(PQgetvalue(blocked.get(), 0, 0)) != "0";
+    if (!waiting) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(waiting) << "the stale writer never waited for the fence row's lock";
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 200, 'later')")
+                               .get()),
+            PGRES_COMMAND_OK);
+  ASSERT_EQ(std::string(PQcmdStatus(run(later.get(), "COMMIT").get())), "COMMIT");
+
+  std::optional<std::string> stale_state;
+  while (PGresult* raw = PQgetResult(stale.get())) {
+    PgResult result(raw, &PQclear);
+    if (PQresultStatus(raw) == PGRES_FATAL_ERROR && !stale_state) {
+      const char* state = PQresultErrorField(raw, PG_DIAG_SQLSTATE);
+      stale_state = state ? state : "";
+    }
+  }
+  EXPECT_EQ(stale_state, "ZF001");
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 200}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "later"}));
+}
+
 // testenv's server: never root, on 127.0.0.1 only, and gone (process and directory) afterwards.
 TEST(PostgresServerTest, RunsUnprivilegedAndLeavesNothingBehind) {
   if (auto reason = zkr::testenv::PostgresServer::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
