@@ -12,11 +12,11 @@ unprivileged user (--user, default nobody) that owns the state directory; run as
 runs as the caller. Only the pid recorded in state.json, and only while its command line still
 names this state directory's data/, is ever signalled.
 
-With --owner-pid, a small watchdog process stops the server once that process is gone, so a test
-killed by a timeout does not leave a server behind.
+With --owner-pid, a small watchdog process stops the server once that process is gone (and, with
+--remove-dir, removes the state directory), so a test killed by a timeout leaves nothing behind.
 
   pgenv.py check                        prints why no server can be started here (nothing if it can)
-  pgenv.py start --dir DIR [--owner-pid PID] [--user NAME] [--timeout S]
+  pgenv.py start --dir DIR [--owner-pid PID [--remove-dir]] [--user NAME] [--timeout S]
   pgenv.py stop --dir DIR
   pgenv.py status --dir DIR
 """
@@ -27,6 +27,7 @@ import json
 import os
 import pwd
 import secrets
+import shutil
 import signal
 import socket
 import stat
@@ -287,6 +288,8 @@ def command_start(args):
     reason = unavailable_reason()
     if reason:
         raise EnvError(reason)
+    if args.remove_dir and not args.owner_pid:
+        raise EnvError("--remove-dir needs --owner-pid")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     previous = load_state(state_dir)
     if previous is not None:
@@ -349,7 +352,7 @@ def command_start(args):
 
     if args.owner_pid:
         try:
-            launch_watchdog(state_dir, state, args.owner_pid, owner_start)
+            launch_watchdog(state_dir, state, args.owner_pid, owner_start, args.remove_dir)
         except BaseException:
             stop_server(state)
             save_state(state_dir, state)
@@ -373,9 +376,11 @@ def watchdog_is_ours(pid, state_dir):
     return any(a.endswith("pgenv.py") for a in argv) and "watchdog" in argv and state_dir in argv
 
 
-def launch_watchdog(state_dir, state, owner_pid, owner_start):
+def launch_watchdog(state_dir, state, owner_pid, owner_start, remove_dir):
     argv = [sys.executable, os.path.abspath(__file__), "watchdog", "--dir", state_dir,
             "--owner-pid", str(owner_pid), "--owner-start", str(owner_start)]
+    if remove_dir:
+        argv.append("--remove-dir")
     try:
         with open(os.devnull, "rb") as devnull:
             process = subprocess.Popen(argv, stdin=devnull, stdout=subprocess.DEVNULL,
@@ -405,6 +410,8 @@ def command_watchdog(args):
         if process_start_time(args.owner_pid) != args.owner_start:
             stop_server(state)
             save_state(state_dir, state)
+            if args.remove_dir:
+                shutil.rmtree(state_dir, ignore_errors=True)
             return
 
 
@@ -443,6 +450,8 @@ def main(argv):
         handler=command_check)
     start = sub.add_parser("start", help="initdb and start a server; prints its URI and pid")
     start.add_argument("--owner-pid", type=int, default=0, help="stop the server when this ends")
+    start.add_argument("--remove-dir", action="store_true",
+                       help="with --owner-pid: the watchdog also removes the state directory")
     start.add_argument("--user", default="", help=f"run as this user when root "
                                                   f"(default {DEFAULT_USER_AS_ROOT})")
     start.add_argument("--timeout", type=float, default=READY_TIMEOUT_S)
@@ -450,6 +459,7 @@ def main(argv):
     watchdog = sub.add_parser("watchdog", help=argparse.SUPPRESS)
     watchdog.add_argument("--owner-pid", type=int, required=True)
     watchdog.add_argument("--owner-start", type=int, required=True)
+    watchdog.add_argument("--remove-dir", action="store_true")
     watchdog.set_defaults(handler=command_watchdog)
     sub.add_parser("stop", help="stop the server").set_defaults(handler=command_stop)
     sub.add_parser("status", help="one line").set_defaults(handler=command_status)

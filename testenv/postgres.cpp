@@ -68,8 +68,10 @@ PostgresServer::PostgresServer() {
   state_dir_ = pattern;
   try {
     // Prints the URI, then "pid N".
-    std::istringstream lines(pgenv({"start", "--owner-pid", std::to_string(::getpid()), "--timeout",
-                                    fmt::format("{}", 30 * timeout_scale())}));
+    std::vector<std::string> start = {"start", "--owner-pid", std::to_string(::getpid()), "--timeout",
+                                      fmt::format("{}", 30 * timeout_scale())};
+    if (!std::getenv("ZKR_KEEP_CLUSTER_DIR")) start.push_back("--remove-dir");
+    std::istringstream lines(pgenv(start));
     started_ = true;
     std::string pid_line;
     std::getline(lines, uri_);
