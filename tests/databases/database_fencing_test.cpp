@@ -105,8 +105,8 @@ struct KillGroupAtEnd {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "zkr-sqlite-XXXXXX").string();
+  explicit TempDir(std::string_view prefix) {
+    std::string pattern = (std::filesystem::temp_directory_path() / fmt::format("{}-XXXXXX", prefix)).string();
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }
@@ -260,7 +260,7 @@ class DatabaseFencingTest : public ::testing::Test {
 
   std::string servers_ = zkr::testenv::shared_server();
   std::string path_ = zkr::testenv::unique_path();
-  TempDir gate_dir_;
+  TempDir gate_dir_{"zkr-fencing-gate"};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -494,7 +494,7 @@ class SqliteFencingTest : public DatabaseFencingTest {
     EXPECT_EQ(code, SQLITE_DONE) << sqlite3_errmsg(raw);
   }
 
-  TempDir dir_;
+  TempDir dir_{"zkr-sqlite"};
 };
 
 TEST_F(SqliteFencingTest, FrozenCxxWriterIsRefused) { frozen_example_writer_is_refused(); }
