@@ -1,0 +1,31 @@
+#!/bin/sh
+# A fenced write to an SQLite file from a shell job under zklock (docs/fencing.md):
+#
+#   zklock /locks/ledger examples/sql-fencing/sqlite-write.sh /var/lib/ledger.db ledger "some value"
+#
+# In one transaction: admit $ZKLOCK_FENCING_TOKEN for NAME (the schema's trigger refuses a token
+# lower than one admitted before and rolls the transaction back), then append VALUE to entries.
+# Exit status: 0 written; 1 refused (stderr: "stale fencing token") or another error, and then
+# nothing was written; 64 usage.
+set -eu
+if [ $# -ne 3 ]; then
+  echo "usage: sqlite-write.sh DATABASE_FILE NAME VALUE (under zklock)" >&2
+  exit 64
+fi
+case ${ZKLOCK_FENCING_TOKEN:-} in
+  '' | *[!0-9]*) echo "sqlite-write.sh: ZKLOCK_FENCING_TOKEN is not a token: run me under zklock" >&2; exit 64 ;;
+esac
+# An SQL string literal: quotes doubled, so values go in as data, never as SQL.
+quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"; }
+name=$(quote "$2")
+value=$(quote "$3")
+# -bail: stop at the first error; the refused transaction is already rolled back by the trigger.
+# BEGIN IMMEDIATE takes the write lock first; .timeout waits for another writer's lock.
+exec sqlite3 -bail "$1" <<SQL
+.timeout 10000
+BEGIN IMMEDIATE;
+INSERT INTO fence (name, token) VALUES ($name, $ZKLOCK_FENCING_TOKEN)
+  ON CONFLICT (name) DO UPDATE SET token = excluded.token;
+INSERT INTO entries (name, token, value) VALUES ($name, $ZKLOCK_FENCING_TOKEN, $value);
+COMMIT;
+SQL

@@ -1,0 +1,504 @@
+// Fencing where the data lives (docs/fencing.md): a lock holder frozen past its session writes
+// late with its stale token, and the database refuses it. Real ZooKeeper (the suite's shared
+// server), a private PostgreSQL server (testenv/pgenv.py) and an SQLite file in a temporary
+// directory. The writers are the ones users run: the C++ examples of examples/sql-fencing/, and
+// zklock running that directory's psql and sqlite3 shell jobs.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "postgres.hpp"
+#include "testenv.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using zkr::testenv::Process;
+using zkr::testenv::scaled;
+
+const std::string zklock_binary = ZKLOCK_BINARY;
+const std::string examples_dir = ZKR_SQL_FENCING_DIR;
+// Every zklock these tests start talks to testenv's servers, whose tickTime this is.
+const bool tick_time_set = ::setenv("ZKLOCK_TICK_TIME",
+                                    fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0).c_str(), 1) == 0;
+
+// The name every writer protects: one fence row, many entries.
+constexpr auto kName = "ledger";
+
+std::string scaled_seconds(std::chrono::milliseconds duration) {
+  return fmt::format("{:g}", static_cast<double>(scaled(duration).count()) / 1000.0);
+}
+
+Process::Options merged_output(std::map<std::string, std::string> env = {}) {
+  Process::Options options;
+  options.merge_stderr = true;
+  options.new_process_group = true;
+  options.env = std::move(env);
+  return options;
+}
+
+struct Outcome {
+  std::optional<int> exit_code;
+  std::string output;
+};
+
+Outcome run_to_end(std::vector<std::string> argv, Process::Options options = merged_output()) {
+  Process process(std::move(argv), std::move(options));
+  Outcome outcome;
+  outcome.output = process.read_all(scaled(60s));
+  outcome.exit_code = process.wait(scaled(30s));
+  return outcome;
+}
+
+long long number_after(const std::string& text, std::string_view prefix) {
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  std::istringstream in(text.substr(at + prefix.size()));
+  long long value = -1;
+  in >> value;
+  return value;
+}
+
+// True once the process is stopped (state T), polling for at most `timeout`.
+bool wait_until_stopped(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Kills a job's process group that a failed test left running (or stopped).
+struct KillGroupAtEnd {
+  pid_t pgid = 0;
+  ~KillGroupAtEnd() {
+    if (pgid > 0) {
+      ::kill(-pgid, SIGKILL);
+      ::kill(-pgid, SIGCONT);
+    }
+  }
+};
+
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix) {
+    std::string pattern = (std::filesystem::temp_directory_path() / fmt::format("{}-XXXXXX", prefix)).string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::filesystem::path file(std::string_view name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The rows a test shows and asserts on
+
+struct FenceRow {
+  std::string name;
+  std::int64_t token;
+  bool operator==(const FenceRow&) const = default;
+};
+
+struct EntryRow {
+  std::string name;
+  std::int64_t token;
+  std::string value;
+  bool operator==(const EntryRow&) const = default;
+};
+
+void PrintTo(const FenceRow& row, std::ostream* out) { *out << fmt::format("fence({}, {})", row.name, row.token); }
+void PrintTo(const EntryRow& row, std::ostream* out) {
+  *out << fmt::format("entry({}, {}, {})", row.name, row.token, row.value);
+}
+
+void show(std::string_view database, const std::vector<FenceRow>& fence, const std::vector<EntryRow>& entries) {
+  std::cout << fmt::format("{}: table fence (name, token)\n", database);
+  for (const auto& row : fence) std::cout << fmt::format("  {:<8} {}\n", row.name, row.token);
+  std::cout << fmt::format("{}: table entries (name, token, value), in the order written\n", database);
+  for (const auto& row : entries) std::cout << fmt::format("  {:<8} {:<12} {}\n", row.name, row.token, row.value);
+  std::cout << std::flush;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One fixture per database: how to create the schema, read the rows, and run each writer.
+
+class DatabaseFencingTest : public ::testing::Test {
+ protected:
+  virtual std::string database() const = 0;            // what the writers are given
+  virtual std::string database_kind() const = 0;       // "PostgreSQL", "SQLite"
+  virtual std::string writer_binary() const = 0;       // the C++ example
+  virtual std::string shell_job() const = 0;           // the shell job for zklock
+  virtual int shell_job_refused_code() const = 0;      // its exit status when refused
+  virtual std::vector<FenceRow> fence_rows() = 0;
+  virtual std::vector<EntryRow> entry_rows() = 0;
+
+  std::vector<std::string> zklock(std::vector<std::string> rest) const {
+    std::vector<std::string> argv = {zklock_binary,       "--zk", servers_, "--session-timeout", scaled_seconds(2s),
+                                     "--kill-after", scaled_seconds(300ms)};
+    argv.insert(argv.end(), rest.begin(), rest.end());
+    return argv;
+  }
+
+  std::vector<std::string> writer(std::string value, std::vector<std::string> options) const {
+    std::vector<std::string> argv = {writer_binary(), servers_, path_, database(), kName, std::move(value),
+                                     "--session-timeout", scaled_seconds(2s), "--tick-time",
+                                     fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0)};
+    argv.insert(argv.end(), options.begin(), options.end());
+    return argv;
+  }
+
+  // Holder A (the C++ example) is granted, checks the lock and freezes before its write; its
+  // session expires and B is granted and writes; A thaws and writes with its stale token.
+  void frozen_example_writer_is_refused() {
+    Process a(writer("A", {"--pause-before-write"}), merged_output());
+    auto granted = a.wait_for_line("writer 'A': granted", scaled(30s));
+    ASSERT_TRUE(granted) << "A was never granted the lock";
+    const long long token_a = number_after(*granted, "fencing token ");
+    ASSERT_TRUE(a.wait_for_line("writer 'A': pausing", scaled(10s)));
+    ASSERT_TRUE(wait_until_stopped(a.pid(), 10s)) << "A did not stop itself";
+
+    const Outcome b = run_to_end(writer("B", {"--wait", scaled_seconds(30s)}));
+    std::cout << b.output;
+    ASSERT_EQ(b.exit_code, 0) << "B's write was not accepted";
+    const long long token_b = number_after(b.output, "fencing token ");
+    EXPECT_GT(token_b, token_a);
+
+    a.thaw();
+    const std::string a_output = a.read_all(scaled(30s));
+    std::cout << *granted << "\n" << a_output;
+    EXPECT_EQ(a.wait(scaled(30s)), 3) << "A's stale write was not refused";
+    EXPECT_THAT(a_output, HasSubstr(fmt::format("REFUSED: token {} is stale", token_a)));
+
+    const auto fence = fence_rows();
+    const auto entries = entry_rows();
+    show(database_kind(), fence, entries);
+    EXPECT_THAT(fence, ElementsAre(FenceRow{kName, token_b}));
+    EXPECT_THAT(entries, ElementsAre(EntryRow{kName, token_b, "B"}));
+  }
+
+  // Holder A is a zklock job that writes once in time and then waits; zklock and the job are
+  // frozen past the session; B's zklock is granted and its job writes; A's job thaws first and
+  // writes with its stale token.
+  void frozen_zklock_job_is_refused() {
+    const std::string gate = (gate_dir_.file("thawed")).string();
+    const auto env = merged_output({{"WRITE_JOB", shell_job()}, {"DATABASE", database()}, {"GATE", gate}});
+    // The gate makes the job's late write wait for the test; the loop ends by itself after 30 s.
+    Process a(zklock({path_, "-c",
+                      "\"$WRITE_JOB\" \"$DATABASE\" ledger A-in-time || exit; "
+                      "echo \"pgid $$ token $ZKLOCK_FENCING_TOKEN\"; "
+                      "i=0; while [ ! -e \"$GATE\" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                      "\"$WRITE_JOB\" \"$DATABASE\" ledger A-late; echo \"late write exit $?\""}),
+              env);
+    auto held = a.wait_for_line("pgid ", scaled(30s));
+    ASSERT_TRUE(held) << "A's job never wrote in time: " << a.read_all(scaled(1s));
+    KillGroupAtEnd job{static_cast<pid_t>(number_after(*held, "pgid "))};
+    const long long token_a = number_after(*held, " token ");
+
+    a.freeze();                   // zklock's group
+    ::kill(-job.pgid, SIGSTOP);   // the job's own group
+
+    const Outcome b = run_to_end(zklock({"-w", scaled_seconds(30s), path_, shell_job(), database(), kName, "B"}), env);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+
+    { std::ofstream touch(gate); }
+    ::kill(-job.pgid, SIGCONT);
+    std::string late_output;
+    std::optional<std::string> late;
+    while (auto line = a.read_line(scaled(30s))) {
+      late_output += *line + "\n";
+      if (line->starts_with("late write exit ")) {
+        late = line;
+        break;
+      }
+    }
+    std::cout << *held << "\n" << late_output;
+    ASSERT_TRUE(late) << "A's job never tried its late write";
+    EXPECT_EQ(number_after(*late, "late write exit "), shell_job_refused_code());
+    EXPECT_THAT(late_output, HasSubstr("stale fencing token"));
+
+    a.thaw();
+    EXPECT_EQ(a.wait(scaled(30s)), 75) << "zklock did not report the lost lock";
+
+    const auto fence = fence_rows();
+    const auto entries = entry_rows();
+    show(database_kind(), fence, entries);
+    ASSERT_EQ(fence.size(), 1u);
+    const std::int64_t token_b = fence[0].token;
+    EXPECT_GT(token_b, token_a);
+    EXPECT_THAT(entries, ElementsAre(EntryRow{kName, token_a, "A-in-time"}, EntryRow{kName, token_b, "B"}));
+  }
+
+  std::string servers_ = zkr::testenv::shared_server();
+  std::string path_ = zkr::testenv::unique_path();
+  TempDir gate_dir_{"zkr-fencing-gate"};
+};
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+using PgConnection = std::unique_ptr<PGconn, decltype(&PQfinish)>;
+using PgResult = std::unique_ptr<PGresult, decltype(&PQclear)>;
+
+class PostgresFencingTest : public DatabaseFencingTest {
+ protected:
+  void SetUp() override {
+    if (auto reason = zkr::testenv::PostgresServer::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+    server_ = std::make_unique<zkr::testenv::PostgresServer>();
+    // The schema, with the command docs/fencing.md gives.
+    const Outcome schema = run_to_end({"psql", server_->uri(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f",
+                                       examples_dir + "/postgres-schema.sql"});
+    ASSERT_EQ(schema.exit_code, 0) << schema.output;
+  }
+
+  std::string database() const override { return server_->uri(); }
+  std::string database_kind() const override { return "PostgreSQL"; }
+  std::string writer_binary() const override { return ZKR_POSTGRES_WRITER; }
+  std::string shell_job() const override { return examples_dir + "/psql-write.sh"; }
+  int shell_job_refused_code() const override { return 3; }  // psql: an SQL statement failed
+
+  std::vector<FenceRow> fence_rows() override {
+    std::vector<FenceRow> rows;
+    PgResult result = query("SELECT name, token FROM fence ORDER BY name");
+    for (int row = 0; row < PQntuples(result.get()); ++row) {
+      rows.push_back({PQgetvalue(result.get(), row, 0), std::stoll(PQgetvalue(result.get(), row, 1))});
+    }
+    return rows;
+  }
+
+  std::vector<EntryRow> entry_rows() override {
+    std::vector<EntryRow> rows;
+    PgResult result = query("SELECT name, token, value FROM entries ORDER BY id");
+    for (int row = 0; row < PQntuples(result.get()); ++row) {
+      rows.push_back({PQgetvalue(result.get(), row, 0), std::stoll(PQgetvalue(result.get(), row, 1)),
+                      PQgetvalue(result.get(), row, 2)});
+    }
+    return rows;
+  }
+
+  PgResult query(const char* sql) {
+    PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+    EXPECT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+    PgResult result(PQexec(connection.get(), sql), &PQclear);
+    EXPECT_EQ(PQresultStatus(result.get()), PGRES_TUPLES_OK) << PQresultErrorMessage(result.get());
+    return result;
+  }
+
+  std::unique_ptr<zkr::testenv::PostgresServer> server_;
+};
+
+TEST_F(PostgresFencingTest, FrozenCxxWriterIsRefused) { frozen_example_writer_is_refused(); }
+
+TEST_F(PostgresFencingTest, FrozenZklockJobWithPsqlIsRefused) { frozen_zklock_job_is_refused(); }
+
+// The schema's rule holds for any client: a lower token fails with ZF001 and takes the
+// transaction's data write with it; an equal token is admitted (one grant writes many times).
+TEST_F(PostgresFencingTest, LowerTokenAbortsTheWholeTransaction) {
+  PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+  ASSERT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+  auto run = [&](const char* sql) { return PgResult(PQexec(connection.get(), sql), &PQclear); };
+  const char* admit_200 =
+      "BEGIN; INSERT INTO fence (name, token) VALUES ('ledger', 200) "
+      "ON CONFLICT (name) DO UPDATE SET token = excluded.token; "
+      "INSERT INTO entries (name, token, value) VALUES ('ledger', 200, 'x'); COMMIT";
+  ASSERT_EQ(PQresultStatus(run(admit_200).get()), PGRES_COMMAND_OK);
+  ASSERT_EQ(PQresultStatus(run(admit_200).get()), PGRES_COMMAND_OK) << "an equal token must pass";
+
+  ASSERT_EQ(PQresultStatus(run("BEGIN").get()), PGRES_COMMAND_OK);
+  ASSERT_EQ(PQresultStatus(run("INSERT INTO entries (name, token, value) VALUES ('ledger', 100, 'stale')").get()),
+            PGRES_COMMAND_OK);
+  PgResult refused = run("UPDATE fence SET token = 100 WHERE name = 'ledger'");
+  EXPECT_EQ(PQresultStatus(refused.get()), PGRES_FATAL_ERROR);
+  EXPECT_STREQ(PQresultErrorField(refused.get(), PG_DIAG_SQLSTATE), "ZF001");
+  PgResult commit = run("COMMIT");
+  EXPECT_STREQ(PQcmdStatus(commit.get()), "ROLLBACK");
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 200}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "x"}, EntryRow{kName, 200, "x"}));
+}
+
+// Writers of one name are serialized by the fence row's lock: a stale writer that arrives while a
+// later one's transaction is open waits for it, and is then compared with the token it committed
+// (READ COMMITTED re-reads the row), not with the one it saw when it started.
+TEST_F(PostgresFencingTest, StaleWriterWaitingOnALaterOneIsRefusedWhenItCommits) {
+  auto connect = [&] {
+    PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+    EXPECT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+    return connection;
+  };
+  PgConnection later = connect(), stale = connect(), observer = connect();
+  auto run = [](PGconn* connection, const char* sql) { return PgResult(PQexec(connection, sql), &PQclear); };
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO fence (name, token) VALUES ('ledger', 50)").get()),
+            PGRES_COMMAND_OK);
+
+  ASSERT_EQ(PQresultStatus(run(later.get(), "BEGIN").get()), PGRES_COMMAND_OK);
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO fence (name, token) VALUES ('ledger', 200) "
+                                            "ON CONFLICT (name) DO UPDATE SET token = excluded.token")
+                               .get()),
+            PGRES_COMMAND_OK);
+  // The stale writer (token 100, higher than the committed 50) sends its whole transaction.
+  ASSERT_EQ(PQsendQuery(stale.get(),
+                        "BEGIN; INSERT INTO fence (name, token) VALUES ('ledger', 100) "
+                        "ON CONFLICT (name) DO UPDATE SET token = excluded.token; "
+                        "INSERT INTO entries (name, token, value) VALUES ('ledger', 100, 'stale'); COMMIT"),
+            1);
+  const int stale_pid = PQbackendPID(stale.get());
+  const auto deadline = std::chrono::steady_clock::now() + scaled(10s);
+  bool waiting = false;
+  while (!waiting && std::chrono::steady_clock::now() < deadline) {
+    PgResult blocked = run(observer.get(), fmt::format("SELECT count(*) FROM pg_locks WHERE pid = {} AND NOT granted",
+                                                       stale_pid).c_str());
+    waiting = PQresultStatus(blocked.get()) == PGRES_TUPLES_OK && std::string(PQgetvalue(blocked.get(), 0, 0)) != "0";
+    if (!waiting) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(waiting) << "the stale writer never waited for the fence row's lock";
+  ASSERT_EQ(PQresultStatus(run(later.get(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 200, 'later')")
+                               .get()),
+            PGRES_COMMAND_OK);
+  ASSERT_EQ(std::string(PQcmdStatus(run(later.get(), "COMMIT").get())), "COMMIT");
+
+  std::optional<std::string> stale_state;
+  while (PGresult* raw = PQgetResult(stale.get())) {
+    PgResult result(raw, &PQclear);
+    if (PQresultStatus(raw) == PGRES_FATAL_ERROR && !stale_state) {
+      const char* state = PQresultErrorField(raw, PG_DIAG_SQLSTATE);
+      stale_state = state ? state : "";
+    }
+  }
+  EXPECT_EQ(stale_state, "ZF001");
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 200}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "later"}));
+}
+
+// testenv's server: never root, on 127.0.0.1 only, and gone (process and directory) afterwards.
+TEST(PostgresServerTest, RunsUnprivilegedAndLeavesNothingBehind) {
+  if (auto reason = zkr::testenv::PostgresServer::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  pid_t pid = 0;
+  std::filesystem::path state_dir;
+  {
+    zkr::testenv::PostgresServer server;
+    pid = server.pid();
+    state_dir = server.state_dir();
+    EXPECT_THAT(server.uri(), HasSubstr("@127.0.0.1:"));
+    std::ifstream status(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    std::optional<long> uid;
+    while (std::getline(status, line)) {
+      if (line.starts_with("Uid:")) uid = std::stol(line.substr(4));
+    }
+    ASSERT_TRUE(uid) << "postmaster " << pid << " not found";
+    EXPECT_NE(*uid, 0) << "postgres runs as root";
+    if (::geteuid() != 0) {
+      EXPECT_EQ(*uid, static_cast<long>(::geteuid()));
+    }
+    PgConnection connection(PQconnectdb(server.uri().c_str()), &PQfinish);
+    EXPECT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+  }
+  // The pid may linger as a zombie until its adoptive parent reaps it; it must not run.
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  EXPECT_TRUE(text.empty() || (paren != std::string::npos && text[paren + 2] == 'Z')) << text;
+  EXPECT_FALSE(std::filesystem::exists(state_dir));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite
+
+using SqliteDatabase = std::unique_ptr<sqlite3, decltype(&sqlite3_close)>;
+using SqliteStatement = std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)>;
+
+class SqliteFencingTest : public DatabaseFencingTest {
+ protected:
+  void SetUp() override {
+    // The schema, with the command docs/fencing.md gives.
+    const Outcome schema = run_to_end({"/bin/sh", "-c", "sqlite3 -bail \"$0\" < \"$1\"", database(),
+                                       examples_dir + "/sqlite-schema.sql"});
+    ASSERT_EQ(schema.exit_code, 0) << "sqlite3 (Debian package sqlite3) failed: " << schema.output;
+  }
+
+  std::string database() const override { return dir_.file("ledger.db").string(); }
+  std::string database_kind() const override { return "SQLite"; }
+  std::string writer_binary() const override { return ZKR_SQLITE_WRITER; }
+  std::string shell_job() const override { return examples_dir + "/sqlite-write.sh"; }
+  int shell_job_refused_code() const override { return 1; }  // sqlite3 -bail: a statement failed
+
+  std::vector<FenceRow> fence_rows() override {
+    std::vector<FenceRow> rows;
+    select("SELECT name, token FROM fence ORDER BY name", [&](sqlite3_stmt* row) {
+      rows.push_back({text(row, 0), sqlite3_column_int64(row, 1)});
+    });
+    return rows;
+  }
+
+  std::vector<EntryRow> entry_rows() override {
+    std::vector<EntryRow> rows;
+    select("SELECT name, token, value FROM entries ORDER BY id", [&](sqlite3_stmt* row) {
+      rows.push_back({text(row, 0), sqlite3_column_int64(row, 1), text(row, 2)});
+    });
+    return rows;
+  }
+
+  static std::string text(sqlite3_stmt* row, int column) {
+    const auto* value = sqlite3_column_text(row, column);
+    return value ? reinterpret_cast<const char*>(value) : "";
+  }
+
+  template <typename Each>
+  void select(const char* sql, Each each) {
+    sqlite3* raw = nullptr;
+    const int opened = sqlite3_open_v2(database().c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+    SqliteDatabase db(raw, &sqlite3_close);
+    ASSERT_EQ(opened, SQLITE_OK) << sqlite3_errstr(opened);
+    sqlite3_stmt* statement = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, sql, -1, &statement, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+    SqliteStatement owned(statement, &sqlite3_finalize);
+    int code;
+    while ((code = sqlite3_step(statement)) == SQLITE_ROW) each(statement);
+    EXPECT_EQ(code, SQLITE_DONE) << sqlite3_errmsg(raw);
+  }
+
+  TempDir dir_{"zkr-sqlite"};
+};
+
+TEST_F(SqliteFencingTest, FrozenCxxWriterIsRefused) { frozen_example_writer_is_refused(); }
+
+TEST_F(SqliteFencingTest, FrozenZklockJobWithSqlite3IsRefused) { frozen_zklock_job_is_refused(); }
+
+}  // namespace
