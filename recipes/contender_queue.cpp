@@ -251,53 +251,44 @@ void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::
 // makes the listing see every committed write (a node of ours it missed would block the queue).
 void Contender::recover_locked() {
   set_phase_locked(Phase::recovering);
-  const std::uint64_t attempt = ++attempt_;
-  std::weak_ptr<Contender> self = weak_from_this();
+  ++attempt_;
   core_->sync(generation_, request_.parent, [](zk_errc) {});  // the listing behind it reports failures
-  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
-    auto contender = self.lock();
-    if (!contender) return;
-    std::unique_lock lock(contender->core_->mutex());
-    if (attempt != contender->attempt_ || contender->phase_ != Phase::recovering) return;
-    if (rc == zk_errc::ok) contender->drops_in_a_row_ = 0;
+  core_->get_children(generation_, request_.parent, for_this_step(Phase::recovering, [](Contender& contender, zk_errc rc, std::vector<std::string> children) {
+    if (rc == zk_errc::ok) contender.drops_in_a_row_ = 0;
     if (rc != zk_errc::ok && rc != zk_errc::no_node) {
-      if (!contender->handle_session_trouble_locked(rc, Retry::recover)) {
-        contender->complete_locked(make_error_code(rc));
-        contender->finish_locked();
+      if (!contender.handle_session_trouble_locked(rc, Retry::recover)) {
+        contender.complete_locked(make_error_code(rc));
+        contender.finish_locked();
       }
       return;
     }
     auto found = std::find_if(children.begin(), children.end(), [&](const std::string& child) {
-      return child.find(contender->guid_) != std::string::npos;
+      return child.find(contender.guid_) != std::string::npos;
     });
     if (found == children.end()) {
-      contender->begin_locked();  // the create never happened
+      contender.begin_locked();  // the create never happened
       return;
     }
-    const std::string candidate = contender->request_.parent + "/" + *found;
-    contender->core_->exists(contender->generation_, candidate, [self, attempt, candidate](zk_errc exists_rc, NodeStat stat) {
-      auto again = self.lock();
-      if (!again) return;
-      std::unique_lock inner(again->core_->mutex());
-      if (attempt != again->attempt_ || again->phase_ != Phase::recovering) return;
-      if (exists_rc == zk_errc::ok && stat.ephemeral_owner == again->core_->session_id() && again->core_->session_id() != 0) {
+    const std::string candidate = contender.request_.parent + "/" + *found;
+    contender.core_->exists(contender.generation_, candidate, contender.for_this_step(Phase::recovering, [candidate](Contender& again, zk_errc exists_rc, NodeStat stat) {
+      if (exists_rc == zk_errc::ok && stat.ephemeral_owner == again.core_->session_id() && again.core_->session_id() != 0) {
         // Ours: created by this very session. Never adopt a node whose owner is another session.
-        again->node_path_ = candidate;
-        again->token_ = FencingToken(stat.czxid);
-        again->session_id_ = stat.ephemeral_owner;
-        if (again->abandon_) {
-          again->remove_node_locked();
+        again.node_path_ = candidate;
+        again.token_ = FencingToken(stat.czxid);
+        again.session_id_ = stat.ephemeral_owner;
+        if (again.abandon_) {
+          again.remove_node_locked();
           return;
         }
-        again->check_locked();
+        again.check_locked();
       } else if (exists_rc == zk_errc::ok || exists_rc == zk_errc::no_node) {
-        again->begin_locked();
-      } else if (!again->handle_session_trouble_locked(exists_rc, Retry::recover)) {
-        again->complete_locked(make_error_code(exists_rc));
-        again->finish_locked();
+        again.begin_locked();
+      } else if (!again.handle_session_trouble_locked(exists_rc, Retry::recover)) {
+        again.complete_locked(make_error_code(exists_rc));
+        again.finish_locked();
       }
-    });
-  });
+    }));
+  }));
 }
 
 // ---- waiting ----
@@ -379,15 +370,9 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
 
 // The watch of a waiter that only has to look again when it fires (a predecessor, or the
 // children of the first waiter of a semaphore), if it still waits on the same attempt.
-NodeWatch Contender::wake_to_check(std::weak_ptr<Contender> self, std::uint64_t attempt) {
-  return [self = std::move(self), attempt](NodeEvent) {
-    auto contender = self.lock();
-    if (!contender) return;
-    ++contender->core_->wakeups;
-    std::unique_lock lock(contender->core_->mutex());
-    if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-    contender->check_locked();
-  };
+NodeWatch Contender::wake_to_check() {
+  return for_this_step(Phase::watching, [](Contender& contender, NodeEvent) { contender.check_locked(); },
+                       /*is_watch=*/true);
 }
 
 // Granting on the blocker's deletion alone is safe only while our own node exists: so the own-node
@@ -397,63 +382,52 @@ NodeWatch Contender::wake_to_check(std::weak_ptr<Contender> self, std::uint64_t 
 void Contender::watch_locked(const std::string& blocker, bool granted_by_its_deletion) {
   set_phase_locked(Phase::watching);
   watch_own_node_locked();
-  const std::uint64_t attempt = ++attempt_;
-  std::weak_ptr<Contender> self = weak_from_this();
+  ++attempt_;
   core_->get_data(
       generation_, blocker,
-      [self, attempt, blocker, granted_by_its_deletion](zk_errc rc, std::string, NodeStat stat) {
-        auto contender = self.lock();
-        if (!contender) return;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == zk_errc::ok && contender->request_.policy.promotes_without_deleting() && stat.version > 0) {
-          // A touched predecessor was promoted before our watch was set (see decide()): look again,
-          // once per touch, so that a node touched by someone else cannot keep us re-checking.
-          if (contender->first_sight_of_touch_locked(blocker, stat.version)) contender->check_locked();
-          return;
-        }
-        if (rc == zk_errc::ok) return;  // watch set; wait for it
-        if (rc == zk_errc::no_node) {
-          // Gone already: ours, or look again.
-          if (granted_by_its_deletion) contender->grant_locked();
-          else contender->check_locked();
-        } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
-          contender->complete_locked(make_error_code(rc));
-          contender->remove_node_locked();
-        }
-      },
-      [self, attempt, granted_by_its_deletion](NodeEvent event) {
-        auto contender = self.lock();
-        if (!contender) return;
-        ++contender->core_->wakeups;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (event == NodeEvent::deleted && granted_by_its_deletion) contender->grant_locked();
-        else contender->check_locked();
-      });
+      for_this_step(Phase::watching,
+                    [blocker, granted_by_its_deletion](Contender& contender, zk_errc rc, std::string, NodeStat stat) {
+                      if (rc == zk_errc::ok && contender.request_.policy.promotes_without_deleting() && stat.version > 0) {
+                        // A touched predecessor was promoted before our watch was set (see decide()):
+                        // look again, once per touch, so that a node touched by someone else cannot
+                        // keep us re-checking.
+                        if (contender.first_sight_of_touch_locked(blocker, stat.version)) contender.check_locked();
+                        return;
+                      }
+                      if (rc == zk_errc::ok) return;  // watch set; wait for it
+                      if (rc == zk_errc::no_node) {
+                        // Gone already: ours, or look again.
+                        if (granted_by_its_deletion) contender.grant_locked();
+                        else contender.check_locked();
+                      } else if (!contender.handle_session_trouble_locked(rc, Retry::check)) {
+                        contender.complete_locked(make_error_code(rc));
+                        contender.remove_node_locked();
+                      }
+                    }),
+      for_this_step(
+          Phase::watching,
+          [granted_by_its_deletion](Contender& contender, NodeEvent event) {
+            if (event == NodeEvent::deleted && granted_by_its_deletion) contender.grant_locked();
+            else contender.check_locked();
+          },
+          /*is_watch=*/true));
 }
 
 // A semaphore waiter's second watch, on the node before its blocker (see decide()), set with
 // the same attempt as the first: whichever fires first re-checks, and the other is then stale.
 void Contender::watch_second_blocker_locked(const std::string& node) {
-  const std::uint64_t attempt = attempt_;
-  std::weak_ptr<Contender> self = weak_from_this();
-  core_->get_data(
-      generation_, node,
-      [self, attempt, node](zk_errc rc, std::string, NodeStat stat) {
-        auto contender = self.lock();
-        if (!contender) return;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == zk_errc::ok) {
-          if (stat.version > 0 && contender->first_sight_of_touch_locked(node, stat.version))
-            contender->check_locked();
-        } else if (rc == zk_errc::no_node) {
-          contender->check_locked();
-        }
-        // Anything else reaches the blocker's watch too, which handles it.
-      },
-      wake_to_check(self, attempt));
+  core_->get_data(generation_, node,
+                  for_this_step(Phase::watching,
+                                [node](Contender& contender, zk_errc rc, std::string, NodeStat stat) {
+                                  if (rc == zk_errc::ok) {
+                                    if (stat.version > 0 && contender.first_sight_of_touch_locked(node, stat.version))
+                                      contender.check_locked();
+                                  } else if (rc == zk_errc::no_node) {
+                                    contender.check_locked();
+                                  }
+                                  // Anything else reaches the blocker's watch too, which handles it.
+                                }),
+                  wake_to_check());
 }
 
 bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_t version) {
@@ -468,26 +442,22 @@ bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_
 // evaluated at once, so nothing that happens between the listing and the watch goes unseen.
 void Contender::watch_children_locked() {
   set_phase_locked(Phase::watching);
-  const std::uint64_t attempt = ++attempt_;
-  std::weak_ptr<Contender> self = weak_from_this();
+  ++attempt_;
   core_->get_children(
       generation_, request_.parent,
-      [self, attempt](zk_errc rc, std::vector<std::string> children) {
-        auto contender = self.lock();
-        if (!contender) return;
-        std::unique_lock lock(contender->core_->mutex());
-        if (attempt != contender->attempt_ || contender->phase_ != Phase::watching) return;
-        if (rc == zk_errc::ok) {
-          contender->drops_in_a_row_ = 0;
-          contender->evaluate_locked(children, true);
-        } else if (rc == zk_errc::no_node) {
-          contender->check_locked();  // the parent went, and our node with it: check queues again
-        } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
-          contender->complete_locked(make_error_code(rc));
-          contender->remove_node_locked();
-        }
-      },
-      wake_to_check(self, attempt));
+      for_this_step(Phase::watching,
+                    [](Contender& contender, zk_errc rc, std::vector<std::string> children) {
+                      if (rc == zk_errc::ok) {
+                        contender.drops_in_a_row_ = 0;
+                        contender.evaluate_locked(children, true);
+                      } else if (rc == zk_errc::no_node) {
+                        contender.check_locked();  // the parent went, and our node with it: check queues again
+                      } else if (!contender.handle_session_trouble_locked(rc, Retry::check)) {
+                        contender.complete_locked(make_error_code(rc));
+                        contender.remove_node_locked();
+                      }
+                    }),
+      wake_to_check());
 }
 
 // ---- holding ----
@@ -719,20 +689,15 @@ void Contender::remove_node_locked() {
     retry_ = Retry::remove;
     return;
   }
-  const std::uint64_t attempt = ++attempt_;
-  std::weak_ptr<Contender> self = weak_from_this();
-  core_->remove(generation_, node_path_, -1, [self, attempt](zk_errc rc) {
-    auto contender = self.lock();
-    if (!contender) return;
-    std::unique_lock lock(contender->core_->mutex());
-    if (attempt != contender->attempt_ || contender->phase_ != Phase::releasing) return;
+  ++attempt_;
+  core_->remove(generation_, node_path_, -1, for_this_step(Phase::releasing, [](Contender& contender, zk_errc rc) {
     if (rc == zk_errc::ok || rc == zk_errc::no_node) {
-      contender->finish_locked();
-    } else if (!contender->handle_session_trouble_locked(rc, Retry::remove)) {
-      log(LogLevel::error, "deleting {} failed: {}", contender->node_path_, make_error_code(rc).message());
-      contender->finish_locked();
+      contender.finish_locked();
+    } else if (!contender.handle_session_trouble_locked(rc, Retry::remove)) {
+      log(LogLevel::error, "deleting {} failed: {}", contender.node_path_, make_error_code(rc).message());
+      contender.finish_locked();
     }
-  });
+  }));
 }
 
 void Contender::complete_locked(std::error_code outcome) {

@@ -115,7 +115,13 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
   void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
   void watch_children_locked();
-  static NodeWatch wake_to_check(std::weak_ptr<Contender> self, std::uint64_t attempt);
+  NodeWatch wake_to_check();
+  // A reply or watch callback of the step just started (the current attempt, in `phase`): `body`
+  // runs under the session mutex with the contender and the callback's arguments, only while the
+  // contender exists and still waits on that attempt in that phase; a later step has made the
+  // callback stale otherwise. A watch (`is_watch`) counts as a wake-up whether stale or not.
+  template <typename Body>
+  auto for_this_step(Phase phase, Body body, bool is_watch = false);
   void watch_second_blocker_locked(const std::string& node);
   bool first_sight_of_touch_locked(const std::string& node, std::int32_t version);
   void grant_locked();
@@ -171,6 +177,18 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
 };
+
+template <typename Body>
+auto Contender::for_this_step(Phase phase, Body body, bool is_watch) {
+  return [self = weak_from_this(), attempt = attempt_, phase, is_watch, body = std::move(body)](auto... args) {
+    auto contender = self.lock();
+    if (!contender) return;
+    if (is_watch) ++contender->core_->wakeups;
+    std::unique_lock lock(contender->core_->mutex());
+    if (attempt != contender->attempt_ || contender->phase_ != phase) return;
+    body(*contender, std::move(args)...);
+  };
+}
 
 // Reads who holds and who waits under `path` (see zkr::list_contenders). Throws Error.
 std::vector<ContenderInfo> list_contenders(const std::shared_ptr<SessionCore>& core, const std::string& path,
