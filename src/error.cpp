@@ -60,6 +60,7 @@ class LibraryCategory final : public std::error_category {
       case errc::missing_chroot: return "the connect string's chroot node does not exist (create it first)";
       case errc::unknown_host: return "no host of the connect string resolves";
       case errc::internal_error: return "unexpected internal error";
+      case errc::corrupt_state: return "stored state is damaged";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -98,7 +99,8 @@ class ConditionCategory final : public std::error_category {
         case errc::invalid_connect_string:
         case errc::invalid_argument:
         case errc::limit_mismatch:
-        case errc::missing_chroot: return condition::bad_input;
+        case errc::missing_chroot:
+        case errc::corrupt_state: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }

@@ -1,5 +1,20 @@
 #include <zkr/fence_gate.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <system_error>
+
+#include <boost/crc.hpp>
+#include <fmt/format.h>
+
+#include <zkr/error.hpp>
+
+#include "fence_gate_steps.hpp"
+
 namespace zkr {
 
 bool FenceGate::admit(std::string_view key, FencingToken token) {
@@ -33,6 +48,217 @@ std::uint64_t FenceGate::admitted() const {
 }
 
 std::uint64_t FenceGate::refused() const {
+  std::lock_guard lock(mutex_);
+  return refused_;
+}
+
+
+// ---- DurableFenceGate ----
+//
+// The file, all of it text but the keys, which may hold any byte:
+//   zkr-fence-gate 1\n
+//   <token> <key length> <key>\n      (one line per key)
+//   crc32 <8 hex digits>\n             (CRC-32 of every byte before this line)
+
+namespace detail {
+namespace {
+std::atomic<void (*)(GateWriteStep)> gate_write_observer{nullptr};
+}  // namespace
+
+void set_gate_write_observer(void (*observer)(GateWriteStep)) noexcept { gate_write_observer = observer; }
+}  // namespace detail
+
+namespace {
+
+using GateState = std::map<std::string, FencingToken, std::less<>>;
+
+constexpr std::string_view gate_header = "zkr-fence-gate 1\n";
+constexpr std::string_view checksum_label = "crc32 ";
+constexpr std::size_t checksum_line_size = 6 + 8 + 1;  // "crc32 " + 8 hex digits + "\n"
+
+void observe(detail::GateWriteStep step) {
+  if (auto observer = detail::gate_write_observer.load()) observer(step);
+}
+
+std::uint32_t crc32_of(std::string_view bytes) {
+  boost::crc_32_type crc;
+  crc.process_bytes(bytes.data(), bytes.size());
+  return crc.checksum();
+}
+
+[[noreturn]] void throw_system(int error, std::string_view operation, const std::filesystem::path& file,
+                               std::string_view detail = {}) {
+  throw Error(std::error_code(error, std::generic_category()), operation, file.string(), detail);
+}
+
+[[noreturn]] void throw_corrupt(const std::filesystem::path& file, std::string_view detail) {
+  throw Error(errc::corrupt_state, "open fence gate", file.string(), detail);
+}
+
+std::string encode(const GateState& state) {
+  std::string out(gate_header);
+  for (const auto& [key, token] : state) out += fmt::format("{} {} {}\n", token.value(), key.size(), key);
+  out += fmt::format("{}{:08x}\n", checksum_label, crc32_of(out));
+  return out;
+}
+
+// Reads one unsigned decimal number ending in `delimiter` at `at`, advancing past the delimiter.
+template <typename Number>
+std::optional<Number> read_number(std::string_view text, std::size_t& at, char delimiter) {
+  Number value{};
+  auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data() + at || end == text.data() + text.size() || *end != delimiter)
+    return std::nullopt;
+  at = static_cast<std::size_t>(end - text.data()) + 1;
+  return value;
+}
+
+GateState decode(std::string_view contents, const std::filesystem::path& file) {
+  if (contents.empty()) throw_corrupt(file, "the file is empty");
+  if (!contents.starts_with(gate_header))
+    throw_corrupt(file, "not a fence gate file, or truncated: it does not start with \"zkr-fence-gate 1\"");
+  if (contents.size() < gate_header.size() + checksum_line_size || contents.back() != '\n')
+    throw_corrupt(file, "truncated: it does not end with its checksum line");
+  std::string_view body = contents.substr(0, contents.size() - checksum_line_size);
+  std::string_view checksum_line = contents.substr(body.size());
+  std::uint32_t stored = 0;
+  auto hex = checksum_line.substr(checksum_label.size(), 8);
+  if (!checksum_line.starts_with(checksum_label) ||
+      std::from_chars(hex.data(), hex.data() + hex.size(), stored, 16).ptr != hex.data() + hex.size())
+    throw_corrupt(file, "truncated: it does not end with its checksum line");
+  if (stored != crc32_of(body))
+    throw_corrupt(file, fmt::format("checksum mismatch (stored {:08x}, contents {:08x})", stored, crc32_of(body)));
+
+  GateState state;
+  std::size_t at = gate_header.size();
+  while (at < body.size()) {
+    auto entry_at = at;
+    auto token = read_number<std::int64_t>(body, at, ' ');
+    auto key_size = token ? read_number<std::size_t>(body, at, ' ') : std::nullopt;
+    if (!token || !key_size || *key_size >= body.size() - at || body[at + *key_size] != '\n' ||
+        !FencingToken(*token).valid())
+      throw_corrupt(file, fmt::format("malformed entry at byte {}", entry_at));
+    auto [it, inserted] = state.try_emplace(std::string(body.substr(at, *key_size)), FencingToken(*token));
+    if (!inserted) throw_corrupt(file, fmt::format("key \"{}\" appears twice", it->first));
+    at += *key_size + 1;
+  }
+  return state;
+}
+
+// The whole file, or nullopt if it does not exist.
+std::optional<std::string> read_whole_file(const std::filesystem::path& file) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw_system(errno, "open fence gate", file);
+  }
+  std::string contents;
+  char buffer[8192];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int error = errno;
+      ::close(fd);
+      throw_system(error, "read fence gate", file);
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return contents;
+}
+
+}  // namespace
+
+DurableFenceGate::DurableFenceGate(std::filesystem::path file)
+    : file_(std::move(file)), temporary_(file_.string() + ".tmp") {
+  auto directory = file_.parent_path().empty() ? std::filesystem::path(".") : file_.parent_path();
+  directory_fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory_fd_ < 0)
+    throw_system(errno, "open fence gate", file_, fmt::format("its directory {}", directory.string()));
+  try {
+    auto contents = read_whole_file(file_);
+    if (contents) highest_ = decode(*contents, file_);
+    // Rewriting what was read (or an empty gate) checks now, not at the first admit, that the file
+    // can be written, and replaces a temporary file left by a write that a crash interrupted (that
+    // write was never admitted, so dropping it is safe).
+    persist(highest_);
+  } catch (...) {
+    ::close(directory_fd_);
+    throw;
+  }
+}
+
+DurableFenceGate::~DurableFenceGate() { ::close(directory_fd_); }
+
+void DurableFenceGate::persist(const GateState& state) {
+  const std::string contents = encode(state);
+  int fd = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_system(errno, "write fence gate", file_, fmt::format("creating {}", temporary_.string()));
+  auto fail = [&](std::string_view what) {
+    int error = errno;
+    if (fd >= 0) ::close(fd);
+    throw_system(error, "write fence gate", file_, what);
+  };
+  for (std::size_t written = 0; written < contents.size();) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(fmt::format("writing {}", temporary_.string()));
+    written += static_cast<std::size_t>(n);
+  }
+  observe(detail::GateWriteStep::temporary_written);
+  if (::fsync(fd) != 0) fail(fmt::format("fsync of {}", temporary_.string()));
+  if (::close(fd) != 0) {
+    fd = -1;
+    fail(fmt::format("closing {}", temporary_.string()));
+  }
+  fd = -1;
+  observe(detail::GateWriteStep::temporary_synced);
+  if (::rename(temporary_.c_str(), file_.c_str()) != 0) fail(fmt::format("renaming {} over it", temporary_.string()));
+  observe(detail::GateWriteStep::renamed);
+  if (::fsync(directory_fd_) != 0) fail("fsync of its directory");
+  observe(detail::GateWriteStep::directory_synced);
+}
+
+bool DurableFenceGate::admit(std::string_view key, FencingToken token) {
+  std::lock_guard lock(mutex_);
+  if (write_failed_)
+    throw Error(errc::corrupt_state, "admit", file_.string(),
+                "an earlier write of the file failed, so its contents are unknown: open the gate again");
+  auto it = highest_.find(key);
+  if (!token.valid() || (it != highest_.end() && token < it->second)) {
+    ++refused_;
+    return false;
+  }
+  if (it == highest_.end() || it->second < token) {
+    GateState next = highest_;
+    next.insert_or_assign(std::string(key), token);
+    try {
+      persist(next);  // durable before the caller hears "admitted", so it applies only after
+    } catch (...) {
+      write_failed_ = true;
+      throw;
+    }
+    highest_ = std::move(next);
+  }
+  ++admitted_;
+  return true;
+}
+
+std::optional<FencingToken> DurableFenceGate::highest(std::string_view key) const {
+  std::lock_guard lock(mutex_);
+  auto it = highest_.find(key);
+  if (it == highest_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::uint64_t DurableFenceGate::admitted() const {
+  std::lock_guard lock(mutex_);
+  return admitted_;
+}
+
+std::uint64_t DurableFenceGate::refused() const {
   std::lock_guard lock(mutex_);
   return refused_;
 }

@@ -63,6 +63,7 @@ enum class errc : int {
   missing_chroot = 13,         // the connect string's chroot node does not exist
   unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
+  corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).

@@ -7,13 +7,19 @@
 // token) cannot overwrite its successor's work. Equal tokens are admitted: one grant may write many
 // times.
 //
-// The gate is only as durable as the resource: a store that restarts must persist the highest
-// token per key together with the data it guards (same transaction), or it must refuse writes
-// until it has seen a fresh token. A resource that cannot check tokens at all (a plain file system,
+// FenceGate lives in memory: a resource that restarts with an empty one admits any token again.
+// DurableFenceGate keeps the same rule in a file and makes each new highest token durable before
+// admit() returns true, so the caller applies a write only once its token survives a crash, and a
+// restarted resource never admits a token lower than one it admitted before. (A store with a
+// transactional database can instead keep the highest token with its data, in the same
+// transaction: docs/fencing.md.) A resource that cannot check tokens at all (a plain file system,
 // a third-party API) cannot be fenced; there the lock is an efficiency lock, and correctness must
 // come from something else (for example conditional writes keyed on a version).
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +48,50 @@ class FenceGate {
   std::unordered_map<std::string, FencingToken> highest_;
   std::uint64_t admitted_ = 0;
   std::uint64_t refused_ = 0;
+};
+
+// A FenceGate whose highest tokens survive a restart, kept in one file.
+//
+// Each admit() that raises a key's highest token rewrites the file before it returns true: a
+// temporary file beside it is written and fsynced, renamed over the file, and the directory is
+// fsynced. A crash at any point leaves either the old file or the new one, never a mix, and the
+// caller was told "admitted" only after the new one was durable, so a write it applied is always
+// covered by the token on disk. Admitting a token equal to the highest writes nothing (one grant
+// may write many times at the cost of one file write). The file ends in a CRC-32 of its contents;
+// a damaged file is refused, never replaced by an empty gate, which would admit lower tokens again.
+// One process at a time may use a file.
+class DurableFenceGate {
+ public:
+  // Opens the gate kept in `file`, creating it (empty) if it does not exist; its directory must
+  // exist. Throws Error naming the file: errc::corrupt_state if it is damaged (truncated, checksum
+  // mismatch, not a gate file), the system's error (no such directory, permission denied, ...) if
+  // it cannot be read or written.
+  explicit DurableFenceGate(std::filesystem::path file);
+  ~DurableFenceGate();
+  DurableFenceGate(const DurableFenceGate&) = delete;
+  DurableFenceGate& operator=(const DurableFenceGate&) = delete;
+
+  // As FenceGate::admit, and a new highest token is durable before this returns true. Throws Error
+  // (the write is then not admitted) if the file cannot be written; since the state of the file is
+  // then unknown, every later admit() throws too, until the gate is opened again.
+  bool admit(std::string_view key, FencingToken token);
+
+  std::optional<FencingToken> highest(std::string_view key) const;
+  std::uint64_t admitted() const;
+  std::uint64_t refused() const;
+  const std::filesystem::path& file() const noexcept { return file_; }
+
+ private:
+  void persist(const std::map<std::string, FencingToken, std::less<>>& state);
+
+  std::filesystem::path file_;
+  std::filesystem::path temporary_;
+  int directory_fd_ = -1;
+  mutable std::mutex mutex_;
+  std::map<std::string, FencingToken, std::less<>> highest_;
+  std::uint64_t admitted_ = 0;
+  std::uint64_t refused_ = 0;
+  bool write_failed_ = false;
 };
 
 }  // namespace zkr
