@@ -1,6 +1,7 @@
 #include <zkr/fence_gate.hpp>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -174,10 +175,21 @@ std::optional<std::string> read_whole_file(const std::filesystem::path& file) {
 DurableFenceGate::DurableFenceGate(std::filesystem::path file)
     : file_(std::move(file)), temporary_(file_.string() + ".tmp") {
   auto directory = file_.parent_path().empty() ? std::filesystem::path(".") : file_.parent_path();
-  directory_fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (directory_fd_ < 0)
-    throw_system(errno, "open fence gate", file_, fmt::format("its directory {}", directory.string()));
+  auto close_all = [this] {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (directory_fd_ >= 0) ::close(directory_fd_);
+  };
   try {
+    directory_fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory_fd_ < 0)
+      throw_system(errno, "open fence gate", file_, fmt::format("its directory {}", directory.string()));
+    // Two gates on one file would each admit from their own memory: the second is refused.
+    const std::string lock_file = file_.string() + ".lock";
+    lock_fd_ = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) throw_system(errno, "open fence gate", file_, fmt::format("creating {}", lock_file));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      throw_system(errno == EWOULDBLOCK ? EBUSY : errno, "open fence gate", file_,
+                   fmt::format("another gate holds {}", lock_file));
     auto contents = read_whole_file(file_);
     if (contents) highest_ = decode(*contents, file_);
     // Rewriting what was read (or an empty gate) checks now, not at the first admit, that the file
@@ -185,12 +197,15 @@ DurableFenceGate::DurableFenceGate(std::filesystem::path file)
     // write was never admitted, so dropping it is safe).
     persist(highest_);
   } catch (...) {
-    ::close(directory_fd_);
+    close_all();
     throw;
   }
 }
 
-DurableFenceGate::~DurableFenceGate() { ::close(directory_fd_); }
+DurableFenceGate::~DurableFenceGate() {
+  ::close(lock_fd_);
+  ::close(directory_fd_);
+}
 
 void DurableFenceGate::persist(const GateState& state) {
   const std::string contents = encode(state);

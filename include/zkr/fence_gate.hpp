@@ -59,13 +59,13 @@ class FenceGate {
 // covered by the token on disk. Admitting a token equal to the highest writes nothing (one grant
 // may write many times at the cost of one file write). The file ends in a CRC-32 of its contents;
 // a damaged file is refused, never replaced by an empty gate, which would admit lower tokens again.
-// One process at a time may use a file.
+// One gate at a time may use a file: it holds an flock(2) on `<file>.lock` while open.
 class DurableFenceGate {
  public:
   // Opens the gate kept in `file`, creating it (empty) if it does not exist; its directory must
   // exist. Throws Error naming the file: errc::corrupt_state if it is damaged (truncated, checksum
   // mismatch, not a gate file), the system's error (no such directory, permission denied, ...) if
-  // it cannot be read or written.
+  // it cannot be read or written, std::errc::device_or_resource_busy if another gate has it open.
   explicit DurableFenceGate(std::filesystem::path file);
   ~DurableFenceGate();
   DurableFenceGate(const DurableFenceGate&) = delete;
@@ -87,6 +87,7 @@ class DurableFenceGate {
   std::filesystem::path file_;
   std::filesystem::path temporary_;
   int directory_fd_ = -1;
+  int lock_fd_ = -1;
   mutable std::mutex mutex_;
   std::map<std::string, FencingToken, std::less<>> highest_;
   std::uint64_t admitted_ = 0;

@@ -147,6 +147,16 @@ TEST_F(DurableFenceGateTest, RefusesAFileItCannotReachWithTheSystemsReason) {
   EXPECT_EQ(error->code(), std::errc::is_a_directory) << error->what();
 }
 
+TEST_F(DurableFenceGateTest, RefusesAFileAnotherGateHasOpen) {
+  std::optional<zkr::DurableFenceGate> first(std::in_place, file_);
+  auto error = open_error(file_);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), std::errc::device_or_resource_busy) << error->what();
+  EXPECT_NE(std::string(error->what()).find(file_.string()), std::string::npos) << error->what();
+  first.reset();
+  EXPECT_FALSE(open_error(file_)) << "closing the first gate must let another open the file";
+}
+
 TEST_F(DurableFenceGateTest, RefusesAFileItMayNotReadOrReplace) {
   if (::geteuid() == 0) GTEST_SKIP() << "root ignores file permissions";
   { zkr::DurableFenceGate gate(file_); }

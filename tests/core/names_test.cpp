@@ -274,6 +274,7 @@ TEST(Errors, EveryCodeMeansOneCondition) {
       {make_error_code(zkr::zk_errc::invalid_state), condition::session_ended},
       {make_error_code(zkr::errc::invalid_path), condition::bad_input},
       {make_error_code(zkr::errc::limit_mismatch), condition::bad_input},
+      {make_error_code(zkr::errc::corrupt_state), condition::bad_input},
       {make_error_code(zkr::zk_errc::bad_arguments), condition::bad_input},
       {make_error_code(zkr::errc::auth_failed), condition::no_permission},
       {make_error_code(zkr::zk_errc::no_auth), condition::no_permission},
