@@ -4,8 +4,9 @@
 // This is the part of fencing that no lock can do for you. A lock holder can pause past the end of
 // its lease (GC, a frozen VM, SIGSTOP) and wake up still believing it holds the lock; by then a
 // later grant, with a larger token, may have written. The store sees both tokens and refuses the
-// late one. Here zkr::FenceGate keeps the highest token per key; a real store keeps it in the same
-// transaction as the data, and persists it with the data.
+// late one. Here zkr::FenceGate keeps the highest token per key in memory, as the data is; a store
+// whose data survives a restart keeps the tokens durable too: zkr::DurableFenceGate, or the same
+// transaction as the data (docs/fencing.md).
 //
 // Protocol: one request per line, one reply per line.
 //   WRITE <key> <token> <value>   ->  OK <token>  |  REFUSED <token> below <highest>  |  ERROR <why>
