@@ -17,21 +17,24 @@
 #include "fence_gate_steps.hpp"
 
 namespace zkr {
+namespace {
+// The gates' one rule: a valid token not lower than the highest admitted for its key.
+bool admissible(FencingToken token, const FencingToken* highest) {
+  return token.valid() && (highest == nullptr || !(token < *highest));
+}
+}  // namespace
 
 bool FenceGate::admit(std::string_view key, FencingToken token) {
   std::lock_guard lock(mutex_);
-  if (!token.valid()) {
+  auto it = highest_.find(std::string(key));
+  if (!admissible(token, it == highest_.end() ? nullptr : &it->second)) {
     ++refused_;
     return false;
   }
-  auto [it, inserted] = highest_.try_emplace(std::string(key), token);
-  if (!inserted) {
-    if (token < it->second) {
-      ++refused_;
-      return false;
-    }
+  if (it == highest_.end())
+    highest_.emplace(std::string(key), token);
+  else
     it->second = token;
-  }
   ++admitted_;
   return true;
 }
@@ -52,7 +55,6 @@ std::uint64_t FenceGate::refused() const {
   std::lock_guard lock(mutex_);
   return refused_;
 }
-
 
 // ---- DurableFenceGate ----
 //
@@ -75,7 +77,7 @@ using GateState = std::map<std::string, FencingToken, std::less<>>;
 
 constexpr std::string_view gate_header = "zkr-fence-gate 1\n";
 constexpr std::string_view checksum_label = "crc32 ";
-constexpr std::size_t checksum_line_size = 6 + 8 + 1;  // "crc32 " + 8 hex digits + "\n"
+constexpr std::size_t checksum_line_size = checksum_label.size() + 8 + 1;  // 8 hex digits, newline
 
 void observe(detail::GateWriteStep step) {
   if (auto observer = detail::gate_write_observer.load()) observer(step);
@@ -242,7 +244,7 @@ bool DurableFenceGate::admit(std::string_view key, FencingToken token) {
     throw Error(errc::corrupt_state, "admit", file_.string(),
                 "an earlier write of the file failed, so its contents are unknown: open the gate again");
   auto it = highest_.find(key);
-  if (!token.valid() || (it != highest_.end() && token < it->second)) {
+  if (!admissible(token, it == highest_.end() ? nullptr : &it->second)) {
     ++refused_;
     return false;
   }
