@@ -147,6 +147,34 @@ TEST_F(DurableFenceGateTest, RefusesAFileItCannotReachWithTheSystemsReason) {
   EXPECT_EQ(error->code(), std::errc::is_a_directory) << error->what();
 }
 
+// A write that cannot be made durable is not admitted, and the gate stops: after a failed write the
+// file's state is unknown.
+TEST_F(DurableFenceGateTest, AWriteThatFailsIsNotAdmittedAndStopsTheGate) {
+  {
+    zkr::DurableFenceGate gate(file_);
+    EXPECT_TRUE(gate.admit("ledger", zkr::FencingToken(10)));
+    fs::create_directory(file_.string() + ".tmp");  // where the next write's temporary file goes
+    try {
+      gate.admit("ledger", zkr::FencingToken(20));
+      ADD_FAILURE() << "admitted a token it could not write";
+    } catch (const zkr::Error& e) {
+      EXPECT_EQ(e.code(), std::errc::is_a_directory) << e.what();
+      EXPECT_NE(std::string(e.what()).find(file_.string()), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(gate.highest("ledger"), zkr::FencingToken(10));
+    fs::remove(file_.string() + ".tmp");
+    try {
+      gate.admit("ledger", zkr::FencingToken(30));
+      ADD_FAILURE() << "a gate whose write failed admitted again";
+    } catch (const zkr::Error& e) {
+      EXPECT_EQ(e.code(), zkr::errc::corrupt_state) << e.what();
+    }
+  }
+  zkr::DurableFenceGate reopened(file_);
+  EXPECT_EQ(reopened.highest("ledger"), zkr::FencingToken(10));
+  EXPECT_TRUE(reopened.admit("ledger", zkr::FencingToken(30)));
+}
+
 TEST_F(DurableFenceGateTest, RefusesAFileAnotherGateHasOpen) {
   std::optional<zkr::DurableFenceGate> first(std::in_place, file_);
   auto error = open_error(file_);
