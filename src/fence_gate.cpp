@@ -26,13 +26,14 @@ bool admissible(FencingToken token, const FencingToken* highest) {
 
 bool FenceGate::admit(std::string_view key, FencingToken token) {
   std::lock_guard lock(mutex_);
-  auto it = highest_.find(std::string(key));
+  std::string owned_key(key);  // built once: for the lookup and, for a new key, the entry
+  auto it = highest_.find(owned_key);
   if (!admissible(token, it == highest_.end() ? nullptr : &it->second)) {
     ++refused_;
     return false;
   }
   if (it == highest_.end())
-    highest_.emplace(std::string(key), token);
+    highest_.emplace(std::move(owned_key), token);
   else
     it->second = token;
   ++admitted_;

@@ -204,7 +204,7 @@ TEST(Session, DeclaresLossAtItsOwnDeadlineAndReplacesTheSession) {
 // names gives exactly that lead time, and one a millisecond shorter gives less.
 TEST(Session, ShortestSessionTimeoutGivesTheLeadTimeAskedFor) {
   EXPECT_EQ(shortest_session_timeout(6000ms, 2000ms), 10000ms);  // zklock's defaults: -k 5, 10 s
-  for (const auto [lead, tick] : {std::pair{1300ms, 2000ms}, std::pair{2500ms, 100ms}, std::pair{700ms, 500ms}}) {
+  for (const auto& [lead, tick] : {std::pair{1300ms, 2000ms}, std::pair{2500ms, 100ms}, std::pair{700ms, 500ms}}) {
     const auto timeout = shortest_session_timeout(lead, tick);
     for (const auto requested : {timeout, timeout - 1ms}) {
       auto options = session_options(testenv::shared_server(), requested);
