@@ -298,8 +298,9 @@ proctype Client(byte c) {
     sess_alive[c + 1] = true; connected[c] = true
   }
   /* Contender::start. The clients queue in the order of their numbers (they are alike, so every
-   * other order is the same run with the clients renamed); anything may happen in between. */
-  atomic { nextslot >= FIRST_CLIENT_SLOT + c -> call = F_BEGIN }
+   * other order is the same run with the clients renamed); anything may happen in between. Once a
+   * client died, the others start at any point (a dead client's create may never run). */
+  atomic { (nextslot >= FIRST_CLIENT_SLOT + c || deaths_left < DEATHS) -> call = F_BEGIN }
 
   do
   :: atomic {
