@@ -7,7 +7,7 @@
  * and says what is abstracted away.
  *
  * Configuration (-D on spin's command line, see model/check):
- *   N         leases (2 or 3)             NC       clients (3)
+ *   N         leases (2 or 3)             NC       clients (2 to 4)
  *   DROPS     connection drops            DEATHS   clients that die (or freeze for ever) at any point
  *   DEADNODE  the node of a client that died or froze for ever is queued first behind the holders
  *             (the first waiter, touched or not), before any client queues
@@ -17,7 +17,7 @@
  *             (schedule_own_node_watch_locked); without it, only waiters watching their
  *             predecessors set it (watch_locked). It catches a deletion by someone else, which
  *             this model leaves to lock.pml; it is here for its meeting with the touch's resend.
- *   LIVENESS  the ltl claim "every client that does not die is granted" is checked (with DEATHS
+ *   LIVENESS  the ltl claim "every client that does not die is granted" is checked (with DEADNODE
  *             too: a dead node that never goes away must not starve anyone)
  * Broken variants, which must be caught (model/check expects their violation):
  *   NO_TOUCH_RECHECK   a waiter whose watch shows an already touched predecessor waits on the
@@ -732,6 +732,7 @@ active proctype NoNodeLeft() {
 init {
   byte c;
   atomic {
+    assert(MAXN <= 8);  /* node sets are bytes */
     holders_left = (1 << N) - 1;
     live = holders_left;
     c = 0;
