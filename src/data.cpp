@@ -43,6 +43,15 @@ struct CreateReply {
   std::string created;
 };
 
+// The adapter runs watches on the completion thread; user code runs on the callback thread.
+detail::NodeWatch on_callback_thread(const std::shared_ptr<detail::SessionCore>& core, DataWatch watch) {
+  if (!watch) return {};
+  return [weak_core = std::weak_ptr<detail::SessionCore>(core), watch = std::move(watch)](NodeEvent event) {
+    if (auto session = weak_core.lock())
+      session->post_callback([watch, event] { watch(event); });
+  };
+}
+
 }  // namespace
 
 std::string describe(const DataOp& op) {
@@ -85,13 +94,14 @@ std::optional<std::size_t> failed_op(const MultiReply& reply) {
 
 }  // namespace detail
 
-NodeData Session::get(std::string_view path) const {
+NodeData Session::get(std::string_view path, DataWatch watch) const {
   require_valid_path(path, "get");
   const std::string node(path);
   auto reply = detail::wait_for_reply<DataReply>(core_, "get", path, [&](std::uint64_t generation, auto deliver) {
-    core_->get_data(generation, node, [deliver](zk_errc rc, std::string data, NodeStat stat) {
-      deliver(DataReply{rc, std::move(data), stat});
-    });
+    core_->get_data(
+        generation, node,
+        [deliver](zk_errc rc, std::string data, NodeStat stat) { deliver(DataReply{rc, std::move(data), stat}); },
+        on_callback_thread(core_, std::move(watch)));
   });
   throw_if(make_error_code(reply.rc), "get", path);
   return {std::move(reply.data), reply.stat};
@@ -108,14 +118,15 @@ std::optional<NodeStat> Session::exists(std::string_view path) const {
   return reply.stat;
 }
 
-std::vector<std::string> Session::children(std::string_view path) const {
+std::vector<std::string> Session::children(std::string_view path, DataWatch watch) const {
   require_valid_path(path, "children of");
   const std::string node(path);
   auto reply =
       detail::wait_for_reply<ChildrenReply>(core_, "children of", path, [&](std::uint64_t generation, auto deliver) {
-        core_->get_children(generation, node, [deliver](zk_errc rc, std::vector<std::string> children) {
-          deliver(ChildrenReply{rc, std::move(children)});
-        });
+        core_->get_children(
+            generation, node,
+            [deliver](zk_errc rc, std::vector<std::string> children) { deliver(ChildrenReply{rc, std::move(children)}); },
+            on_callback_thread(core_, std::move(watch)));
       });
   throw_if(make_error_code(reply.rc), "children of", path);
   return std::move(reply.children);

@@ -34,7 +34,7 @@ struct MultiOpOutcome {
 
 enum class ConnectionEvent { connecting, connected, expired, auth_failed, closed };
 
-enum class NodeEvent { created, deleted, changed, children_changed, other };
+using NodeEvent = zkr::NodeEvent;
 
 struct ClientId {
   std::int64_t session_id = 0;

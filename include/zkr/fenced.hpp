@@ -28,8 +28,8 @@ namespace zkr {
 
 class FencedTransaction {
  public:
-  // Bound to a held lock or a lease (a Lease is a HeldLock); the grant must outlive commit().
-  // Throws Error(errc::invalid_argument) for an empty HeldLock.
+  // Bound to a held lock or a lease (a Lease is a HeldLock): once it is released (or destroyed),
+  // commit() is refused. Throws Error(errc::invalid_argument) for an empty HeldLock.
   explicit FencedTransaction(const HeldLock& held);
   // Bound to a term of leadership: refused once the term ended (lost or resigned) as well.
   explicit FencedTransaction(const Leadership& term);

@@ -98,6 +98,13 @@ struct NodeStat {
 
 enum class CreateMode { persistent, persistent_sequential, ephemeral, ephemeral_sequential, container };
 
+// What a watch on a node heard (Session::get and children with a watch).
+enum class NodeEvent { created, deleted, changed, children_changed, other };
+// A one-shot watch: runs once on the session's callback thread with the node's next change, or
+// never (the node did not exist when it was set, or the session was lost or closed first: a new
+// session does not carry the old one's watches). It must not block for long.
+using DataWatch = std::function<void(NodeEvent)>;
+
 struct NodeData {
   std::string data;
   NodeStat stat;
@@ -274,9 +281,11 @@ class Session {
   // errc::connect_timeout, or errc::timed_out (no reply within the session timeout, outcome
   // unknown). A write that fails with zk_errc::connection_loss may or may not have been applied.
   // Must not be called from the session's own threads (a state listener or a loss callback).
-  NodeData get(std::string_view path) const;
+  // With a watch: it hears the node's next data change or deletion (set only if the node exists).
+  NodeData get(std::string_view path, DataWatch watch = {}) const;
   std::optional<NodeStat> exists(std::string_view path) const;  // empty if there is no node
-  std::vector<std::string> children(std::string_view path) const;
+  // With a watch: it hears the next change of the node's children or its deletion.
+  std::vector<std::string> children(std::string_view path, DataWatch watch = {}) const;
   // Returns the created path (with the sequence suffix for sequential modes).
   std::string create(std::string_view path, std::string_view data = {}, CreateMode mode = CreateMode::persistent,
                      NodeAcl acl = NodeAcl::open);

@@ -75,6 +75,27 @@ TEST_F(FencedTest, DataApiReadsAndWritesOnTheSession) {
   EXPECT_EQ(refusal_of([&] { session.remove(data + "/a"); }).code(), zk_errc::no_node);
 }
 
+TEST_F(FencedTest, WatchesHearTheNextChangeOnce) {
+  Session session(session_options(servers));
+  session.create(data + "/watched", "one");
+  std::promise<NodeEvent> data_event, children_event;
+  std::atomic<int> data_calls{0};
+  session.get(data + "/watched", [&](NodeEvent event) {
+    if (data_calls++ == 0) data_event.set_value(event);
+  });
+  session.children(data, [&](NodeEvent event) { children_event.set_value(event); });
+  session.set(data + "/watched", "two");
+  session.set(data + "/watched", "three");  // one-shot: not heard
+  auto heard = data_event.get_future();
+  ASSERT_EQ(heard.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_EQ(heard.get(), NodeEvent::changed);
+  session.create(data + "/sibling");
+  auto heard_children = children_event.get_future();
+  ASSERT_EQ(heard_children.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_EQ(heard_children.get(), NodeEvent::children_changed);
+  EXPECT_EQ(data_calls.load(), 1);
+}
+
 TEST_F(FencedTest, TransactionAppliesAllOpsOrNoneAndNamesTheOpThatFailed) {
   Session session(session_options(servers));
   session.create(data + "/old", "x");
