@@ -63,7 +63,7 @@ enum class errc : int {
   missing_chroot = 13,         // the connect string's chroot node does not exist
   unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
-  lock_lost = 16,              // a write fenced by a grant was refused: the grant is lost or released
+  lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).
