@@ -871,6 +871,19 @@ std::string Contender::node_path() const {
   return node_path_;
 }
 
+std::optional<Contender::FenceCheck> Contender::fence_check_locked(std::string& refusal) const {
+  if (loss_reason_) {
+    refusal = fmt::format("the grant was lost ({})", to_string(*loss_reason_));
+    return std::nullopt;
+  }
+  if (phase_ != Phase::held) {
+    refusal = phase_ == Phase::releasing || phase_ == Phase::finished ? "the grant was released"
+                                                                      : "the grant is not held";
+    return std::nullopt;
+  }
+  return FenceCheck{generation_, node_path_};
+}
+
 std::int64_t Contender::session_id() const {
   std::lock_guard lock(core_->mutex());
   return session_id_;

@@ -90,6 +90,13 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::stop_token lost_token() const { return lost_source_.get_token(); }
   void on_lost(std::function<void(LossReason)> callback);
   const std::shared_ptr<SessionCore>& core() const { return core_; }
+  // What a write fenced by this grant checks: our node, on the session generation that owns it.
+  // Empty unless held; then `refusal` says why ("released", "lost (node_deleted)", ...).
+  struct FenceCheck {
+    std::uint64_t generation = 0;
+    std::string node_path;
+  };
+  std::optional<FenceCheck> fence_check_locked(std::string& refusal) const;
 
   // SessionListener (called with the session mutex held).
   void on_reconnected(std::uint64_t generation) override;

@@ -61,6 +61,7 @@ class LibraryCategory final : public std::error_category {
       case errc::unknown_host: return "no host of the connect string resolves";
       case errc::internal_error: return "unexpected internal error";
       case errc::corrupt_state: return "stored state is damaged";
+      case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -94,7 +95,8 @@ class ConditionCategory final : public std::error_category {
         case errc::connect_timeout:
         case errc::unknown_host: return condition::connection_trouble;
         case errc::session_lost:
-        case errc::session_closed: return condition::session_ended;
+        case errc::session_closed:
+        case errc::lock_lost: return condition::session_ended;
         case errc::invalid_path:
         case errc::invalid_connect_string:
         case errc::invalid_argument:

@@ -519,6 +519,13 @@ void SessionCore::remove(std::uint64_t generation, const std::string& path, int 
       [&](ZooKeeperConnection& c, ResultCallback cb) { return c.remove(path, version, std::move(cb)); });
 }
 
+void SessionCore::multi(std::uint64_t generation, const std::vector<MultiOp>& ops, MultiCallback done) {
+  issue(
+      generation, Proof::leader, std::move(done),
+      [&](ZooKeeperConnection& c, MultiCallback cb) { return c.multi(ops, std::move(cb)); },
+      std::vector<MultiOpOutcome>());
+}
+
 // A sync is answered only after the leader answered the server we talk to: the monitor's proof.
 void SessionCore::sync(std::uint64_t generation, const std::string& path, ResultCallback done) {
   issue(

@@ -118,6 +118,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void set_data(std::uint64_t generation, const std::string& path, const std::string& data, int version,
                 StatCallback done);
   void remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done);
+  void multi(std::uint64_t generation, const std::vector<MultiOp>& ops, MultiCallback done);
 
   // ---- listeners (caller holds mutex()) ----
   void attach(std::shared_ptr<SessionListener> listener);

@@ -27,9 +27,13 @@ NodeStat to_node_stat(const Stat* stat) {
   NodeStat out;
   if (stat == nullptr) return out;
   out.czxid = stat->czxid;
+  out.mzxid = stat->mzxid;
   out.ctime_ms = stat->ctime;
+  out.mtime_ms = stat->mtime;
   out.version = stat->version;
+  out.cversion = stat->cversion;
   out.ephemeral_owner = stat->ephemeralOwner;
+  out.data_length = stat->dataLength;
   out.num_children = stat->numChildren;
   return out;
 }
@@ -37,6 +41,7 @@ NodeStat to_node_stat(const Stat* stat) {
 int to_flags(CreateMode mode) {
   switch (mode) {
     case CreateMode::persistent: return ZOO_PERSISTENT;
+    case CreateMode::persistent_sequential: return ZOO_PERSISTENT_SEQUENTIAL;
     case CreateMode::ephemeral: return ZOO_EPHEMERAL;
     case CreateMode::ephemeral_sequential: return ZOO_EPHEMERAL_SEQUENTIAL;
     case CreateMode::container: return ZOO_CONTAINER;
@@ -192,6 +197,37 @@ void on_children(int rc, const String_vector* children, const void* data) {
   request->done(code(rc), std::move(names));
 }
 
+// Everything zoo_amulti reads and writes until its completion runs: the ops point into `ops`,
+// the results into `created_paths` and `stats`.
+struct MultiRequest {
+  MultiCallback done;
+  std::vector<MultiOp> ops;
+  std::vector<zoo_op_t> c_ops;
+  std::vector<zoo_op_result_t> results;
+  std::vector<std::string> created_paths;  // buffers for the created paths
+  std::vector<Stat> stats;
+};
+
+// Room for the longest path the server accepts plus a sequence suffix.
+constexpr std::size_t kCreatedPathCapacity = 4096;
+
+void on_multi(int rc, const void* data) {
+  auto request = take<MultiRequest>(data);
+  std::vector<MultiOpOutcome> outcomes;
+  // The client fills the results only when the server answered the multi.
+  if (server_answered(code(rc))) {
+    outcomes.resize(request->ops.size());
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      outcomes[i].rc = code(request->results[i].err);
+      if (outcomes[i].rc != zk_errc::ok) continue;
+      if (request->ops[i].kind == MultiOp::Kind::create)
+        outcomes[i].created_path = request->created_paths[i].c_str();
+      if (request->ops[i].kind == MultiOp::Kind::set) outcomes[i].stat = to_node_stat(&request->stats[i]);
+    }
+  }
+  request->done(code(rc), std::move(outcomes));
+}
+
 class CConnection final : public ZooKeeperConnection {
  public:
   CConnection(std::unique_ptr<HandleContext> context, zhandle_t* handle)
@@ -248,6 +284,40 @@ class CConnection final : public ZooKeeperConnection {
     auto callback = std::make_unique<ResultCallback>(std::move(done));
     int rc = zoo_adelete(handle_, path.c_str(), version, on_void, callback.get());
     if (rc == ZOK) callback.release();
+    return code(rc);
+  }
+
+  zk_errc multi(const std::vector<MultiOp>& ops, MultiCallback done) override {
+    if (ops.empty()) return zk_errc::bad_arguments;
+    auto request = std::make_unique<MultiRequest>();
+    request->done = std::move(done);
+    request->ops = ops;
+    const std::size_t count = ops.size();
+    request->c_ops.resize(count);
+    request->results.resize(count);
+    request->created_paths.resize(count);
+    request->stats.resize(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const MultiOp& op = request->ops[i];
+      zoo_op_t* c_op = &request->c_ops[i];
+      switch (op.kind) {
+        case MultiOp::Kind::create:
+          request->created_paths[i].assign(kCreatedPathCapacity, '\0');
+          zoo_create_op_init(c_op, op.path.c_str(), op.data.data(), static_cast<int>(op.data.size()), to_acl(op.acl),
+                             to_flags(op.mode), request->created_paths[i].data(),
+                             static_cast<int>(kCreatedPathCapacity));
+          break;
+        case MultiOp::Kind::set:
+          zoo_set_op_init(c_op, op.path.c_str(), op.data.data(), static_cast<int>(op.data.size()), op.version,
+                          &request->stats[i]);
+          break;
+        case MultiOp::Kind::remove: zoo_delete_op_init(c_op, op.path.c_str(), op.version); break;
+        case MultiOp::Kind::check: zoo_check_op_init(c_op, op.path.c_str(), op.version); break;
+      }
+    }
+    int rc = zoo_amulti(handle_, static_cast<int>(count), request->c_ops.data(), request->results.data(), on_multi,
+                        request.get());
+    if (rc == ZOK) request.release();
     return code(rc);
   }
 

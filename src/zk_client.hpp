@@ -19,19 +19,22 @@
 
 namespace zkr::detail {
 
-struct NodeStat {
-  std::int64_t czxid = 0;
-  std::int64_t ctime_ms = 0;
-  std::int32_t version = 0;
-  std::int64_t ephemeral_owner = 0;
-  std::int32_t num_children = 0;
-};
+// The public types (zkr/session.hpp) are the adapter's own.
+using NodeStat = zkr::NodeStat;
+using CreateMode = zkr::CreateMode;
+using MultiOp = zkr::DataOp;
 
-enum class CreateMode { persistent, ephemeral, ephemeral_sequential, container };
+// The outcome of one op of a multi: its own code (ok for every op of a committed multi; in a
+// refused one, ok before the op that failed, its code there, runtime_inconsistency after it).
+struct MultiOpOutcome {
+  zk_errc rc = zk_errc::ok;
+  std::string created_path;  // create
+  NodeStat stat;             // set
+};
 
 enum class ConnectionEvent { connecting, connected, expired, auth_failed, closed };
 
-enum class NodeEvent { created, deleted, changed, children_changed, other };
+using NodeEvent = zkr::NodeEvent;
 
 struct ClientId {
   std::int64_t session_id = 0;
@@ -44,6 +47,9 @@ using ChildrenCallback = std::function<void(zk_errc rc, std::vector<std::string>
 using DataCallback = std::function<void(zk_errc rc, std::string data, NodeStat)>;
 using StatCallback = std::function<void(zk_errc rc, NodeStat)>;
 using ResultCallback = std::function<void(zk_errc rc)>;
+// rc is the first failing op's code (ok if all were applied); outcomes come only with a server's
+// answer (one per op).
+using MultiCallback = std::function<void(zk_errc rc, std::vector<MultiOpOutcome>)>;
 // A one-shot node watch. Session events are filtered out by the adapter; the watch fires once
 // with the node event, or never (if the handle is closed first).
 using NodeWatch = std::function<void(NodeEvent)>;
@@ -80,6 +86,8 @@ class ZooKeeperConnection {
   // Sets the node's data if its version is `version` (-1: any version).
   virtual zk_errc set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
   virtual zk_errc remove(const std::string& path, int version, ResultCallback done) = 0;
+  // Applies every op or none (a ZooKeeper multi). `ops` must not be empty.
+  virtual zk_errc multi(const std::vector<MultiOp>& ops, MultiCallback done) = 0;
   // Has the server we are connected to catch up with the leader. Its success proves that the
   // leader answered after this was sent: unlike a read, which a follower cut off from the leader
   // keeps answering from its own copy.

@@ -64,13 +64,14 @@ enum class errc : int {
   unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
   corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
+  lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).
 enum class condition : int {
   gave_up = 1,         // no grant, and nothing is wrong: would_block, timed_out, cancelled
   connection_trouble,  // the ensemble cannot be reached now; trying again later may work
-  session_ended,       // the session this depended on is gone (expired, lost, closed)
+  session_ended,       // the session (or the grant, lock_lost) this depended on is gone (expired, lost, closed)
   bad_input,           // a caller's argument was refused; the same call will fail again
   no_permission,       // credentials refused, or an ACL does not allow it
 };

@@ -72,6 +72,7 @@ class Grant {
   ~Grant() = default;
   // Shares another grant's node (a term shares its held lock's).
   void share(const Grant& other) { contender_ = other.contender_; }
+  friend class FencedTransaction;  // checks the grant's node (zkr/fenced.hpp)
 
   std::shared_ptr<detail::Contender> contender_;
 };

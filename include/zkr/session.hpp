@@ -81,6 +81,71 @@ enum class NodeAcl {
   creator_all_world_read,  // creator has all rights, everyone may read (for --list)
 };
 
+// ---- ZooKeeper data on the session (Session::get, create, commit, ...) ----
+
+// A node's metadata, as the server keeps it.
+struct NodeStat {
+  std::int64_t czxid = 0;  // the transaction that created it
+  std::int64_t mzxid = 0;  // the last one that changed its data
+  std::int64_t ctime_ms = 0;
+  std::int64_t mtime_ms = 0;
+  std::int32_t version = 0;   // data version: what set/remove/check compare with
+  std::int32_t cversion = 0;  // children version
+  std::int64_t ephemeral_owner = 0;  // session id of an ephemeral node's owner, else 0
+  std::int32_t data_length = 0;
+  std::int32_t num_children = 0;
+};
+
+enum class CreateMode { persistent, persistent_sequential, ephemeral, ephemeral_sequential, container };
+
+// What a watch on a node heard (Session::get and children with a watch).
+enum class NodeEvent { created, deleted, changed, children_changed, other };
+// A one-shot watch: runs once on the session's callback thread with the node's next change, or
+// never (the node did not exist when it was set, or the session was lost or closed first: a new
+// session does not carry the old one's watches). It must not block for long.
+using DataWatch = std::function<void(NodeEvent)>;
+
+struct NodeData {
+  std::string data;
+  NodeStat stat;
+};
+
+// One operation of a transaction (a ZooKeeper multi).
+struct DataOp {
+  enum class Kind { create, set, remove, check };
+  Kind kind = Kind::check;
+  std::string path;
+  std::string data;       // create, set
+  CreateMode mode = CreateMode::persistent;  // create
+  NodeAcl acl = NodeAcl::open;               // create
+  int version = -1;       // set, remove, check: the expected data version (-1: any)
+};
+// "create /a/b", "check /x (version 3)": for messages.
+std::string describe(const DataOp& op);
+
+// What one committed operation produced.
+struct DataOpResult {
+  std::string created_path;  // create: the path as created (with the sequence suffix, if any)
+  NodeStat stat;             // set: the node's new stat
+};
+
+// Operations committed together or not at all (Session::commit). Each path is checked when the
+// operation is added: a bad one throws Error(errc::invalid_path) naming it and why.
+class Transaction {
+ public:
+  Transaction& create(std::string path, std::string data = {}, CreateMode mode = CreateMode::persistent,
+                      NodeAcl acl = NodeAcl::open);
+  Transaction& set(std::string path, std::string data, int version = -1);
+  Transaction& remove(std::string path, int version = -1);
+  // Refuses the whole transaction unless the node exists (with data version `version`, unless -1).
+  Transaction& check(std::string path, int version = -1);
+  const std::vector<DataOp>& ops() const { return ops_; }
+  bool empty() const { return ops_.empty(); }
+
+ private:
+  std::vector<DataOp> ops_;
+};
+
 enum class LossPolicy {
   at_deadline,    // lost when the monitor's deadline passes (default): survives short blips
   on_disconnect,  // lost as soon as the connection drops: shortest possible overlap risk
@@ -207,6 +272,29 @@ class Session {
   [[nodiscard]] Subscription on_state_change(std::function<void(SessionState)> listener);
 
   SessionMetrics metrics() const;
+
+  // ---- ZooKeeper data, on this session (no second client, no second heartbeat) ----
+  // Synchronous; each waits for a connection (as long as the connect timeout) and then for the
+  // reply. Paths must pass validate_path (zkr/names.hpp): a bad one throws Error(errc::invalid_path)
+  // naming it and why. Other failures throw Error with the server's code (zk_errc::no_node,
+  // node_exists, bad_version, not_empty, no_auth...) naming the path, errc::session_closed,
+  // errc::connect_timeout, or errc::timed_out (no reply within the session timeout, outcome
+  // unknown). A write that fails with zk_errc::connection_loss may or may not have been applied.
+  // Must not be called from the session's own threads (a state listener or a loss callback).
+  // With a watch: it hears the node's next data change or deletion (set only if the node exists).
+  NodeData get(std::string_view path, DataWatch watch = {}) const;
+  std::optional<NodeStat> exists(std::string_view path) const;  // empty if there is no node
+  // With a watch: it hears the next change of the node's children or its deletion.
+  std::vector<std::string> children(std::string_view path, DataWatch watch = {}) const;
+  // Returns the created path (with the sequence suffix for sequential modes).
+  std::string create(std::string_view path, std::string_view data = {}, CreateMode mode = CreateMode::persistent,
+                     NodeAcl acl = NodeAcl::open);
+  NodeStat set(std::string_view path, std::string_view data, int version = -1);
+  void remove(std::string_view path, int version = -1);
+  // Commits every operation or none (a ZooKeeper multi). A refusal throws Error with the code of
+  // the first operation that failed, naming its path, which op it was ("op 2 of 3: create /a"),
+  // and that none was applied. One result per op, in order.
+  std::vector<DataOpResult> commit(const Transaction& transaction);
 
   // Closes the session: held locks are reported lost (reason session_closed) and their nodes go
   // with the session. Idempotent. Blocks until the C client handle is closed.

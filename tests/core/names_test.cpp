@@ -270,6 +270,7 @@ TEST(Errors, EveryCodeMeansOneCondition) {
       {make_error_code(zkr::zk_errc::operation_timeout), condition::connection_trouble},
       {make_error_code(zkr::errc::session_lost), condition::session_ended},
       {make_error_code(zkr::errc::session_closed), condition::session_ended},
+      {make_error_code(zkr::errc::lock_lost), condition::session_ended},
       {make_error_code(zkr::zk_errc::session_expired), condition::session_ended},
       {make_error_code(zkr::zk_errc::invalid_state), condition::session_ended},
       {make_error_code(zkr::errc::invalid_path), condition::bad_input},

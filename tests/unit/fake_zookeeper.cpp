@@ -59,6 +59,7 @@ std::string_view to_string(Op op) {
     case Op::set_data: return "set_data";
     case Op::remove: return "remove";
     case Op::sync: return "sync";
+    case Op::multi: return "multi";
   }
   return "unknown";
 }
@@ -260,6 +261,21 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     request.apply = [server = server_.get(), path, version, callback](std::int64_t) {
       zk_errc rc = server->remove_locked(path, version);
       return FakeServer::Applied{rc, [callback](zk_errc reported) { (*callback)(reported); }, {}};
+    };
+    return server_->submit(*link_, std::move(request));
+  }
+
+  // The fake does not model transactions (no recipe sends one): the server's answer for an
+  // operation it does not implement, through the request queue, so that faults still apply.
+  zk_errc multi(const std::vector<detail::MultiOp>& ops, detail::MultiCallback done) override {
+    if (ops.empty() || !valid_path(ops.front().path)) return zk_errc::bad_arguments;
+    auto callback = std::make_shared<detail::MultiCallback>(std::move(done));
+    FakeServer::Request request;
+    request.op = Op::multi;
+    request.path = ops.front().path;
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
+    request.apply = [callback](std::int64_t) {
+      return FakeServer::Applied{zk_errc::unimplemented, [callback](zk_errc reported) { (*callback)(reported, {}); }, {}};
     };
     return server_->submit(*link_, std::move(request));
   }

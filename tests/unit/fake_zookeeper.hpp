@@ -63,7 +63,7 @@ namespace zkr::fake {
 
 using FakeClock = std::chrono::steady_clock;
 
-enum class Op { create, get_children, get_data, exists, set_data, remove, sync };
+enum class Op { create, get_children, get_data, exists, set_data, remove, sync, multi };
 std::string_view to_string(Op op);
 
 // One injected fault: it applies once, to the first request that matches it (after `skip`).
