@@ -77,12 +77,7 @@ NetLab::NetLab(NetLabOptions options) : options_(options) {
   if (auto reason = unavailable_reason(); !reason.empty()) {
     throw std::runtime_error("NetLab: " + reason);
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zkr-netlab-XXXXXX";
-  if (!::mkdtemp(pattern.data())) {
-    throw std::runtime_error(fmt::format("NetLab: cannot create a state directory: {}", std::strerror(errno)));
-  }
-  state_dir_ = pattern;
+  state_dir_ = make_temp_dir("zkr-netlab");
   // Initial sync may take initLimit ticks: give the start that long on top of the usual minute.
   double timeout_s = (60 + options.init_limit * options.tick_ms / 1000.0) * timeout_scale();
   std::string summary = netlab({"start", "--servers", std::to_string(options.servers), "--clients",

@@ -60,12 +60,7 @@ std::string PostgresServer::unavailable_reason() {
 }
 
 PostgresServer::PostgresServer() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zkr-postgres-XXXXXX";
-  if (!::mkdtemp(pattern.data())) {
-    throw std::runtime_error(fmt::format("PostgresServer: cannot create a state directory: {}", std::strerror(errno)));
-  }
-  state_dir_ = pattern;
+  state_dir_ = make_temp_dir("zkr-postgres");
   try {
     // Prints the URI, then "pid N".
     std::vector<std::string> start = {"start", "--owner-pid", std::to_string(::getpid()), "--timeout",

@@ -70,6 +70,21 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds timeout) {
       static_cast<std::chrono::milliseconds::rep>(static_cast<double>(timeout.count()) * timeout_scale()));
 }
 
+std::filesystem::path make_temp_dir(std::string_view prefix) {
+  const std::string base = env_or("TMPDIR", "/tmp");
+  std::string pattern = fmt::format("{}/{}-XXXXXX", base, prefix);
+  if (!::mkdtemp(pattern.data())) {
+    throw std::runtime_error(fmt::format("cannot create a directory {} in {}: {}", pattern.substr(base.size() + 1), base,
+                                         std::strerror(errno)));
+  }
+  return pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
 std::string source_dir() { return env_or("ZKR_SOURCE_DIR", ZKR_TESTENV_SOURCE_DIR); }
 std::string build_dir() { return env_or("ZKR_BUILD_DIR", ZKR_TESTENV_BINARY_DIR); }
 
@@ -80,13 +95,7 @@ Cluster::Cluster(ClusterOptions options) {
   if (options.servers < 1) {
     throw std::invalid_argument(fmt::format("Cluster: servers must be >= 1, not {}", options.servers));
   }
-  std::string base = env_or("TMPDIR", "/tmp");
-  std::string pattern = base + "/zkr-cluster-XXXXXX";
-  if (!::mkdtemp(pattern.data())) {
-    throw std::runtime_error(
-        fmt::format("Cluster: cannot create a state directory in {}: {}", base, std::strerror(errno)));
-  }
-  state_dir_ = pattern;
+  state_dir_ = make_temp_dir("zkr-cluster");
   try {
     std::string connect = zkenv({"start", "--servers", std::to_string(options.servers), "--tick-ms",
                                  std::to_string(options.tick_ms), "--sync-limit",

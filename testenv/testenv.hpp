@@ -82,6 +82,24 @@ std::string four_letter_word(const std::string& address, std::string_view comman
 // A fresh znode path for the running test: "/zkr-test/<suite>.<test>[-<hint>]-<random hex>".
 std::string unique_path(std::string_view hint = {});
 
+// A new, empty directory "$TMPDIR/<prefix>-XXXXXX" (/tmp without TMPDIR). Throws
+// std::runtime_error naming the place and the reason.
+std::filesystem::path make_temp_dir(std::string_view prefix);
+
+// A make_temp_dir() removed with everything in it when it goes out of scope.
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix = "zkr-test") : path_(make_temp_dir(prefix)) {}
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path file(std::string_view name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // A TCP proxy between clients and one ZooKeeper server, running on its own thread (Boost.Asio).
 // All methods are thread-safe.
 class Proxy {

@@ -51,9 +51,7 @@ using namespace std::chrono_literals;
 class DurableFenceGateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "zkr-gate-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    directory_ = pattern;
+    directory_ = zkr::testenv::make_temp_dir("zkr-gate");
     file_ = directory_ / "gate";
   }
   void TearDown() override { fs::remove_all(directory_); }

@@ -34,6 +34,7 @@ using namespace std::chrono_literals;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using zkr::testenv::Process;
+using zkr::testenv::TempDir;
 using zkr::testenv::scaled;
 
 const std::string zklock_binary = ZKLOCK_BINARY;
@@ -101,23 +102,6 @@ struct KillGroupAtEnd {
       ::kill(-pgid, SIGCONT);
     }
   }
-};
-
-class TempDir {
- public:
-  explicit TempDir(std::string_view prefix) {
-    std::string pattern = (std::filesystem::temp_directory_path() / fmt::format("{}-XXXXXX", prefix)).string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::filesystem::path file(std::string_view name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using zkr::testenv::Process;
+using zkr::testenv::TempDir;
 using zkr::testenv::scaled;
 
 const std::string zklock_binary = ZKLOCK_BINARY;
@@ -110,23 +111,6 @@ int unused_port() {
   ::close(fd);
   return ntohs(address.sin_port);
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "zklock-test-XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::filesystem::path file(std::string_view name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string read_file(const std::filesystem::path& file) {
   std::ifstream in(file);
