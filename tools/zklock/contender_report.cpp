@@ -156,7 +156,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
 }  // namespace
 
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
-                                std::optional<int> slots) {
+                                std::optional<int> slots, const std::optional<RunRecord>& last_run) {
   if (!listing.exists) {
     if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
     return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
@@ -166,6 +166,7 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
   if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
   else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
+  if (last_run) out += fmt::format("last --once-per run: {}\n", describe_run(*last_run));
   return out;
 }
 
@@ -182,7 +183,8 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
   return text.empty() ? "someone who has let go since" : text;
 }
 
-std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots) {
+std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
+                                const std::optional<RunRecord>& last_run) {
   std::string out = fmt::format("{{\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false",
                                 slots ? fmt::format("\"slots\":{},", *slots) : std::string());
@@ -198,7 +200,9 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
         json_string(role_name(contender.role)), json_string(scheme_name(contender.scheme)));
   }
-  out += fmt::format("],\"not_contenders\":{}}}\n", json_array(listing.not_contenders));
+  out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
+  if (last_run) out += fmt::format(",\"last_run\":{}", run_record_json(*last_run));
+  out += "}\n";
   return out;
 }
 
