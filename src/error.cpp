@@ -62,6 +62,7 @@ class LibraryCategory final : public std::error_category {
       case errc::internal_error: return "unexpected internal error";
       case errc::corrupt_state: return "stored state is damaged";
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
+      case errc::would_deadlock: return "this thread holds the lock already: it would wait for itself";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -102,7 +103,8 @@ class ConditionCategory final : public std::error_category {
         case errc::invalid_argument:
         case errc::limit_mismatch:
         case errc::missing_chroot:
-        case errc::corrupt_state: return condition::bad_input;
+        case errc::corrupt_state:
+        case errc::would_deadlock: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }
