@@ -256,5 +256,13 @@ TEST(ZklockOptions, OncePerTakesAPeriodWithAUnit) {
   EXPECT_THAT(usage_error({"--once-per", "1h", "--break", "/p"}), HasSubstr("--once-per applies only to running a command"));
 }
 
+TEST(ZklockOptions, WatchGoesWithListOnly) {
+  EXPECT_TRUE(parse({"--list", "/p", "--watch"}).watch);
+  EXPECT_TRUE(parse({"--watch", "--json", "--list", "/p"}).watch);
+  EXPECT_FALSE(parse({"--list", "/p"}).watch);
+  EXPECT_THAT(usage_error({"--watch", "/p", "true"}), HasSubstr("--watch applies only to --list"));
+  EXPECT_THAT(usage_error({"--watch", "--break", "/p"}), HasSubstr("--watch applies only to --list"));
+}
+
 }  // namespace
 }  // namespace zklock

@@ -1132,6 +1132,50 @@ TEST_F(ZklockTest, ListOfAPathOrChrootThatDoesNotExistSaysSo) {
   EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
 }
 
+// --list --watch: one JSON line now, and one each time the holders change (not when a waiter
+// queues), until TERM.
+TEST_F(ZklockTest, ListWatchStreamsALineEachTimeTheHoldersChange) {
+  Process watcher(zklock({"--list", path_, "--json", "--watch"}), merged_output());
+  KillAtEnd stop_watcher{watcher.pid(), true};
+  const auto missing = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(missing);
+  EXPECT_THAT(*missing, HasSubstr(R"("exists":false)"));
+
+  std::string first_line;
+  auto first = start_holder({"--owner", "first-holder"}, &first_line);
+  const auto first_seen = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(first_seen) << "no line for the first holder";
+  EXPECT_THAT(*first_seen, HasSubstr(fmt::format("\"token\":{},", number_after(first_line, "held "))));
+  EXPECT_THAT(*first_seen, HasSubstr(R"("owner":"first-holder","since":)"));
+
+  const TempDir dir("zklock-watch");
+  const auto release = dir.file("release");
+  Process second(zklock({"--owner", "second-holder", path_, "-c",
+                         fmt::format("echo \"held $ZKLOCK_FENCING_TOKEN\"; while [ ! -e '{}' ]; do sleep 0.05; done",
+                                     release.string())}),
+                 merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  first->signal(SIGTERM);
+  EXPECT_EQ(first->wait(scaled(30s)), 128 + SIGTERM);
+  const auto second_held = second.wait_for_line("held ", scaled(30s));
+  ASSERT_TRUE(second_held);
+  const auto second_seen = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(second_seen) << "no line for the second holder";
+  EXPECT_THAT(*second_seen, HasSubstr(fmt::format("\"token\":{},", number_after(*second_held, "held "))));
+  EXPECT_THAT(*second_seen, Not(HasSubstr("first-holder")));
+
+  std::ofstream(release.string()) << "go\n";
+  EXPECT_EQ(second.wait(scaled(30s)), 0);
+  const auto free = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(free) << "no line once the lock was free";
+  EXPECT_THAT(*free, HasSubstr(R"("exists":true,"contenders":[])"));
+
+  watcher.signal(SIGTERM);
+  EXPECT_EQ(watcher.wait(scaled(30s)), 0);
+  // The waiter queueing behind the first holder printed nothing: exactly the four lines above.
+  EXPECT_EQ(watcher.read_all(scaled(5s)), "");
+}
+
 // ---------------------------------------------------------------------------------------------
 // --once-per: at most one run per window of the leader's clock, across hosts
 

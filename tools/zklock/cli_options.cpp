@@ -47,6 +47,7 @@ po::options_description option_table() {
       ("node", text())
       ("force", po::bool_switch())
       ("json", po::bool_switch())
+      ("watch", po::bool_switch())
       ("help,h", po::bool_switch())
       ("version,V", po::bool_switch());
   return table;
@@ -355,6 +356,7 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
     options.auth_file = *value;
   }
   options.json = given.flag("json");
+  options.watch = given.flag("watch");
 }
 
 void read_once_per(const GivenOptions& given, CliOptions& options) {
@@ -381,6 +383,7 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     if (options.json) throw UsageError("--json applies only to --list");
     if (options.kind == LockKind::semaphore) throw UsageError("--break reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--once-per applies only to running a command");
+    if (options.watch) throw UsageError("--watch applies only to --list");
     return;
   }
   if (auto list_path = given.text("list")) {
@@ -392,6 +395,7 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
+  if (options.watch) throw UsageError("--watch applies only to --list");
 
   if (rest.empty()) throw UsageError("missing LOCKPATH");
   options.lock_path = rest.front();
@@ -457,7 +461,7 @@ std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
   zklock [options] LOCKPATH -c 'SHELL COMMAND'
-  zklock [options] --list LOCKPATH
+  zklock [options] --list LOCKPATH [--json] [--watch]
   zklock [options] --break LOCKPATH [--node NAME] [--force]
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
@@ -504,6 +508,9 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
                                 session, owner data, since when, and its last --once-per run;
                                 then exit (66 if LOCKPATH does not exist)
       --json                    with --list: print JSON instead of a table
+      --watch                   with --list: print the listing again each time the holders
+                                change (who leads an election, who holds a lock), until
+                                interrupted (then exit 0); with --json, one JSON line each
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
                                 first on a terminal); its zklock stops the job and exits 75
       --node NAME               with --break: which holder, when there are several

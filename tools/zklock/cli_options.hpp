@@ -46,6 +46,7 @@ struct CliOptions {
   std::optional<std::filesystem::path> auth_file;
   Verbosity verbosity = Verbosity::normal;
   bool json = false;
+  bool watch = false;  // with --list: print again whenever the holders change, until interrupted
   // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
   std::optional<std::string> break_node;
   bool force = false;

@@ -71,6 +71,14 @@ class Zklock {
         inbox_(std::make_shared<Inbox>()) {}
 
   int list();
+  int watch_list();
+  struct Listing {
+    zkr::PathListing contenders;
+    std::optional<int> slots;
+    std::optional<RunRecord> last_run;
+  };
+  Listing read_listing();
+  std::string format_listing(const Listing& listing) const;
   std::optional<RunRecord> read_last_run(zkr::PathListing& listing);
   int break_lock();
   std::string current_holders();
@@ -478,29 +486,87 @@ std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
   return last_run;
 }
 
-int Zklock::list() {
-  connect();
-  zkr::PathListing listing;
-  std::optional<int> slots;
-  std::optional<RunRecord> last_run;
+Zklock::Listing Zklock::read_listing() {
+  Listing listing;
   try {
     // A semaphore's path records its slots: its first N contenders hold, not only the first.
-    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-    listing = zkr::list_lock_path(*session_, options_.lock_path, slots.value_or(1));
-    last_run = read_last_run(listing);
+    listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
+    listing.last_run = read_last_run(listing.contenders);
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
+  return listing;
+}
+
+std::string Zklock::format_listing(const Listing& listing) const {
+  if (options_.json) return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run);
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
-  const std::string report =
-      options_.json ? format_listing_json(options_.lock_path, listing, slots, last_run)
-                    : format_listing_text(options_.lock_path, listing, servers ? servers->chroot : "", slots, last_run);
+  return format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
+                             listing.last_run);
+}
+
+void print_report(const std::string& report) {
   std::fwrite(report.data(), 1, report.size(), stdout);
   std::fflush(stdout);
+}
+
+int Zklock::list() {
+  connect();
+  if (options_.watch) return watch_list();
+  const Listing listing = read_listing();
+  print_report(format_listing(listing));
   session_->close();
   // Not "free": monitoring must not take a missing path (or chroot) for an unlocked one.
-  return listing.exists ? 0 : exit_code::no_such_path;
+  return listing.contenders.exists ? 0 : exit_code::no_such_path;
+}
+
+// --list --watch: the listing, then again each time the set of holders changes (a new leader, a
+// lock passed on or freed, the path created or removed), until INT, TERM or HUP. A children watch
+// on the path wakes it; it is set again once it fired, or once the session was replaced (a new
+// session does not carry the old one's watches). A path that does not exist cannot carry one: it
+// is read again every second until it does.
+int Zklock::watch_list() {
+  constexpr auto missing_path_poll = 1000ms;
+  constexpr auto safety_poll = 10s;  // should a watch ever be missed, the listing still catches up
+  std::optional<std::string> shown_holders;
+  std::int64_t watched_session = 0;  // the session whose watch is armed; 0: none
+  while (true) {
+    if (watched_session != session_->id()) {
+      try {
+        session_->children(options_.lock_path, [inbox = inbox_](zkr::NodeEvent) { inbox->post_path_changed(); });
+        watched_session = session_->id();
+      } catch (const zkr::Error& error) {
+        if (error.code() != zkr::zk_errc::no_node && !(error.code() == zkr::condition::connection_trouble)) {
+          fail(error.code(), fmt::format("cannot watch {}: {}", options_.lock_path, error.what()));
+        }
+      }
+    }
+    const Listing listing = read_listing();
+    std::string holders = listing.contenders.exists ? "exists" : "missing";
+    for (const auto& contender : listing.contenders.contenders)
+      if (contender.holds) holders += "\n" + contender.node;
+    if (holders != shown_holders) {
+      print_report(format_listing(listing));
+      shown_holders = std::move(holders);
+    }
+
+    const auto poll = watched_session != 0 ? safety_poll : missing_path_poll;
+    const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::duration_cast<std::chrono::milliseconds>(poll));
+    if (ready.signal) {
+      while (const auto signal = signals_.next()) {
+        if (*signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP) {
+          session_->close();
+          return 0;
+        }
+      }
+    }
+    if (ready.wakeup) {
+      report_session_states(*inbox_, options_);
+      if (inbox_->take_path_changed()) watched_session = 0;  // fired: set it again
+    }
+  }
 }
 
 // An operator breaks a stuck lock: the holder's node is deleted, so its zklock hears node_deleted,
