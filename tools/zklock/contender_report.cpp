@@ -8,7 +8,9 @@ namespace zklock {
 
 namespace {
 
-std::string_view role_name(zkr::ContenderRole role) {
+// A semaphore's contenders are "-lock-" nodes like a lock's, but what they hold is a lease.
+std::string_view role_name(zkr::ContenderRole role, std::optional<int> slots) {
+  if (slots && role == zkr::ContenderRole::exclusive) return "lease";
   switch (role) {
     case zkr::ContenderRole::exclusive: return "exclusive";
     case zkr::ContenderRole::read: return "read";
@@ -145,7 +147,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   const char* row = "{:<7} {:<9} {:<9} {:>12} {:<20} {:<24} {:<24} {}\n";
   out += fmt::format(fmt::runtime(row), "STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE");
   for (const auto& contender : contenders) {
-    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role),
+    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role, slots),
                        scheme_name(contender.scheme), contender.token.value(),
                        zkr::session_id_text(contender.session_id), format_utc(contender.created),
                        printable(contender.owner_data), printable(contender.node));
@@ -198,7 +200,7 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(contender.node), contender.sequence, contender.token.value(),
         json_string(zkr::session_id_text(contender.session_id)), json_string(contender.owner_data),
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
-        json_string(role_name(contender.role)), json_string(scheme_name(contender.scheme)));
+        json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }
   out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
   if (last_run) out += fmt::format(",\"last_run\":{}", run_record_json(*last_run));
