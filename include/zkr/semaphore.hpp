@@ -54,10 +54,20 @@ namespace zkr {
 // A held lease: token, loss signal, release() (or destruction) gives it back.
 using Lease = HeldLock;
 
+// Whose nodes and protocol a semaphore uses on its path. Participants on one path must all use
+// the same layout (and the same limit); see "Layouts shared with Curator and kazoo" above.
+enum class SemaphoreLayout {
+  zkrecipes,   // this library's: one queue under the path, the limit recorded in the path's data
+  curator_v2,  // Curator's InterProcessSemaphoreV2: "<path>/locks" and "<path>/leases"
+  kazoo,       // kazoo's Semaphore: leases under the path, its lock at "<path>-__lock__"
+};
+std::string_view to_string(SemaphoreLayout layout) noexcept;
+
 struct SemaphoreOptions {
   // Stored in the lease node for operators. Empty means default_owner_data().
   std::string owner_data;
   NodeAcl acl = NodeAcl::open;
+  SemaphoreLayout layout = SemaphoreLayout::zkrecipes;
 };
 
 class Semaphore {
