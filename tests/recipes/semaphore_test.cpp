@@ -346,7 +346,9 @@ TEST_P(PeerSemaphoreTest, NodesAreThePeersAndTheLeaseIsAGrant) {
   EXPECT_EQ(lease.token().value(), raw.stat(lease.node_path()).czxid);
   const std::regex lease_name(kazoo() ? "[0-9a-f]{32}" : "_c_[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}-lease-[0-9]{10}");
   EXPECT_TRUE(std::regex_match(lease_node, lease_name)) << lease_node;
-  if (kazoo()) EXPECT_EQ(parent_data(), "1");
+  if (kazoo()) {
+    EXPECT_EQ(parent_data(), "1");
+  }
   EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty(); })) << "the internal lock was not released";
 
   // A waiter holds the internal lock while it waits, as the peers' waiters do.
@@ -422,9 +424,44 @@ TEST_P(PeerSemaphoreTest, TimeoutsTriesAndCancellationLeaveNoNode) {
   EXPECT_TRUE(semaphore.contenders().front().holds);
 }
 
+// A waiter holds the internal lock while it counts. A dropped connection does not disturb it; a
+// lost session voids its count, and it starts over on the next session, queueing for the
+// internal lock again (behind whoever took it meanwhile) before it is granted.
+TEST_P(PeerSemaphoreTest, AWaiterWhoseSessionIsLostWhileCountingStartsOver) {
+  testenv::Proxy proxy(servers);
+  Semaphore holder_side(sessions.add(servers), path, 1, options());
+  Lease held = holder_side.acquire();
+  Semaphore waiter_side(sessions.add(proxy.address()), path, 1, options());
+  std::promise<std::pair<std::error_code, Lease>> outcome;
+  auto close_sessions = sessions.closer();
+  waiter_side.async_acquire(-1ns, [&](std::error_code ec, Lease lease) { outcome.set_value({ec, std::move(lease)}); });
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1; }));
+  const std::string counting = internal_lock_nodes().front();
+
+  proxy.reset();  // the same session reconnects; the children watch is set again
+  ASSERT_TRUE(sessions[1].wait_connected(testenv::scaled(10s)));
+  proxy.blackhole();  // now the session is lost, and the server expires it
+  ASSERT_TRUE(eventually([&] { return sessions[1].metrics().sessions_lost == 1; }, testenv::scaled(15s)));
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().empty(); }, testenv::scaled(15s)))
+      << "the lost session's internal lock node stayed";
+  proxy.pass();
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1 && internal_lock_nodes().front() != counting; },
+                         testenv::scaled(15s)))
+      << "the waiter did not queue again on its new session";
+  auto future = outcome.get_future();
+  EXPECT_EQ(future.wait_for(200ms), std::future_status::timeout) << "granted while the lease was held";
+  held.release();
+  ASSERT_EQ(future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  auto [ec, lease] = future.get();
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_GT(lease.token(), held.token());
+  EXPECT_EQ(lease.session_id(), sessions[1].id());
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty() && lease_nodes().size() == 1; }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, PeerSemaphoreTest,
                          ::testing::Values(SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 // kazoo records the limit in the path's data and refuses another: so do we, in its layout, before
 // any lease is taken and leaving no node. A path of our own layout is refused as well.
