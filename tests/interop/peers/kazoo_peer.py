@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """A kazoo (Debian's python3-kazoo) participant for the interoperability tests.
 
-    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS
+    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [semaphore:N]
 
 Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...), each with a kazoo Lock that
 also counts "-lock-" nodes (ours and Curator's) as contenders; prints "READY" once all are
 connected, waits for a line on stdin, then each client takes the lock ITERATIONS times. Around
 each critical section it appends "ENTER <name> <ns>" and "EXIT <name> <ns>" to LOG
 (time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at the end.
+
+With semaphore:N each client takes a lease of a kazoo Semaphore with N leases instead, and its
+ENTER lines carry the lease's token (the czxid of its lease node). HOLD_MS -1 holds the first
+lease until the process is killed (it prints "HOLDING <name>").
 """
 import os
 import sys
@@ -18,15 +22,18 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    if len(argv) != 8:
-        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS", file=sys.stderr)
+    if len(argv) not in (8, 9):
+        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [semaphore:N]",
+              file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
     iterations, hold, count = int(argv[5]), int(argv[6]) / 1000.0, int(argv[7])
+    max_leases = int(argv[8].split(":", 1)[1]) if len(argv) == 9 else None
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def record(event, name):
-        os.write(log, f"{event} {name} {time.monotonic_ns()}\n".encode("ascii"))
+    def record(event, name, token=None):
+        suffix = "" if token is None else f" {token}"
+        os.write(log, f"{event} {name} {time.monotonic_ns()}{suffix}\n".encode("ascii"))
 
     clients = []
     for _ in range(count):
@@ -41,6 +48,19 @@ def main(argv):
     def run(index):
         name = f"{who}-{index}"
         try:
+            if max_leases is not None:
+                client = clients[index]
+                semaphore = client.Semaphore(path, name, max_leases=max_leases)
+                for _ in range(iterations):
+                    with semaphore:
+                        stat = client.exists(semaphore.create_path)
+                        record("ENTER", name, stat.czxid if stat else -1)
+                        if hold < 0:
+                            print(f"HOLDING {name}", flush=True)
+                            threading.Event().wait()  # until killed
+                        time.sleep(hold)
+                        record("EXIT", name)
+                return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
                 with lock:
