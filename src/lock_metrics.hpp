@@ -60,7 +60,7 @@ class LockMetricsRegistry {
 
   // The series an acquisition on `path` records into; it lives as long as the registry.
   LockSeries& series_for(std::string_view path);
-  // The "" series first, then the labelled paths in order.
+  // The "" series first, then the labelled paths sorted by path.
   std::vector<LockMetrics> snapshot() const;
   std::uint64_t overflow() const { return overflow_.load(std::memory_order_relaxed); }
 

@@ -190,12 +190,13 @@ void set_log_record_sink(LogRecordSink sink, LogLevel max_level = LogLevel::warn
 // interleave. `out` must outlive the sink; it is not closed.
 LogRecordSink json_lines_log_sink(std::FILE* out);
 
-// Per-lock metrics (SessionMetrics::locks) are kept per recipe path only for the paths named here,
-// so that the number of series stays bounded: every other path adds to the one series whose path
-// is "" (all other paths). An entry ending in '/' names every recipe path under it ("/locks/" ,
-// or "/" for all); any other entry one exact path. Once `max_paths` paths have series of their
-// own, further paths go to the "" series too (and SessionMetrics::unlabelled_overflow counts them).
-// Each series costs two histograms (about 300 bytes) and one map lookup per acquisition.
+// Per-lock metrics (SessionMetrics::locks) get a series of their own only for the paths named
+// here, so that the number of series stays bounded: every other path adds to the one series whose
+// path is "". An entry ending in '/' names every recipe path under it ("/locks/"; "/" for all), any
+// other entry that exact path; an entry must be absolute (the Session constructor throws
+// errc::invalid_argument naming it). Once `max_paths` paths have series, further opted-in paths
+// count under "" too, and in SessionMetrics::unlabelled_overflow. A series costs about 300 bytes
+// for the session's life; an acquisition on a labelled path costs one lookup in a small map.
 struct LockPathLabels {
   std::vector<std::string> paths;  // empty: none (the default)
   std::size_t max_paths = 64;
@@ -246,7 +247,7 @@ struct DurationHistogram {
 struct LockMetrics {
   std::string path;
   std::int64_t held = 0;     // grants held now (a read/write lock's readers each count)
-  std::int64_t waiting = 0;  // acquisitions asked for and not yet decided
+  std::int64_t waiting = 0;  // acquisitions asked for and not yet decided (election followers too)
   DurationHistogram wait;    // from asking to the grant, per grant (count = grants)
   DurationHistogram hold;    // from the grant to its release or loss, per hold that ended
   std::uint64_t timeouts = 0;       // acquisitions that ended without a grant: timed out,
@@ -273,7 +274,7 @@ struct SessionMetrics {
   std::uint64_t locks_lost = 0;
   std::chrono::nanoseconds total_wait{0};
   std::chrono::nanoseconds total_hold{0};
-  // Per path (see LockPathLabels): the "" series first, then the labelled paths in order.
+  // Per path (see LockPathLabels): the "" series first, then the labelled paths sorted by path.
   std::vector<LockMetrics> locks;
   std::uint64_t unlabelled_overflow = 0;  // acquisitions on opted-in paths past max_paths
   // The session at the time of the snapshot.

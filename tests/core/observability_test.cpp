@@ -9,8 +9,11 @@
 #include <stop_token>
 #include <thread>
 
+#include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
+#include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
 #include "../unit/python_readers.hpp"
@@ -104,7 +107,7 @@ TEST(LockMetricsTest, OnlyOptedInPathsGetSeriesUpToTheCapAndTheRestShareTheEmpty
   for (const char* name : {"/jobs/a", "/exact", "/jobs/b", "/plain", "/exact/below", "/jobs"})
     Lock(session, base + name).acquire().release();
   const SessionMetrics metrics = session.metrics();
-  ASSERT_EQ(metrics.locks.size(), 3u);  // "", then the two first opted-in paths in order
+  ASSERT_EQ(metrics.locks.size(), 3u);  // "", then the first two opted-in paths, sorted
   EXPECT_EQ(metrics.locks[0].path, "");
   EXPECT_EQ(metrics.locks[1].path, base + "/exact");
   EXPECT_EQ(metrics.locks[2].path, base + "/jobs/a");
@@ -115,6 +118,28 @@ TEST(LockMetricsTest, OnlyOptedInPathsGetSeriesUpToTheCapAndTheRestShareTheEmpty
   EXPECT_EQ(metrics.locks[0].wait.count, 4u);
   EXPECT_EQ(metrics.unlabelled_overflow, 1u);
   EXPECT_EQ(metrics.acquisitions, 6u);
+}
+
+TEST(LockMetricsTest, EveryRecipeRecordsItsGrantsThroughTheQueue) {
+  const std::string servers = testenv::shared_server();
+  const std::string base = testenv::unique_path();
+  auto options = session_options(servers);
+  options.metrics_path_labels.paths = {base + "/"};
+  Session session(options);
+  ReadWriteLock read_write(session, base + "/read-write");
+  HeldLock reader = read_write.read_lock().acquire(), second_reader = read_write.read_lock().acquire();
+  Semaphore semaphore(session, base + "/semaphore", 3);
+  Lease lease = semaphore.acquire(), second_lease = semaphore.acquire();
+  LeaderLatch latch(session, base + "/election");
+  latch.start();
+  ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+  const SessionMetrics metrics = session.metrics();
+  for (const auto& [name, held] : {std::pair{"/read-write", 2}, {"/semaphore", 2}, {"/election", 1}}) {
+    const LockMetrics* series = series_of(metrics, base + name);
+    ASSERT_NE(series, nullptr) << name;
+    EXPECT_EQ(series->held, held) << name;
+    EXPECT_EQ(series->wait.count, static_cast<std::uint64_t>(held)) << name;
+  }
 }
 
 TEST(LockMetricsTest, ALabelThatIsNotAnAbsolutePathIsRefusedNamingIt) {
