@@ -67,10 +67,15 @@ void histogram(Exposition& out, std::string_view name, const std::vector<LockMet
                DurationHistogram LockMetrics::*member) {
   const std::string bucket = fmt::format("{}_bucket", name), sum = fmt::format("{}_sum", name),
                     count = fmt::format("{}_count", name);
+  static const std::array<std::string, std::size(kDurationBuckets)> bounds = [] {
+    std::array<std::string, std::size(kDurationBuckets)> texts;
+    for (std::size_t i = 0; i < texts.size(); ++i) texts[i] = fmt::format("{}", kDurationBuckets[i]);
+    return texts;
+  }();
   for (const auto& lock : locks) {
     const DurationHistogram& h = lock.*member;
-    for (std::size_t i = 0; i < std::size(kDurationBuckets); ++i)
-      out.sample(bucket, {{"path", lock.path}, {"le", fmt::format("{}", kDurationBuckets[i])}}, h.cumulative_counts[i]);
+    for (std::size_t i = 0; i < bounds.size(); ++i)
+      out.sample(bucket, {{"path", lock.path}, {"le", bounds[i]}}, h.cumulative_counts[i]);
     out.sample(bucket, {{"path", lock.path}, {"le", "+Inf"}}, h.count);
     out.sample(sum, {{"path", lock.path}}, seconds(h.sum));
     out.sample(count, {{"path", lock.path}}, h.count);
