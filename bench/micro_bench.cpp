@@ -1,7 +1,9 @@
 // Micro benchmarks of the library's pure functions: the work a contender does on every children
-// list (parse and sort the names) and a fenced resource does on every write (FenceGate::admit).
+// list (parse and sort the names) and a fenced resource does on every write (FenceGate::admit),
+// and what per-lock metrics cost: recording one acquisition, and writing a scrape.
 // Run: zkr_bench_micro [--benchmark_filter=...]
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +13,9 @@
 
 #include <zkr/fence_gate.hpp>
 #include <zkr/names.hpp>
+#include <zkr/prometheus.hpp>
+
+#include "lock_metrics.hpp"  // the library's own: what the contender queue records into
 
 namespace {
 
@@ -84,5 +89,39 @@ void fence_gate_refuse_stale(benchmark::State& state) {
 BENCHMARK(fence_gate_refuse_stale);
 
 }  // namespace
+
+// Everything the contender queue records for one acquisition that is granted and released:
+// the series lookup at its start, the waiting gauge, the wait and hold histograms. Argument 0:
+// the path is not opted in (the default); 1: it has a series of its own.
+void lock_metrics_one_acquisition(benchmark::State& state) {
+  zkr::LockPathLabels labels;
+  if (state.range(0) == 1) labels.paths = {"/locks/"};
+  zkr::detail::LockMetricsRegistry registry(labels);
+  const std::string path = "/locks/jobs/nightly-report";
+  for (auto _ : state) {
+    zkr::detail::LockSeries& series = registry.series_for(path);
+    series.asked();
+    series.granted(std::chrono::milliseconds(3));
+    series.decided({});
+    series.hold_ended(std::chrono::milliseconds(20));
+    benchmark::DoNotOptimize(&series);
+  }
+}
+BENCHMARK(lock_metrics_one_acquisition)->Arg(0)->Arg(1);
+
+// One scrape's text with the "" series and N labelled paths (64 is the default cap).
+void prometheus_text_of_paths(benchmark::State& state) {
+  zkr::SessionMetrics metrics;
+  metrics.locks.resize(static_cast<std::size_t>(state.range(0)) + 1);
+  for (std::size_t i = 1; i < metrics.locks.size(); ++i) metrics.locks[i].path = fmt::format("/locks/jobs/job-{}", i);
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    const std::string text = zkr::prometheus_text(metrics);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text.data());
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(prometheus_text_of_paths)->Arg(0)->Arg(64);
 
 BENCHMARK_MAIN();

@@ -1,135 +1,154 @@
-// Exports a session's counters and timings in the Prometheus text format.
+// Serves a session's metrics on an HTTP /metrics endpoint for Prometheus to scrape.
 //
-// zkr::Session::metrics() returns a snapshot of plain counters; a service serves them on its
-// /metrics endpoint. This example makes some traffic on one lock (grants, a wait that times out,
-// a wait that is cancelled), counts session state changes with Session::on_state_change, and
-// prints what a scrape would see. It checks the counters against what it did and exits 1 if they
-// disagree, so the test suite can run it.
+// zkr::prometheus_text(session) returns the whole exposition (text format 0.0.4): per-lock gauges,
+// wait and hold histograms, failures and losses by reason, and the session's own counters. This
+// example opts one path prefix into per-path labels (every other path counts under path=""),
+// makes some traffic (grants, a wait that times out, one that is cancelled, a lock lost because
+// its node was deleted), checks the snapshot against what it did, and prints the text. With
+// --serve it then holds one lock and serves /metrics on 127.0.0.1 (a port the kernel picks,
+// printed) until SIGINT or SIGTERM; tests/core/metrics_scrape_test.cpp scrapes it over TCP.
 //
-// Usage: zkr_metrics_prometheus SERVERS
+// Usage: zkr_metrics_prometheus SERVERS [--serve]
+//   prints "labelled path: P", "other path: P", then "# metrics consistent with this run" (exit 1
+//   if not), and with --serve "holding NODE" and "serving http://127.0.0.1:PORT/metrics".
 #include <unistd.h>
 
-#include <array>
-#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <memory>
 #include <stop_token>
 #include <string>
 #include <thread>
 
+#include <utility>  // before Boost.Asio: 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/prometheus.hpp>
 #include <zkr/session.hpp>
 
+namespace asio = boost::asio;
+using asio::ip::tcp;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::array kStates = {zkr::SessionState::connecting, zkr::SessionState::connected,
-                                zkr::SessionState::suspended,  zkr::SessionState::lost,
-                                zkr::SessionState::closed,     zkr::SessionState::auth_failed};
-
-// Counts every state the session enters (the listener runs on the session's callback thread).
-// A listener can only subscribe once the constructor has connected, so the first "connected" is
-// not counted; a replacement session's is.
-class StateChangeCounter {
+// One HTTP/1.1 exchange per connection: read the request head, answer, close. GET /metrics gets
+// the exposition; anything else a 404 or 405. A client that sends nothing is dropped after 10 s.
+class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  explicit StateChangeCounter(zkr::Session& session)
-      : subscription_(session.on_state_change([this](zkr::SessionState state) {
-          ++counts_[static_cast<std::size_t>(state)];
-        })) {}
-  std::uint64_t count(zkr::SessionState state) const { return counts_[static_cast<std::size_t>(state)]; }
+  Exchange(tcp::socket socket, const zkr::Session& session)
+      : socket_(std::move(socket)), session_(session), deadline_(socket_.get_executor()) {}
+
+  void start() {
+    deadline_.expires_after(10s);
+    deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->socket_.close();
+    });
+    asio::async_read_until(socket_, asio::dynamic_buffer(request_, 16 * 1024), "\r\n\r\n",
+                           [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                             if (!ec) self->answer();
+                           });
+  }
 
  private:
-  std::array<std::atomic<std::uint64_t>, kStates.size()> counts_{};
-  zkr::Subscription subscription_;
+  void answer() {
+    const std::string_view request_line = std::string_view(request_).substr(0, request_.find("\r\n"));
+    if (request_line.starts_with("GET /metrics ")) {
+      respond("200 OK", std::string(zkr::kPrometheusContentType), zkr::prometheus_text(session_));
+    } else if (request_line.starts_with("GET ")) {
+      respond("404 Not Found", "text/plain; charset=utf-8", "only /metrics here\n");
+    } else {
+      respond("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n");
+    }
+  }
+
+  void respond(std::string_view status, const std::string& content_type, const std::string& body) {
+    response_ = fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                            status, content_type, body.size(), body);
+    asio::async_write(socket_, asio::buffer(response_), [self = shared_from_this()](boost::system::error_code, std::size_t) {
+      boost::system::error_code ignored;
+      self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+      self->deadline_.cancel();
+    });
+  }
+
+  tcp::socket socket_;
+  const zkr::Session& session_;
+  asio::steady_timer deadline_;
+  std::string request_;
+  std::string response_;
 };
 
-double seconds(std::chrono::nanoseconds duration) { return std::chrono::duration<double>(duration).count(); }
-
-void metric(fmt::memory_buffer& out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+void accept_next(tcp::acceptor& acceptor, const zkr::Session& session) {
+  acceptor.async_accept([&acceptor, &session](boost::system::error_code ec, tcp::socket socket) {
+    if (ec) return;  // the acceptor was closed
+    std::make_shared<Exchange>(std::move(socket), session)->start();
+    accept_next(acceptor, session);
+  });
 }
 
-template <typename Value>
-void sample(fmt::memory_buffer& out, std::string_view name, std::string_view labels, Value value) {
-  if (labels.empty()) fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
-  else fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", name, labels, value);
+// Serves /metrics on 127.0.0.1 until SIGINT or SIGTERM.
+void serve_metrics(const zkr::Session& session) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  asio::signal_set stop_signals(io, SIGINT, SIGTERM);
+  stop_signals.async_wait([&](boost::system::error_code, int) {
+    acceptor.close();
+    io.stop();
+  });
+  accept_next(acceptor, session);
+  fmt::print("serving http://127.0.0.1:{}/metrics\n", acceptor.local_endpoint().port());
+  std::fflush(stdout);
+  io.run();
 }
 
-// The whole exposition for one session. Counters end in _total; accumulated times are counters
-// in seconds (rate(wait) / rate(acquisitions) is the mean wait).
-std::string prometheus_text(const zkr::Session& session, const StateChangeCounter& changes) {
-  const zkr::SessionMetrics m = session.metrics();
-  fmt::memory_buffer out;
+bool lost_within(const zkr::HeldLock& held, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!held.lost() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
+  return held.lost();
+}
 
-  metric(out, "zkr_lock_acquisitions_total", "counter", "Lock grants (every recipe on this session).");
-  sample(out, "zkr_lock_acquisitions_total", "", m.acquisitions);
-  metric(out, "zkr_lock_wait_seconds_total", "counter", "Time from asking for a lock to its grant, summed over grants.");
-  sample(out, "zkr_lock_wait_seconds_total", "", seconds(m.total_wait));
-  metric(out, "zkr_lock_hold_seconds_total", "counter", "Time locks were held, summed over holds that ended.");
-  sample(out, "zkr_lock_hold_seconds_total", "", seconds(m.total_hold));
-  metric(out, "zkr_lock_acquire_failures_total", "counter", "Waits that ended without a grant, by reason.");
-  sample(out, "zkr_lock_acquire_failures_total", "reason=\"timeout\"", m.acquire_timeouts);
-  sample(out, "zkr_lock_acquire_failures_total", "reason=\"cancelled\"", m.acquire_cancellations);
-  metric(out, "zkr_locks_lost_total", "counter", "Held locks lost (session loss, deleted node, close).");
-  sample(out, "zkr_locks_lost_total", "", m.locks_lost);
-  metric(out, "zkr_wakeups_total", "counter", "Predecessor watches that fired (each wakes one waiter).");
-  sample(out, "zkr_wakeups_total", "", m.wakeups);
-
-  metric(out, "zkr_sessions_established_total", "counter", "Sessions established, replacements included.");
-  sample(out, "zkr_sessions_established_total", "", m.sessions_established);
-  metric(out, "zkr_session_losses_total", "counter", "Sessions lost, by cause.");
-  sample(out, "zkr_session_losses_total", "cause=\"deadline\"", m.losses_by_deadline);
-  sample(out, "zkr_session_losses_total", "cause=\"expiry\"", m.losses_by_expiry);
-  sample(out, "zkr_session_losses_total", "cause=\"disconnect\"", m.losses_by_disconnect);
-  metric(out, "zkr_session_suspensions_total", "counter", "Connection drops while the session lived on.");
-  sample(out, "zkr_session_suspensions_total", "", m.suspensions);
-  metric(out, "zkr_session_state_changes_total", "counter", "Session state changes, by the state entered.");
-  for (auto state : kStates)
-    sample(out, "zkr_session_state_changes_total", fmt::format("state=\"{}\"", zkr::to_string(state)),
-           changes.count(state));
-  metric(out, "zkr_session_state", "gauge", "1 for the session's current state.");
-  for (auto state : kStates)
-    sample(out, "zkr_session_state", fmt::format("state=\"{}\"", zkr::to_string(state)),
-           session.state() == state ? 1 : 0);
-  metric(out, "zkr_session_negotiated_timeout_seconds", "gauge", "Session timeout the ensemble granted.");
-  sample(out, "zkr_session_negotiated_timeout_seconds", "", seconds(session.negotiated_timeout()));
-  metric(out, "zkr_session_lead_time_seconds", "gauge", "Warning holders get before the earliest possible expiry.");
-  sample(out, "zkr_session_lead_time_seconds", "", seconds(session.lead_time()));
-
-  metric(out, "zkr_requests_total", "counter", "Requests sent to the ensemble.");
-  sample(out, "zkr_requests_total", "", m.requests_sent);
-  metric(out, "zkr_heartbeats_total", "counter", "Heartbeat requests among them.");
-  sample(out, "zkr_heartbeats_total", "", m.heartbeats_sent);
-  return fmt::to_string(out);
+// The one series of `metrics` for `path` ("" for all paths without their own).
+const zkr::LockMetrics* series(const zkr::SessionMetrics& metrics, std::string_view path) {
+  for (const auto& lock : metrics.locks)
+    if (lock.path == path) return &lock;
+  return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fmt::print(stderr, "usage: zkr_metrics_prometheus SERVERS   (e.g. 127.0.0.1:2181)\n");
+  const bool serve = argc == 3 && std::string_view(argv[2]) == "--serve";
+  if (argc != 2 && !serve) {
+    fmt::print(stderr, "usage: zkr_metrics_prometheus SERVERS [--serve]   (e.g. 127.0.0.1:2181)\n");
     return 64;
   }
-  const std::string path = fmt::format("/zkr-examples/metrics-{}", getpid());
+  const std::string base = fmt::format("/zkr-examples/metrics-{}", getpid());
+  const std::string labelled_path = base + "/jobs/report", other_path = base + "/other";
   try {
     zkr::SessionOptions options;
     options.servers = argv[1];
-    zkr::Session session(options), other(options);
-    StateChangeCounter changes(session);
-    zkr::Lock lock(session, path);
-    zkr::Lock other_lock(other, path);
+    zkr::Session other(options);  // another process, as far as the locks can tell
+    // Every lock under <base>/jobs/ gets series of its own; at most 16 such paths.
+    options.metrics_path_labels = {.paths = {base + "/jobs/"}, .max_paths = 16};
+    zkr::Session session(options);
+    zkr::Lock lock(session, labelled_path), other_lock(other, labelled_path);
+    zkr::Lock unlabelled_lock(session, other_path);
+    fmt::print("labelled path: {}\nother path: {}\n", labelled_path, other_path);
 
-    // Three grants, each held a little while.
+    // Three grants, each held a little while, and one on a path without a label of its own.
     constexpr int kGrants = 3;
     constexpr auto kHold = 20ms;
     for (int i = 0; i < kGrants; ++i) {
       zkr::HeldLock held = lock.acquire();
       std::this_thread::sleep_for(kHold);
     }
+    unlabelled_lock.acquire().release();
 
     // Another process holds the lock: one wait times out, one is cancelled.
     zkr::HeldLock held_elsewhere = other_lock.acquire();
@@ -142,10 +161,20 @@ int main(int argc, char** argv) {
     const bool cancelled_empty = !lock.try_acquire_for(30s, stop.get_token()).has_value();
     held_elsewhere.release();
 
-    fmt::print("{}", prometheus_text(session, changes));
+    // An operator breaks our hold (zklock --break does the same): lost, reason node_deleted.
+    zkr::HeldLock doomed = lock.acquire();
+    const auto contenders = zkr::list_contenders(other, labelled_path);
+    const bool broken = !contenders.empty() && zkr::break_holder(other, labelled_path, contenders.front());
+    const bool lost_in_time = lost_within(doomed, 10s);
+    doomed.release();
 
-    // What this run did, against what the counters say.
+    fmt::print("{}", zkr::prometheus_text(session));
+    std::fflush(stdout);
+
+    // What this run did, against what the metrics say.
     const zkr::SessionMetrics m = session.metrics();
+    const zkr::LockMetrics* jobs = series(m, labelled_path);
+    const zkr::LockMetrics* rest = series(m, "");
     int problems = 0;
     auto expect = [&problems](bool ok, std::string_view what) {
       if (!ok) {
@@ -154,15 +183,28 @@ int main(int argc, char** argv) {
       }
     };
     expect(timed_out_empty && cancelled_empty, "both contested waits ended without a grant");
-    expect(m.acquisitions == kGrants, fmt::format("acquisitions {} == {}", m.acquisitions, kGrants));
-    expect(m.acquire_timeouts == 1, fmt::format("acquire_timeouts {} == 1", m.acquire_timeouts));
-    expect(m.acquire_cancellations == 1, fmt::format("acquire_cancellations {} == 1", m.acquire_cancellations));
-    expect(m.total_hold >= kGrants * kHold, "total hold covers the three holds");
-    expect(m.total_wait > std::chrono::nanoseconds::zero(), "some wait was recorded");
+    expect(broken && lost_in_time, "the grant whose node was deleted was lost");
+    expect(jobs && rest && m.locks.size() == 2, "two series: the labelled path and all others");
+    if (jobs && rest) {
+      expect(jobs->wait.count == kGrants + 1, fmt::format("grants on the labelled path {} == 4", jobs->wait.count));
+      expect(jobs->timeouts == 1 && jobs->cancellations == 1, "one timeout, one cancellation");
+      expect(jobs->losses[static_cast<std::size_t>(zkr::LossReason::node_deleted)] == 1, "one loss: node_deleted");
+      expect(jobs->hold.count == kGrants + 1 && jobs->hold.sum >= kGrants * kHold, "four holds ended");
+      expect(jobs->held == 0 && jobs->waiting == 0, "nothing held or waiting now");
+      expect(rest->wait.count == 1 && rest->hold.count == 1, "one grant on the other path");
+    }
+    expect(m.acquisitions == kGrants + 2, fmt::format("acquisitions {} == 5", m.acquisitions));
     expect(m.sessions_established == 1 && m.sessions_lost == 0, "one session, never lost");
-    expect(session.state() == zkr::SessionState::connected, "the session is connected");
+    expect(m.state == zkr::SessionState::connected, "the session is connected");
     if (problems != 0) return 1;
     fmt::print("# metrics consistent with this run\n");
+    std::fflush(stdout);
+    if (!serve) return 0;
+
+    // Hold the lock while serving: a scraper sees held 1, and an operator may delete the node.
+    zkr::HeldLock held = lock.acquire();
+    fmt::print("holding {}\n", held.node_path());
+    serve_metrics(session);
     return 0;
   } catch (const zkr::Error& e) {
     fmt::print(stderr, "zkr_metrics_prometheus: {}\n", e.what());

@@ -80,17 +80,27 @@ bool phase_transition_allowed(Contender::Phase from, Contender::Phase to) {
 void Contender::set_phase_locked(Phase next) {
   if (kStateChecks && !phase_transition_allowed(phase_, next))
     state_check_failed("contender phase", to_string(phase_), to_string(next));
+  if (phase_ == Phase::held && next != Phase::held) {
+    // Every way out of held (released, lost) ends the hold here, once.
+    const auto hold = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_);
+    core_->total_hold_ns += hold.count();
+    metrics_->hold_ended(hold);
+  }
   phase_ = next;
 }
 
 Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
     : core_(std::move(core)), request_(std::move(request)) {}
 
-Contender::~Contender() = default;
+Contender::~Contender() {
+  if (metrics_ && !completed_) metrics_->abandoned();  // never decided, and no longer waiting
+}
 
 std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
   auto contender = std::shared_ptr<Contender>(new Contender(std::move(core), std::move(request)));
   contender->started_at_ = Clock::now();
+  contender->metrics_ = &contender->core_->lock_metrics().series_for(contender->request_.parent);
+  contender->metrics_->asked();
   std::unique_lock lock(contender->core_->mutex());
   if (contender->core_->ended()) {
     contender->set_phase_locked(Phase::finished);
@@ -102,6 +112,10 @@ std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, C
   contender->arm_timeout();
   contender->begin_locked();
   return contender;
+}
+
+LogContext Contender::log_context_locked() const {
+  return {.session_id = session_id_ != 0 ? session_id_ : core_->session_id(), .path = request_.parent, .node = node_path_};
 }
 
 std::string Contender::our_name() const {
@@ -493,7 +507,10 @@ void Contender::grant_locked() {
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
-  core_->total_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_).count();
+  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_);
+  core_->total_wait_ns += wait.count();
+  metrics_->granted(wait);
+  log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
   if (request_.policy.promotes_without_deleting()) touch_locked();
   schedule_own_node_watch_locked();
   complete_locked({});
@@ -619,7 +636,7 @@ void Contender::own_node_gone_locked() {
     case Phase::creating:
     case Phase::checking:
     case Phase::watching:
-      log(LogLevel::warning, "waiting node {} disappeared; queueing again", node_path_);
+      log(LogLevel::warning, log_context_locked(), "waiting node {} disappeared; queueing again", node_path_);
       begin_locked();
       break;
     default:
@@ -632,14 +649,14 @@ void Contender::lose_locked(LossReason reason) {
   set_phase_locked(Phase::lost);
   loss_reason_ = reason;
   ++core_->locks_lost;
-  core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
+  metrics_->lost(reason);
   core_->detach(this);
   if (reason == LossReason::session_lost || reason == LossReason::connection_lost) {
     // The server may still have our node: it stays until we let go (see SessionCore).
     core_->hold_lost_session_locked(generation_);
     holding_lost_session_ = true;
   }
-  log(LogLevel::warning, "lock {} lost ({})", node_path_, to_string(reason));
+  log(LogLevel::warning, log_context_locked(), "lock {} lost ({})", node_path_, to_string(reason));
   // The stop token and the callbacks run on the callback thread: user code never runs under the
   // session mutex or on the monitor's thread.
   auto callbacks = std::move(lost_callbacks_);
@@ -678,7 +695,6 @@ void Contender::release() {
   std::unique_lock lock(core_->mutex());
   switch (phase_) {
     case Phase::held:
-      core_->total_hold_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_).count();
       remove_node_locked();
       break;
     case Phase::lost:
@@ -712,7 +728,8 @@ void Contender::remove_node_locked() {
     if (rc == zk_errc::ok || rc == zk_errc::no_node) {
       contender.finish_locked();
     } else if (!contender.handle_session_trouble_locked(rc, Retry::remove)) {
-      log(LogLevel::error, "deleting {} failed: {}", contender.node_path_, make_error_code(rc).message());
+      log(LogLevel::error, contender.log_context_locked(), "deleting {} failed: {}", contender.node_path_,
+          make_error_code(rc).message());
       contender.finish_locked();
     }
   }));
@@ -721,6 +738,7 @@ void Contender::remove_node_locked() {
 void Contender::complete_locked(std::error_code outcome) {
   if (completed_) return;
   completed_ = true;
+  metrics_->decided(outcome);
   cancel_timeout();
   if (!request_.on_done) return;
   auto done = std::move(request_.on_done);
@@ -775,7 +793,7 @@ bool Contender::handle_session_trouble_locked(zk_errc rc, Retry what) {
 // loss and the step is not sent again. A node we have is deleted if its name is known (a delete
 // is small); a node whose create's outcome is still unknown goes with the session.
 void Contender::give_up_after_drops_locked() {
-  log(LogLevel::error,
+  log(LogLevel::error, log_context_locked(),
       "giving up an acquisition under {}: the connection dropped {} times in a row while its requests were in "
       "flight (a request the server refuses, such as one larger than its jute.maxbuffer?)",
       request_.parent, drops_in_a_row_);

@@ -30,6 +30,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 
+#include "log.hpp"
 #include "queue_policy.hpp"
 #include "session_core.hpp"
 
@@ -165,6 +166,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void arm_timeout();
   void cancel_timeout();
   std::string our_name() const;
+  LogContext log_context_locked() const;
 
   const std::shared_ptr<SessionCore> core_;
   ContenderRequest request_;
@@ -201,6 +203,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
+  LockSeries* metrics_ = nullptr;  // this path's per-lock metrics (set in start, lives with core_)
 };
 
 template <typename Body>

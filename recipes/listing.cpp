@@ -91,7 +91,7 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
     for (std::size_t i = 0; i < std::min(kNamed, result.not_contenders.size()); ++i)
       named += fmt::format("{}'{}'", i ? ", " : "", result.not_contenders[i]);
     const std::size_t count = result.not_contenders.size();
-    log(LogLevel::warning, "list contenders of {}: {} {} not named like a contender node, never a holder: {}{}",
+    log(LogLevel::warning, LogContext{0, path, {}}, "list contenders of {}: {} {} not named like a contender node, never a holder: {}{}",
         path, count, count == 1 ? "child is" : "children are", named, count > kNamed ? ", ..." : "");
   }
   std::vector<ContenderName> present;
@@ -178,8 +178,10 @@ bool break_holder(Session& session, std::string_view path, const ContenderInfo& 
     throw Error(make_error_code(errc::timed_out), "break the holder of", path);
   const auto [error, deleted] = future.get();
   if (error) throw Error(error, "break the holder of", path);
-  if (deleted) detail::log(LogLevel::warning, "broke {}: deleted {} (token {}, session {})", path, holder.node,
-                   holder.token.value(), session_id_text(holder.session_id));
+  if (deleted)
+    detail::log(LogLevel::warning, {.session_id = holder.session_id, .path = path, .node = holder.node},
+                "broke {}: deleted {} (token {}, session {})", path, holder.node, holder.token.value(),
+                session_id_text(holder.session_id));
   return deleted;
 }
 

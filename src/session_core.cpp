@@ -138,6 +138,10 @@ void SessionCore::connect_or_throw() {
   if (options_.ensemble_tick_time <= std::chrono::milliseconds::zero())
     throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
                 "ensemble tick time must be positive");
+  for (const auto& entry : options_.metrics_path_labels.paths)
+    if (!entry.starts_with('/'))
+      throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
+                  fmt::format("metrics path label '{}' is not an absolute path or prefix", entry));
 
   std::unique_lock lock(mutex_);
   open_connection_locked();
@@ -282,7 +286,8 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         if (resumed) listener->on_reconnected(generation);
         else listener->on_new_session(generation);
       }
-      log(LogLevel::info, "session {} {} (timeout {} ms)", session_id_text(session_id_.load()),
+      log(LogLevel::info, LogContext{session_id_.load(), {}, {}}, "session {} {} (timeout {} ms)",
+          session_id_text(session_id_.load()),
           resumed ? "reconnected" : "established", negotiated_timeout_.load().count());
       schedule_deadline_check_locked();
       post_to_worker([self = weak_from_this(), generation] {
@@ -329,7 +334,8 @@ void SessionCore::declare_lost_locked(LossReason reason, SessionLossCause cause)
   last_loss_cause_.store(static_cast<int>(cause) + 1);
   const bool server_expired = cause == SessionLossCause::server_expiry;
   const std::uint64_t lost_generation = generation_;
-  log(LogLevel::warning, "session {} lost: {}", session_id_text(session_id_.load()), to_string(cause));
+  log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "session {} lost: {}", session_id_text(session_id_.load()),
+      to_string(cause));
   set_state_locked(SessionState::lost);
   retired_.push_back(RetiredConnection{lost_generation, std::move(connection_), 0, nullptr});
   // Holders call hold_lost_session_locked from here.
@@ -646,6 +652,11 @@ SessionMetrics SessionCore::metrics() const {
   out.locks_lost = locks_lost;
   out.total_wait = std::chrono::nanoseconds(total_wait_ns.load());
   out.total_hold = std::chrono::nanoseconds(total_hold_ns.load());
+  out.locks = lock_metrics_.snapshot();
+  out.unlabelled_overflow = lock_metrics_.overflow();
+  out.state = state();
+  out.negotiated_timeout = negotiated_timeout();
+  out.lead_time = lead_time();
   return out;
 }
 

@@ -30,6 +30,7 @@
 
 #include <zkr/session.hpp>
 
+#include "lock_metrics.hpp"
 #include "zk_client.hpp"
 
 namespace zkr::detail {
@@ -142,6 +143,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::atomic<std::uint64_t> wakeups{0}, acquisitions{0}, acquire_timeouts{0},
       acquire_cancellations{0}, locks_lost{0};
   std::atomic<std::int64_t> total_wait_ns{0}, total_hold_ns{0};
+  LockMetricsRegistry& lock_metrics() { return lock_metrics_; }
 
  private:
   void open_connection_locked();
@@ -197,6 +199,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // SessionLossCause + 1, 0 before any loss: atomic, so that it can be read from any callback.
   std::atomic<int> last_loss_cause_{0};
   std::atomic<std::uint64_t> requests_sent_{0}, heartbeats_sent_{0};
+  LockMetricsRegistry lock_metrics_{options_.metrics_path_labels};
 
   // Shared with the threads that run them: a thread that outlives the session (one that was
   // running user code when the last reference went) still has its executor.

@@ -28,10 +28,13 @@
 // hand the lock to the next waiter while the old holder is still stopping.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,10 +162,45 @@ struct DigestCredentials {
 };
 
 enum class LogLevel { error, warning, info, debug };
+std::string_view to_string(LogLevel level) noexcept;  // "error", "warning", "info", "debug"
 using LogSink = std::function<void(LogLevel, std::string_view message)>;
 // Process-wide sink for the library's and the C client's log lines. The default discards all but
-// errors... and those too: the library never writes to stderr by itself. Thread-safe.
+// errors... and those too: the library never writes to stderr by itself. Thread-safe. Replaces a
+// record sink set with set_log_record_sink (there is one sink per process).
 void set_log_sink(LogSink sink, LogLevel max_level = LogLevel::warning);
+
+// One log line with what the library knows of its context. The views are valid only during the
+// sink's call. `message` is the same text a plain LogSink gets.
+struct LogRecord {
+  std::chrono::system_clock::time_point time;
+  LogLevel level = LogLevel::info;
+  std::string_view message;
+  std::int64_t session_id = 0;  // the session the line concerns, 0 if none or unknown
+  std::string_view path;        // the recipe's path (a lock's), empty if none
+  std::string_view node;        // the contender's node, empty if none
+};
+using LogRecordSink = std::function<void(const LogRecord&)>;
+// Like set_log_sink, with the context as fields; replaces a plain sink (one sink per process).
+void set_log_record_sink(LogRecordSink sink, LogLevel max_level = LogLevel::warning);
+// A record sink that writes one JSON object per line to `out`, flushed after each line:
+//   {"time":"2026-01-31T23:59:59.123456Z","level":"warning","message":"...",
+//    "session":"0x1000a2b3c","path":"/locks/a","node":"/locks/a/_c_...-lock-0000000007"}
+// session, path and node are left out when unknown. Strings are JSON-escaped (control characters
+// as \u00XX); bytes that are not valid UTF-8 become U+FFFD. Lines from several threads never
+// interleave. `out` must outlive the sink; it is not closed.
+LogRecordSink json_lines_log_sink(std::FILE* out);
+
+// Per-lock metrics (SessionMetrics::locks) get a series of their own only for the paths named
+// here, so that the number of series stays bounded: every other path adds to the one series whose
+// path is "". An entry ending in '/' names every recipe path under it ("/locks/"; "/" for all), any
+// other entry that exact path; an entry must be absolute (the Session constructor throws
+// errc::invalid_argument naming it). Once `max_paths` paths have series, further opted-in paths
+// count under "" too, and in SessionMetrics::unlabelled_overflow. A series costs about 300 bytes
+// for the session's life; an acquisition on a labelled path costs one lookup in a small map.
+struct LockPathLabels {
+  std::vector<std::string> paths;  // empty: none (the default)
+  std::size_t max_paths = 64;
+};
 
 struct SessionOptions {
   // "host:port[,host:port...][/chroot]".
@@ -182,6 +220,8 @@ struct SessionOptions {
   // smaller one eats into the lead time.
   std::chrono::milliseconds ensemble_tick_time{2'000};
   std::optional<DigestCredentials> credentials;
+  // Which lock paths get series of their own in the per-lock metrics (see LockPathLabels).
+  LockPathLabels metrics_path_labels;
 };
 
 // The shortest session timeout that can give `lead_time` (as SessionOptions::safety_margin) on an
@@ -190,6 +230,33 @@ struct SessionOptions {
 // compare Session::lead_time() once connected.
 std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lead_time,
                                                    std::chrono::milliseconds ensemble_tick_time);
+
+// A histogram of durations in fixed buckets, as Prometheus keeps them: cumulative_counts[i] counts
+// the observations <= kDurationBuckets[i] seconds; the last element (+Inf) equals count.
+inline constexpr double kDurationBuckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                              2.5,   5,     10,   30,    60,   300, 900, 3600};
+inline constexpr std::size_t kDurationBucketCount = std::size(kDurationBuckets) + 1;  // with +Inf
+struct DurationHistogram {
+  std::array<std::uint64_t, kDurationBucketCount> cumulative_counts{};
+  std::uint64_t count = 0;
+  std::chrono::nanoseconds sum{0};
+};
+
+// The metrics of the contenders (locks, read/write locks, semaphore leases, leadership) of one
+// recipe path, or of all paths without series of their own (path ""): see LockPathLabels.
+struct LockMetrics {
+  std::string path;
+  std::int64_t held = 0;     // grants held now (a read/write lock's readers each count)
+  std::int64_t waiting = 0;  // acquisitions asked for and not yet decided (election followers too)
+  DurationHistogram wait;    // from asking to the grant, per grant (count = grants)
+  DurationHistogram hold;    // from the grant to its release or loss, per hold that ended
+  std::uint64_t timeouts = 0;       // acquisitions that ended without a grant: timed out,
+  std::uint64_t cancellations = 0;  //   cancelled (stop token, release of a waiter),
+  std::uint64_t busy = 0;           //   refused at once (try_acquire: would_block),
+  std::uint64_t failures = 0;       //   or failed (session closed, no auth, ...)
+  // Grants lost, indexed by LossReason (session_lost, connection_lost, node_deleted, session_closed).
+  std::array<std::uint64_t, 4> losses{};
+};
 
 struct SessionMetrics {
   std::uint64_t sessions_established = 0;  // including replacements
@@ -207,6 +274,13 @@ struct SessionMetrics {
   std::uint64_t locks_lost = 0;
   std::chrono::nanoseconds total_wait{0};
   std::chrono::nanoseconds total_hold{0};
+  // Per path (see LockPathLabels): the "" series first, then the labelled paths sorted by path.
+  std::vector<LockMetrics> locks;
+  std::uint64_t unlabelled_overflow = 0;  // acquisitions on opted-in paths past max_paths
+  // The session at the time of the snapshot.
+  SessionState state = SessionState::connecting;
+  std::chrono::milliseconds negotiated_timeout{0};
+  std::chrono::milliseconds lead_time{0};
 };
 
 // Keeps a listener registered; unregisters on destruction.

@@ -65,7 +65,7 @@ cmd_install() {
   libdir=$(libdir_of "$prefix")
   local expected=(
     include/zkr/lock.hpp include/zkr/session.hpp include/zkr/fence_gate.hpp include/zkr/fencing_token.hpp
-    include/zkr/fenced.hpp
+    include/zkr/fenced.hpp include/zkr/prometheus.hpp
     bin/zklock share/man/man1/zklock.1 share/bash-completion/completions/zklock
   )
   for file in "${expected[@]}"; do

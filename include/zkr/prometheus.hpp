@@ -1,0 +1,32 @@
+// The session's metrics in the Prometheus text exposition format (version 0.0.4), for a service's
+// /metrics endpoint: serve the text with kPrometheusContentType.
+//
+// Families (every counter ends in _total; times are in seconds):
+//   zkr_locks_held, zkr_locks_waiting                     gauges, by path
+//   zkr_lock_wait_seconds, zkr_lock_hold_seconds          histograms (buckets kDurationBuckets), by path
+//   zkr_lock_acquire_failures_total                       by path and reason (timeout, cancelled, busy, error)
+//   zkr_locks_lost_total                                  by path and reason (the LossReason names)
+//   zkr_lock_path_label_overflow_total                    acquisitions past LockPathLabels::max_paths
+//   zkr_sessions_established_total, zkr_session_losses_total{cause}, zkr_session_suspensions_total,
+//   zkr_session_state{state} (1 for the current state), zkr_session_negotiated_timeout_seconds,
+//   zkr_session_lead_time_seconds, zkr_requests_total, zkr_heartbeats_total, zkr_wakeups_total
+//
+// The `path` label is a recipe path that LockPathLabels opted in, or "" for all other paths; so
+// the number of series is bounded by the options, never by the paths a program happens to use.
+// Label values are escaped as the format requires, and bytes that are not UTF-8 become U+FFFD.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <zkr/session.hpp>
+
+namespace zkr {
+
+inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string prometheus_text(const SessionMetrics& metrics);
+// prometheus_text(session.metrics())
+std::string prometheus_text(const Session& session);
+
+}  // namespace zkr
