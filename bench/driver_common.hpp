@@ -37,6 +37,7 @@ struct DriverArgs {
   int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
   int warmup = 100;         // untimed rounds before the timed ones (contended: grants at least)
   double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic
+  double max_warmup_s = 10; // contended: longest wait for the rate to settle (measure_steady_rate)
   int contenders = 2;       // contended: sessions competing; herd: waiters
   int session_timeout_ms = 10'000;
   int trials = 3;           // loss: blackhole trials
@@ -58,6 +59,8 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
       ("iterations", po::value(&args.iterations), "timed rounds, or locks for scale")
       ("warmup", po::value(&args.warmup), "untimed rounds first")
       ("duration", po::value(&args.duration_s), "seconds to run (contended, scale)")
+      ("max-warmup", po::value(&args.max_warmup_s),
+       "contended: at most this many seconds for the rate to settle before measuring")
       ("contenders", po::value(&args.contenders), "sessions competing (contended), waiters (herd)")
       ("session-timeout-ms", po::value(&args.session_timeout_ms), "requested session timeout")
       ("trials", po::value(&args.trials), "blackhole trials (loss)")
@@ -75,9 +78,10 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
     std::exit(2);
   }
   if (args.iterations < 1 || args.warmup < 0 || args.contenders < 1 || args.duration_s <= 0 ||
-      args.session_timeout_ms < 1 || args.trials < 1) {
+      args.session_timeout_ms < 1 || args.trials < 1 || args.max_warmup_s < 0) {
     std::cerr << fmt::format("{}: --iterations, --contenders, --trials, --duration and "
-                             "--session-timeout-ms must be positive, --warmup not negative\n",
+                             "--session-timeout-ms must be positive, --warmup and --max-warmup "
+                             "not negative\n",
                              argv[0]);
     std::exit(2);
   }
@@ -164,7 +168,6 @@ inline std::int64_t resident_bytes() {
 // follows on without restarting anything. The Java and Python drivers do the same.
 inline constexpr auto rate_window = std::chrono::milliseconds(250);
 inline constexpr double rate_tolerance = 0.10;  // two windows' rates within 10% of each other
-inline constexpr auto longest_warmup = std::chrono::seconds(10);
 
 struct SteadyRate {
   double warmup_s = 0;         // from the contenders' start to the measured interval's
@@ -173,7 +176,7 @@ struct SteadyRate {
 };
 
 // Called once the contenders run: waits, window by window, until the rate of `grants` settles
-// (after at least args.warmup grants, at most longest_warmup), then counts args.duration_s.
+// (after at least args.warmup grants, at most args.max_warmup_s), then counts args.duration_s.
 inline SteadyRate measure_steady_rate(const std::atomic<std::uint64_t>& grants,
                                       const DriverArgs& args) {
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
@@ -181,6 +184,7 @@ inline SteadyRate measure_steady_rate(const std::atomic<std::uint64_t>& grants,
   auto window_start = started;
   std::uint64_t window_start_grants = grants.load();
   double previous_rate = -1;
+  const auto longest_warmup = std::chrono::duration<double>(args.max_warmup_s);
   while (Clock::now() - started < longest_warmup) {
     std::this_thread::sleep_for(rate_window);
     const auto now = Clock::now();

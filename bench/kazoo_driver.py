@@ -38,13 +38,16 @@ def parse_args():
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--max-warmup", type=float, default=10.0)
     parser.add_argument("--contenders", type=int, default=2)
     parser.add_argument("--session-timeout-ms", type=int, default=10000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--samples")
     args = parser.parse_args()
-    if args.iterations < 1 or args.warmup < 0 or args.contenders < 1 or args.duration <= 0:
-        parser.error("--iterations, --contenders and --duration must be positive, --warmup not negative")
+    if (args.iterations < 1 or args.warmup < 0 or args.contenders < 1 or args.duration <= 0
+            or args.max_warmup < 0):
+        parser.error("--iterations, --contenders and --duration must be positive, --warmup and"
+                     " --max-warmup not negative")
     return args
 
 
@@ -113,11 +116,11 @@ def run_uncontended(args):
 def measure_steady_rate(args, grants):
     """As bench/driver_common.hpp's measure_steady_rate: the contenders run on while this waits for
     two consecutive 250 ms windows whose rates agree within 10% (after at least --warmup grants, at
-    most 10 s), then counts --duration. Returns (warm-up seconds, grants measured, seconds)."""
+    most --max-warmup seconds), then counts --duration. Returns (warm-up seconds, grants measured, seconds)."""
     started = time.monotonic()
     window_start, window_start_grants = started, grants()
     previous_rate = -1.0
-    while time.monotonic() - started < 10.0:
+    while time.monotonic() - started < args.max_warmup:
         time.sleep(0.25)
         now, count = time.monotonic(), grants()
         rate = (count - window_start_grants) / (now - window_start)

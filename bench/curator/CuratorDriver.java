@@ -27,6 +27,7 @@ public final class CuratorDriver {
   private int iterations = 1000;
   private int warmup = 100;
   private double durationSeconds = 5;
+  private double maxWarmupSeconds = 10;
   private int contenders = 2;
   private int sessionTimeoutMs = 10000;
   private String samplesFile;
@@ -58,6 +59,7 @@ public final class CuratorDriver {
           case "--iterations": iterations = Integer.parseInt(value); break;
           case "--warmup": warmup = Integer.parseInt(value); break;
           case "--duration": durationSeconds = Double.parseDouble(value); break;
+          case "--max-warmup": maxWarmupSeconds = Double.parseDouble(value); break;
           case "--contenders": contenders = Integer.parseInt(value); break;
           case "--session-timeout-ms": sessionTimeoutMs = Integer.parseInt(value); break;
           case "--trials": break;
@@ -69,8 +71,9 @@ public final class CuratorDriver {
       }
     }
     if (connect == null || path == null || scenario == null) usage("--connect, --path and --scenario are required");
-    if (iterations < 1 || warmup < 0 || contenders < 1 || durationSeconds <= 0) {
-      usage("--iterations, --contenders and --duration must be positive, --warmup not negative");
+    if (iterations < 1 || warmup < 0 || contenders < 1 || durationSeconds <= 0 || maxWarmupSeconds < 0) {
+      usage("--iterations, --contenders and --duration must be positive, --warmup and --max-warmup"
+          + " not negative");
     }
   }
 
@@ -165,14 +168,14 @@ public final class CuratorDriver {
 
   // As bench/driver_common.hpp's measure_steady_rate: the contenders run on while this waits for
   // two consecutive 250 ms windows whose rates agree within 10% (after at least --warmup grants, at
-  // most 10 s: the JIT's warm-up is not measured), then counts --duration. Returns {warm-up
+  // most --max-warmup seconds: the JIT's warm-up is not measured), then counts --duration. Returns {warm-up
   // seconds, grants measured, measured seconds}.
   private double[] measureSteadyRate(AtomicLong grants) throws InterruptedException {
     long started = System.nanoTime();
     long windowStart = started;
     long windowStartGrants = grants.get();
     double previousRate = -1;
-    while (System.nanoTime() - started < 10_000_000_000L) {
+    while (System.nanoTime() - started < (long) (maxWarmupSeconds * 1e9)) {
       TimeUnit.MILLISECONDS.sleep(250);
       long now = System.nanoTime();
       long count = grants.get();
