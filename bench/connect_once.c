@@ -1,5 +1,6 @@
 /* The floor for `zklock LOCK -- true`: a C program that connects, creates an ephemeral sequential
- * lock node, deletes it and closes the session. bench/compare times whole runs of it.
+ * lock node, runs `true` (fork, exec, wait) while the node stands, deletes it and closes the
+ * session: what any wrapper must do at the least. bench/compare times whole runs of it.
  *
  *   zkr_bench_connect_once CONNECT_STRING LOCK_PATH
  *
@@ -10,11 +11,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t connected_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t connected_cond = PTHREAD_COND_INITIALIZER;
 static int connected = 0;
+
+/* fork, exec `true` from $PATH (as zklock does), wait: 0 once it exited 0. */
+static int run_true(void) {
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    execlp("true", "true", (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
 
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *context) {
   (void)zh, (void)path, (void)context;
@@ -56,8 +72,13 @@ int main(int argc, char **argv) {
   struct Stat stat;
   int rc = zoo_create2(zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created,
                        sizeof created, &stat);
-  if (rc == ZOK) rc = zoo_delete(zh, created, -1);
+  int job_failed = 0;
+  if (rc == ZOK) {
+    job_failed = run_true() != 0;
+    if (job_failed) fprintf(stderr, "true: did not run and exit 0\n");
+    rc = zoo_delete(zh, created, -1);
+  }
   if (rc != ZOK) fprintf(stderr, "%s: %s\n", prefix, zerror(rc));
   zookeeper_close(zh);
-  return rc == ZOK ? 0 : 1;
+  return rc == ZOK && !job_failed ? 0 : 1;
 }

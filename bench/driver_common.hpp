@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -32,8 +35,9 @@ struct DriverArgs {
   std::string path;         // lock path, unique per run; the driver owns everything under it
   std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale
   int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
-  int warmup = 100;         // untimed rounds before the timed ones
+  int warmup = 100;         // untimed rounds before the timed ones (contended: grants at least)
   double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic
+  double max_warmup_s = 10; // contended: longest wait for the rate to settle (measure_steady_rate)
   int contenders = 2;       // contended: sessions competing; herd: waiters
   int session_timeout_ms = 10'000;
   int trials = 3;           // loss: blackhole trials
@@ -55,6 +59,8 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
       ("iterations", po::value(&args.iterations), "timed rounds, or locks for scale")
       ("warmup", po::value(&args.warmup), "untimed rounds first")
       ("duration", po::value(&args.duration_s), "seconds to run (contended, scale)")
+      ("max-warmup", po::value(&args.max_warmup_s),
+       "contended: at most this many seconds for the rate to settle before measuring")
       ("contenders", po::value(&args.contenders), "sessions competing (contended), waiters (herd)")
       ("session-timeout-ms", po::value(&args.session_timeout_ms), "requested session timeout")
       ("trials", po::value(&args.trials), "blackhole trials (loss)")
@@ -72,9 +78,10 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
     std::exit(2);
   }
   if (args.iterations < 1 || args.warmup < 0 || args.contenders < 1 || args.duration_s <= 0 ||
-      args.session_timeout_ms < 1 || args.trials < 1) {
+      args.session_timeout_ms < 1 || args.trials < 1 || args.max_warmup_s < 0) {
     std::cerr << fmt::format("{}: --iterations, --contenders, --trials, --duration and "
-                             "--session-timeout-ms must be positive, --warmup not negative\n",
+                             "--session-timeout-ms must be positive, --warmup and --max-warmup "
+                             "not negative\n",
                              argv[0]);
     std::exit(2);
   }
@@ -153,6 +160,62 @@ inline std::int64_t resident_bytes() {
   std::int64_t total_pages = 0, resident_pages = 0;
   statm >> total_pages >> resident_pages;
   return resident_pages * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Contended scenarios measure a steady rate. The contenders run continuously from the start; the
+// measured interval begins once two consecutive windows of grants agree, so that a cold start (a
+// JVM's JIT, an interpreter's caches, the server's own) is not averaged into the figure, and it
+// follows on without restarting anything. The Java and Python drivers do the same.
+inline constexpr auto rate_window = std::chrono::milliseconds(250);
+inline constexpr double rate_tolerance = 0.10;  // two windows' rates within 10% of each other
+
+struct SteadyRate {
+  double warmup_s = 0;         // from the contenders' start to the measured interval's
+  std::uint64_t grants = 0;    // within the measured interval
+  double duration_s = 0;       // of the measured interval
+};
+
+// Called once the contenders run: waits, window by window, until the rate of `grants` settles
+// (after at least args.warmup grants, at most args.max_warmup_s), then counts args.duration_s.
+inline SteadyRate measure_steady_rate(const std::atomic<std::uint64_t>& grants,
+                                      const DriverArgs& args) {
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  const auto started = Clock::now();
+  auto window_start = started;
+  std::uint64_t window_start_grants = grants.load();
+  double previous_rate = -1;
+  const auto longest_warmup = std::chrono::duration<double>(args.max_warmup_s);
+  while (Clock::now() - started < longest_warmup) {
+    std::this_thread::sleep_for(rate_window);
+    const auto now = Clock::now();
+    const std::uint64_t count = grants.load();
+    const double rate = static_cast<double>(count - window_start_grants) / seconds(now - window_start);
+    const bool agrees = previous_rate > 0 && std::abs(rate - previous_rate) <=
+                                                 rate_tolerance * std::max(rate, previous_rate);
+    if (agrees && count >= static_cast<std::uint64_t>(args.warmup)) break;
+    previous_rate = rate;
+    window_start = now;
+    window_start_grants = count;
+  }
+  const auto measured_from = Clock::now();
+  const std::uint64_t grants_before = grants.load();
+  std::this_thread::sleep_until(measured_from + std::chrono::duration<double>(args.duration_s));
+  const auto measured_to = Clock::now();
+  return {seconds(measured_from - started), grants.load() - grants_before,
+          seconds(measured_to - measured_from)};
+}
+
+// The contended scenario's result line.
+inline void print_contended_line(const DriverArgs& args, const SteadyRate& run,
+                                 std::uint64_t overlaps) {
+  JsonLine(args)
+      .add("contenders", args.contenders)
+      .add("acquisitions", run.grants)
+      .add("duration_s", run.duration_s)
+      .add("throughput_per_s", static_cast<double>(run.grants) / run.duration_s)
+      .add("warmup_s", run.warmup_s)
+      .add("overlaps", overlaps)
+      .print();
 }
 
 inline void fail(std::string_view what) {

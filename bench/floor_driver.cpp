@@ -225,38 +225,23 @@ void run_contended(const DriverArgs& args) {
     contenders.push_back(std::make_unique<FloorContender>(args));
   std::atomic<bool> stop{false};
   std::atomic<int> inside{0};
-  std::atomic<std::uint64_t> overlaps{0}, acquisitions{0};
-  // Warm-up: every contender takes the lock a few times before the clock starts.
-  for (int round = 0; round < std::max(1, args.warmup / args.contenders); ++round)
-    for (auto& contender : contenders) {
-      contender->acquire(stop);
-      contender->release();
-    }
+  std::atomic<std::uint64_t> overlaps{0}, grants{0};
   std::vector<std::thread> threads;
-  auto start = Clock::now();
-  auto deadline = start + std::chrono::duration<double>(args.duration_s);
   for (auto& contender : contenders) {
     threads.emplace_back([&, raw = contender.get()] {
-      while (Clock::now() < deadline) {
+      while (!stop.load()) {
         if (!raw->acquire(stop)) break;
         if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
         inside.fetch_sub(1);
         raw->release();
-        if (Clock::now() <= deadline) acquisitions.fetch_add(1);
+        grants.fetch_add(1);
       }
     });
   }
-  std::this_thread::sleep_until(deadline);
+  const SteadyRate run = measure_steady_rate(grants, args);
   stop.store(true);
   for (auto& thread : threads) thread.join();
-  double elapsed = std::chrono::duration<double>(deadline - start).count();
-  JsonLine line(args);
-  line.add("contenders", args.contenders)
-      .add("acquisitions", acquisitions.load())
-      .add("duration_s", elapsed)
-      .add("throughput_per_s", static_cast<double>(acquisitions.load()) / elapsed)
-      .add("overlaps", overlaps.load())
-      .print();
+  print_contended_line(args, run, overlaps.load());
   contenders.clear();
   RawHandle cleanup(args.connect, args.session_timeout_ms);
   cleanup.delete_tree(args.path);

@@ -38,13 +38,16 @@ def parse_args():
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--max-warmup", type=float, default=10.0)
     parser.add_argument("--contenders", type=int, default=2)
     parser.add_argument("--session-timeout-ms", type=int, default=10000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--samples")
     args = parser.parse_args()
-    if args.iterations < 1 or args.warmup < 0 or args.contenders < 1 or args.duration <= 0:
-        parser.error("--iterations, --contenders and --duration must be positive, --warmup not negative")
+    if (args.iterations < 1 or args.warmup < 0 or args.contenders < 1 or args.duration <= 0
+            or args.max_warmup < 0):
+        parser.error("--iterations, --contenders and --duration must be positive, --warmup and"
+                     " --max-warmup not negative")
     return args
 
 
@@ -110,23 +113,39 @@ def run_uncontended(args):
     delete_tree(args)
 
 
+def measure_steady_rate(args, grants):
+    """As bench/driver_common.hpp's measure_steady_rate: the contenders run on while this waits for
+    two consecutive 250 ms windows whose rates agree within 10% (after at least --warmup grants, at
+    most --max-warmup seconds), then counts --duration. Returns (warm-up seconds, grants measured, seconds)."""
+    started = time.monotonic()
+    window_start, window_start_grants = started, grants()
+    previous_rate = -1.0
+    while time.monotonic() - started < args.max_warmup:
+        time.sleep(0.25)
+        now, count = time.monotonic(), grants()
+        rate = (count - window_start_grants) / (now - window_start)
+        agrees = previous_rate > 0 and abs(rate - previous_rate) <= 0.10 * max(rate, previous_rate)
+        if agrees and count >= args.warmup:
+            break
+        previous_rate, window_start, window_start_grants = rate, now, count
+    measured_from, grants_before = time.monotonic(), grants()
+    time.sleep(args.duration)
+    measured_to = time.monotonic()
+    return measured_from - started, grants() - grants_before, measured_to - measured_from
+
+
 def run_contended(args):
     clients = [new_client(args) for _ in range(args.contenders)]
     clients[0].ensure_path(args.path)
     locks = [CountingLock(client, args.path, "bench") for client in clients]
-    for _ in range(max(1, args.warmup // args.contenders)):
-        for lock in locks:
-            lock.acquire()
-            lock.release()
     inside = [0]
     overlaps = [0]
-    acquisitions = [0]
+    grants = [0]
     counter_guard = threading.Lock()
-    start = time.monotonic()
-    deadline = start + args.duration
+    stop = threading.Event()
 
     def contend(lock):
-        while time.monotonic() < deadline:
+        while not stop.is_set():
             try:
                 if not lock.acquire():
                     break
@@ -138,21 +157,20 @@ def run_contended(args):
                     overlaps[0] += 1
                 inside[0] -= 1
             lock.release()
-            if time.monotonic() <= deadline:
-                with counter_guard:
-                    acquisitions[0] += 1
+            with counter_guard:
+                grants[0] += 1
 
     threads = [threading.Thread(target=contend, args=(lock,)) for lock in locks]
     for thread in threads:
         thread.start()
-    time.sleep(max(0.0, deadline - time.monotonic()))
+    warmup_s, measured, elapsed = measure_steady_rate(args, lambda: grants[0])
+    stop.set()
     for lock in locks:
         lock.cancel()
     for thread in threads:
         thread.join(timeout=60)
-    elapsed = deadline - start
-    emit(args, contenders=args.contenders, acquisitions=acquisitions[0], duration_s=elapsed,
-         throughput_per_s=acquisitions[0] / elapsed, overlaps=overlaps[0])
+    emit(args, contenders=args.contenders, acquisitions=measured, duration_s=elapsed,
+         throughput_per_s=measured / elapsed, warmup_s=warmup_s, overlaps=overlaps[0])
     for client in clients:
         client.stop()
         client.close()

@@ -65,38 +65,27 @@ void run_contended(const DriverArgs& args) {
     sessions.push_back(std::make_unique<zkr::Session>(session_options(args, args.connect)));
     locks.push_back(std::make_unique<zkr::Lock>(*sessions.back(), args.path));
   }
-  for (int round = 0; round < std::max(1, args.warmup / args.contenders); ++round)
-    for (auto& lock : locks) lock->acquire().release();
   std::stop_source stop;
   std::atomic<int> inside{0};
-  std::atomic<std::uint64_t> overlaps{0}, acquisitions{0};
-  auto start = Clock::now();
-  auto deadline = start + std::chrono::duration<double>(args.duration_s);
+  std::atomic<std::uint64_t> overlaps{0}, grants{0};
   std::vector<std::thread> threads;
   for (auto& lock : locks) {
     threads.emplace_back([&, raw = lock.get()] {
-      while (Clock::now() < deadline) {
+      while (!stop.stop_requested()) {
         std::error_code ec;
         auto held = raw->try_acquire_for(std::chrono::hours(1), stop.get_token(), ec);
-        if (!held) break;  // cancelled at the deadline
+        if (!held) break;  // cancelled at the end
         if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
         inside.fetch_sub(1);
         held->release();
-        if (Clock::now() <= deadline) acquisitions.fetch_add(1);
+        grants.fetch_add(1);
       }
     });
   }
-  std::this_thread::sleep_until(deadline);
+  const SteadyRate run = measure_steady_rate(grants, args);
   stop.request_stop();
   for (auto& thread : threads) thread.join();
-  double elapsed = std::chrono::duration<double>(deadline - start).count();
-  JsonLine line(args);
-  line.add("contenders", args.contenders)
-      .add("acquisitions", acquisitions.load())
-      .add("duration_s", elapsed)
-      .add("throughput_per_s", static_cast<double>(acquisitions.load()) / elapsed)
-      .add("overlaps", overlaps.load())
-      .print();
+  print_contended_line(args, run, overlaps.load());
   locks.clear();
   sessions.clear();
   RawHandle cleanup(args.connect, args.session_timeout_ms);

@@ -27,6 +27,7 @@ public final class CuratorDriver {
   private int iterations = 1000;
   private int warmup = 100;
   private double durationSeconds = 5;
+  private double maxWarmupSeconds = 10;
   private int contenders = 2;
   private int sessionTimeoutMs = 10000;
   private String samplesFile;
@@ -58,6 +59,7 @@ public final class CuratorDriver {
           case "--iterations": iterations = Integer.parseInt(value); break;
           case "--warmup": warmup = Integer.parseInt(value); break;
           case "--duration": durationSeconds = Double.parseDouble(value); break;
+          case "--max-warmup": maxWarmupSeconds = Double.parseDouble(value); break;
           case "--contenders": contenders = Integer.parseInt(value); break;
           case "--session-timeout-ms": sessionTimeoutMs = Integer.parseInt(value); break;
           case "--trials": break;
@@ -69,8 +71,9 @@ public final class CuratorDriver {
       }
     }
     if (connect == null || path == null || scenario == null) usage("--connect, --path and --scenario are required");
-    if (iterations < 1 || warmup < 0 || contenders < 1 || durationSeconds <= 0) {
-      usage("--iterations, --contenders and --duration must be positive, --warmup not negative");
+    if (iterations < 1 || warmup < 0 || contenders < 1 || durationSeconds <= 0 || maxWarmupSeconds < 0) {
+      usage("--iterations, --contenders and --duration must be positive, --warmup and --max-warmup"
+          + " not negative");
     }
   }
 
@@ -163,6 +166,35 @@ public final class CuratorDriver {
     deleteTree();
   }
 
+  // As bench/driver_common.hpp's measure_steady_rate: the contenders run on while this waits for
+  // two consecutive 250 ms windows whose rates agree within 10% (after at least --warmup grants, at
+  // most --max-warmup seconds: the JIT's warm-up is not measured), then counts --duration. Returns {warm-up
+  // seconds, grants measured, measured seconds}.
+  private double[] measureSteadyRate(AtomicLong grants) throws InterruptedException {
+    long started = System.nanoTime();
+    long windowStart = started;
+    long windowStartGrants = grants.get();
+    double previousRate = -1;
+    while (System.nanoTime() - started < (long) (maxWarmupSeconds * 1e9)) {
+      TimeUnit.MILLISECONDS.sleep(250);
+      long now = System.nanoTime();
+      long count = grants.get();
+      double rate = (count - windowStartGrants) / ((now - windowStart) / 1e9);
+      boolean agrees = previousRate > 0
+          && Math.abs(rate - previousRate) <= 0.10 * Math.max(rate, previousRate);
+      if (agrees && count >= warmup) break;
+      previousRate = rate;
+      windowStart = now;
+      windowStartGrants = count;
+    }
+    long measuredFrom = System.nanoTime();
+    long grantsBefore = grants.get();
+    TimeUnit.NANOSECONDS.sleep((long) (durationSeconds * 1e9));
+    long measuredTo = System.nanoTime();
+    return new double[] {(measuredFrom - started) / 1e9, grants.get() - grantsBefore,
+                         (measuredTo - measuredFrom) / 1e9};
+  }
+
   private void runContended() throws Exception {
     List<CuratorFramework> clients = new ArrayList<>();
     List<InterProcessMutex> mutexes = new ArrayList<>();
@@ -170,30 +202,22 @@ public final class CuratorDriver {
       clients.add(newClient());
       mutexes.add(new InterProcessMutex(clients.get(i), path));
     }
-    for (int round = 0; round < Math.max(1, warmup / contenders); ++round) {
-      for (InterProcessMutex mutex : mutexes) {
-        mutex.acquire();
-        mutex.release();
-      }
-    }
     AtomicInteger inside = new AtomicInteger();
     AtomicLong overlaps = new AtomicLong();
-    AtomicLong acquisitions = new AtomicLong();
-    long start = System.nanoTime();
-    long deadline = start + (long) (durationSeconds * 1e9);
+    AtomicLong grants = new AtomicLong();
     List<Thread> threads = new ArrayList<>();
     for (InterProcessMutex mutex : mutexes) {
       Thread thread = new Thread(() -> {
         try {
-          while (System.nanoTime() < deadline) {
-            mutex.acquire();  // interrupted at the deadline: Curator deletes its node and throws
+          while (!Thread.currentThread().isInterrupted()) {
+            mutex.acquire();  // interrupted at the end: Curator deletes its node and throws
             if (inside.incrementAndGet() != 1) overlaps.incrementAndGet();
             inside.decrementAndGet();
             mutex.release();
-            if (System.nanoTime() <= deadline) acquisitions.incrementAndGet();
+            grants.incrementAndGet();
           }
         } catch (InterruptedException e) {
-          // the deadline passed while waiting
+          // the measured interval ended while waiting
         } catch (Exception e) {
           if (!Thread.currentThread().isInterrupted()) e.printStackTrace();
         }
@@ -201,16 +225,15 @@ public final class CuratorDriver {
       threads.add(thread);
       thread.start();
     }
-    long remaining = deadline - System.nanoTime();
-    if (remaining > 0) TimeUnit.NANOSECONDS.sleep(remaining);
+    double[] run = measureSteadyRate(grants);
     for (Thread thread : threads) thread.interrupt();
     for (Thread thread : threads) thread.join(60000);
-    double elapsed = (deadline - start) / 1e9;
     Map<String, Object> fields = new LinkedHashMap<>();
     fields.put("contenders", contenders);
-    fields.put("acquisitions", acquisitions.get());
-    fields.put("duration_s", elapsed);
-    fields.put("throughput_per_s", acquisitions.get() / elapsed);
+    fields.put("acquisitions", (long) run[1]);
+    fields.put("duration_s", run[2]);
+    fields.put("throughput_per_s", run[1] / run[2]);
+    fields.put("warmup_s", run[0]);
     fields.put("overlaps", overlaps.get());
     emit(fields);
     closeAll(clients);

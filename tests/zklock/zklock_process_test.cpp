@@ -28,6 +28,7 @@
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
+#include "process_tree.hpp"
 #include "testenv.hpp"
 
 namespace {
@@ -72,6 +73,15 @@ Outcome run_to_end(std::vector<std::string> argv, Process::Options options = mer
 }
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
+// Gone, or a zombie: its parent died and whoever inherited it may never reap it.
+bool process_ended(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string fields;
+  if (!std::getline(stat, fields)) return true;
+  const std::size_t after_name = fields.rfind(')');
+  return after_name == std::string::npos || fields.substr(after_name + 2, 1) == "Z";
+}
 
 // Polls until `condition` holds or the timeout passes.
 template <typename Condition>
@@ -493,6 +503,25 @@ TEST_F(ZklockTest, JobDiesWithZklock) {
   process.signal(SIGKILL);
   EXPECT_EQ(process.wait(scaled(30s)), 128 + SIGKILL);
   EXPECT_TRUE(eventually([&] { return !process_exists(job.pid); }, 10s));
+}
+
+// The keeper is forked when zklock starts and waits for its job. zklock killed while it waits
+// for the lock: the keeper exits having started nothing, and nothing is left running.
+TEST_F(ZklockTest, ZklockKilledWhileWaitingStartsNoJobAndLeavesNoKeeper) {
+  auto holder = start_holder();
+  TempDir dir;
+  const auto ran = dir.file("ran");
+  Process waiter(zklock({path_, "touch", ran.string()}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  const std::vector<pid_t> keepers = zklock::children_of(waiter.pid());
+  ASSERT_EQ(keepers.size(), 1u) << "the waiting zklock has its keeper, and nothing else, as a child";
+  EXPECT_EQ(read_file(fmt::format("/proc/{}/comm", keepers[0])), "zklock-keeper\n");
+  KillAtEnd keeper{keepers[0]};
+  ::kill(waiter.pid(), SIGKILL);
+  EXPECT_EQ(waiter.wait(scaled(30s)), 128 + SIGKILL);
+  EXPECT_TRUE(eventually([&] { return process_ended(keeper.pid); }, 10s)) << "the keeper outlived zklock";
+  EXPECT_TRUE(eventually([&] { return contender_count() == 1; }, 30s));
+  EXPECT_FALSE(std::filesystem::exists(ran)) << "the job ran after zklock died";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -74,18 +74,6 @@ bool zklock_owns_terminal() {
   return ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
 }
 
-// Runs in the forked child of a multi-threaded zklock: async-signal-safe calls only.
-[[noreturn]] void exec_keeper(char* const argv[], char* const envp[], int keeper_socket) {
-  // A group of its own: whatever kills zklock's group (a supervisor's SIGKILL) leaves the keeper
-  // to clean up. It blocks SIGTTOU, so from this background group it can still hand the job the
-  // terminal.
-  ::setpgid(0, 0);
-  // The keeper's end of the socket is the one descriptor it inherits on purpose.
-  ::fcntl(keeper_socket, F_SETFD, 0);
-  ::execve("/proc/self/exe", argv, envp);
-  ::_exit(exit_code::cannot_execute);
-}
-
 }  // namespace
 
 std::vector<std::string> environment_with(
@@ -117,43 +105,20 @@ std::vector<int> open_descriptors() {
 
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
-Job Job::start(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
-               const std::vector<int>& passed_on) {
+Job Job::start(WaitingKeeper keeper, const std::vector<std::string>& argv,
+               const std::vector<std::string>& environment, const std::vector<int>& passed_on) {
   if (argv.empty()) throw start_error("", ENOENT);
   const ResolvedCommand command = resolve_command(argv.front());
   if (command.error) throw start_error(argv.front(), command.error);
 
-  int sockets[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
-    throw JobStartError(exit_code::cannot_execute,
-                        fmt::format("{}: cannot start: {}", argv.front(), std::strerror(errno)));
-  }
   const bool give_terminal = zklock_owns_terminal();
-
-  // Everything the child needs is allocated here, before fork.
-  std::string passed_list;
-  for (int fd : passed_on) passed_list += (passed_list.empty() ? "" : ",") + std::to_string(fd);
-  std::vector<std::string> keeper_args = {std::string(keeper_argv0), std::to_string(sockets[1]),
-                                          give_terminal ? "1" : "0", passed_list, command.path};
-  keeper_args.insert(keeper_args.end(), argv.begin(), argv.end());
-  std::vector<char*> argv_pointers;
-  for (std::string& arg : keeper_args) argv_pointers.push_back(arg.data());
-  argv_pointers.push_back(nullptr);
-  std::vector<char*> envp_pointers;
-  for (const std::string& variable : environment) envp_pointers.push_back(const_cast<char*>(variable.c_str()));
-  envp_pointers.push_back(nullptr);
-
-  const pid_t keeper = ::fork();
-  if (keeper < 0) {
-    const int error = errno;
-    ::close(sockets[0]);
-    ::close(sockets[1]);
+  const auto handed = keeper.hand_over({give_terminal, passed_on, command.path, argv, environment});
+  if (!handed) {
     throw JobStartError(exit_code::cannot_execute,
-                        fmt::format("{}: cannot fork: {}", argv.front(), std::strerror(error)));
+                        fmt::format("{}: cannot start: zklock's keeper process is gone ({})", argv.front(),
+                                    std::strerror(errno)));
   }
-  if (keeper == 0) exec_keeper(argv_pointers.data(), envp_pointers.data(), sockets[1]);
-  ::close(sockets[1]);
-  Job job(keeper, sockets[0], give_terminal);
+  Job job(handed->pid, handed->socket, give_terminal);
 
   // The first report: the command started, or could not be executed.
   KeeperReport first{};

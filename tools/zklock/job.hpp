@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "keeper.hpp"
+
 namespace zklock {
 
 // The command could not be started. exit_code is 126 (not executable) or 127 (not found).
@@ -66,13 +68,13 @@ class JobControl {
 // starts.
 class Job final : public JobControl {
  public:
-  // Resolves argv[0] (searched in $PATH), then starts the keeper, which starts the command with
+  // Resolves argv[0] (searched in $PATH), then hands the job to the keeper, which starts it with
   // `environment` in a new process group, with stdin/stdout/stderr inherited and an empty signal
   // mask. If zklock owns the terminal, the job's group becomes the terminal's foreground group.
   // Of zklock's descriptors beyond stdin, stdout and stderr only `passed_on` reach the command.
   // Throws JobStartError (126 not executable, 127 not found).
-  static Job start(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
-                   const std::vector<int>& passed_on);
+  static Job start(WaitingKeeper keeper, const std::vector<std::string>& argv,
+                   const std::vector<std::string>& environment, const std::vector<int>& passed_on);
 
   Job(Job&& other) noexcept;
   Job& operator=(Job&&) = delete;

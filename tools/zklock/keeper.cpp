@@ -14,17 +14,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exit_status.hpp"
 #include "process_tree.hpp"
-
-extern char** environ;
 
 namespace zklock {
 
@@ -57,7 +60,8 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
 
 // Runs in the keeper's forked child: async-signal-safe calls only (the keeper has one thread, but
 // the habit costs nothing).
-[[noreturn]] void exec_job(const char* path, char* const argv[], bool take_terminal, pid_t keeper, int report_fd) {
+[[noreturn]] void exec_job(const char* path, char* const argv[], char* const envp[], bool take_terminal, pid_t keeper,
+                           int report_fd) {
   ::setpgid(0, 0);
   // SIGTTOU is still blocked (the keeper blocks everything), so this cannot stop us.
   if (take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
@@ -67,21 +71,17 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execve(path, argv, environ);
+  ::execve(path, argv, envp);
   const int error = errno;
   [[maybe_unused]] auto written = ::write(report_fd, &error, sizeof error);
   ::_exit(exit_code::not_found);
 }
 
-// Closes what zklock opened for itself and did not mark close-on-exec (the ZooKeeper client's
-// sockets and pipes): only what zklock was given, and the keeper's socket, stay.
-void close_descriptors_not_passed(std::string_view passed_list, int socket) {
+// Closes what zklock opened for itself and did not mark close-on-exec: only what zklock was
+// given, and the keeper's socket, stay.
+void close_descriptors_not_passed(const std::vector<int>& passed, int socket) {
   std::vector<int> keep = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, socket};
-  while (!passed_list.empty()) {
-    const std::size_t comma = passed_list.find(',');
-    keep.push_back(std::atoi(std::string(passed_list.substr(0, comma)).c_str()));
-    passed_list.remove_prefix(comma == std::string_view::npos ? passed_list.size() : comma + 1);
-  }
+  keep.insert(keep.end(), passed.begin(), passed.end());
   std::vector<int> to_close;
   DIR* directory = ::opendir("/proc/self/fd");
   if (!directory) return;
@@ -94,29 +94,29 @@ void close_descriptors_not_passed(std::string_view passed_list, int socket) {
   for (int fd : to_close) ::close(fd);
 }
 
-}  // namespace
-
-int keeper_main(int argc, char** argv) {
-  sigset_t all;
-  sigfillset(&all);
-  ::sigprocmask(SIG_BLOCK, &all, nullptr);
-  const int socket = argc >= 6 ? std::atoi(argv[1]) : -1;
-  struct stat socket_info {};
-  if (::fstat(socket, &socket_info) != 0 || !S_ISSOCK(socket_info.st_mode)) {
-    const std::string_view message = "zklock-keeper: started by zklock only\n";
-    [[maybe_unused]] auto written = ::write(STDERR_FILENO, message.data(), message.size());
-    return exit_code::usage;
+// Everything zklock writes to the job pipe, up to its end (zklock closed it, or died).
+std::string read_to_end(int fd) {
+  std::string bytes;
+  char buffer[4096];
+  while (true) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return bytes;
+    bytes.append(buffer, static_cast<std::size_t>(got));
   }
-  // zklock may have died while the keeper started: then the job must not start at all.
-  pollfd zklock_gone{socket, POLLIN, 0};
-  if (::poll(&zklock_gone, 1, 0) > 0 && (zklock_gone.revents & (POLLHUP | POLLERR))) return 0;
-  const bool take_terminal = std::string_view(argv[2]) == "1";
-  close_descriptors_not_passed(argv[3], socket);
-  const char* path = argv[4];
-  char** job_argv = argv + 5;
-  ::fcntl(socket, F_SETFD, FD_CLOEXEC);
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
 
+// Runs the job and watches it and zklock; returns the keeper's exit code.
+int keep(int socket, JobSpec spec) {
+  close_descriptors_not_passed(spec.passed_fds, socket);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::vector<char*> job_argv;
+  for (std::string& arg : spec.argv) job_argv.push_back(arg.data());
+  job_argv.push_back(nullptr);
+  std::vector<char*> job_environment;
+  for (std::string& variable : spec.environment) job_environment.push_back(variable.data());
+  job_environment.push_back(nullptr);
+  const bool take_terminal = spec.take_terminal;
   sigset_t child_exits;
   sigemptyset(&child_exits);
   sigaddset(&child_exits, SIGCHLD);
@@ -135,7 +135,7 @@ int keeper_main(int argc, char** argv) {
   }
   if (job == 0) {
     ::close(exec_report[0]);
-    exec_job(path, job_argv, take_terminal, keeper, exec_report[1]);
+    exec_job(spec.path.c_str(), job_argv.data(), job_environment.data(), take_terminal, keeper, exec_report[1]);
   }
   ::close(exec_report[1]);
   // Both sides set the group, so that it exists before either signals it.
@@ -176,6 +176,144 @@ int keeper_main(int argc, char** argv) {
       if (read == 0 || (read < 0 && errno != EAGAIN && errno != EINTR)) kill_everything_and_exit(job);
     }
   }
+}
+
+
+// The forked keeper, waiting for its job: it never returns into zklock's code.
+[[noreturn]] void run_keeper(int socket, int job_pipe) {
+  sigset_t all;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, nullptr);
+  ::prctl(PR_SET_NAME, std::string(keeper_name).c_str());
+  const std::optional<JobSpec> spec = decode_job_spec(read_to_end(job_pipe));
+  ::close(job_pipe);
+  if (!spec) ::_exit(0);  // zklock died, or ended without a job: start nothing
+  // zklock may have died since it handed the job over: then the job must not start at all.
+  pollfd zklock_gone{socket, POLLIN, 0};
+  if (::poll(&zklock_gone, 1, 0) > 0 && (zklock_gone.revents & (POLLHUP | POLLERR))) ::_exit(0);
+  ::_exit(keep(socket, std::move(*spec)));
+}
+
+}  // namespace
+
+std::string encode_job_spec(const JobSpec& spec) {
+  std::string fields;
+  const auto add = [&fields](std::string_view field) {
+    fields += field;
+    fields += '\0';
+  };
+  add(spec.take_terminal ? "1" : "0");
+  add(std::to_string(spec.passed_fds.size()));
+  for (int fd : spec.passed_fds) add(std::to_string(fd));
+  add(spec.path);
+  add(std::to_string(spec.argv.size()));
+  for (const std::string& arg : spec.argv) add(arg);
+  for (const std::string& variable : spec.environment) add(variable);
+  const std::uint64_t length = fields.size();
+  return std::string(reinterpret_cast<const char*>(&length), sizeof length) + fields;
+}
+
+std::optional<JobSpec> decode_job_spec(std::string_view bytes) {
+  std::uint64_t length = 0;
+  if (bytes.size() < sizeof length) return std::nullopt;
+  std::memcpy(&length, bytes.data(), sizeof length);
+  bytes.remove_prefix(sizeof length);
+  if (bytes.size() != length || (!bytes.empty() && bytes.back() != '\0')) return std::nullopt;
+  std::vector<std::string_view> fields;
+  while (!bytes.empty()) {
+    const std::size_t end = bytes.find('\0');
+    fields.push_back(bytes.substr(0, end));
+    bytes.remove_prefix(end + 1);
+  }
+  std::size_t next = 0;
+  const auto count = [&]() -> std::optional<std::size_t> {
+    if (next >= fields.size()) return std::nullopt;
+    const std::string_view field = fields[next++];
+    std::size_t value = 0;
+    const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (error != std::errc() || end != field.data() + field.size()) return std::nullopt;
+    return value;
+  };
+  JobSpec spec;
+  if (fields.empty() || (fields[0] != "0" && fields[0] != "1")) return std::nullopt;
+  spec.take_terminal = fields[next++] == "1";
+  const auto passed = count();
+  if (!passed || *passed > fields.size() - next) return std::nullopt;
+  for (std::size_t i = 0; i < *passed; ++i) {
+    const auto fd = count();
+    if (!fd) return std::nullopt;
+    spec.passed_fds.push_back(static_cast<int>(*fd));
+  }
+  if (next >= fields.size()) return std::nullopt;
+  spec.path = fields[next++];
+  const auto argc = count();
+  if (!argc || *argc == 0 || *argc > fields.size() - next) return std::nullopt;
+  for (std::size_t i = 0; i < *argc; ++i) spec.argv.emplace_back(fields[next++]);
+  while (next < fields.size()) spec.environment.emplace_back(fields[next++]);
+  return spec;
+}
+
+WaitingKeeper WaitingKeeper::fork_now() {
+  int sockets[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0) {
+    throw std::system_error(errno, std::generic_category(), "cannot start zklock's keeper");
+  }
+  int job_pipe[2];
+  if (::pipe2(job_pipe, O_CLOEXEC) != 0) {
+    const int error = errno;
+    ::close(sockets[0]);
+    ::close(sockets[1]);
+    throw std::system_error(error, std::generic_category(), "cannot start zklock's keeper");
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(sockets[0]);
+    ::close(job_pipe[1]);
+    // A group of its own: whatever kills zklock's group (a supervisor's SIGKILL) leaves the keeper
+    // to clean up. It blocks SIGTTOU, so from this background group it can still hand the job the
+    // terminal.
+    ::setpgid(0, 0);
+    run_keeper(sockets[1], job_pipe[0]);
+  }
+  const int error = errno;
+  ::close(sockets[1]);
+  ::close(job_pipe[0]);
+  if (pid < 0) {
+    ::close(sockets[0]);
+    ::close(job_pipe[1]);
+    throw std::system_error(error, std::generic_category(), "cannot fork zklock's keeper");
+  }
+  ::setpgid(pid, pid);  // both sides, so that the group exists whichever runs first
+  return WaitingKeeper(pid, sockets[0], job_pipe[1]);
+}
+
+WaitingKeeper::WaitingKeeper(WaitingKeeper&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      socket_(std::exchange(other.socket_, -1)),
+      job_pipe_(std::exchange(other.job_pipe_, -1)) {}
+
+WaitingKeeper::~WaitingKeeper() {
+  // The keeper reads EOF without a job and exits at once: the wait is short.
+  if (job_pipe_ >= 0) ::close(job_pipe_);
+  if (socket_ >= 0) ::close(socket_);
+  if (pid_ > 0) {
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+std::optional<WaitingKeeper::Handed> WaitingKeeper::hand_over(const JobSpec& spec) {
+  const std::string bytes = encode_job_spec(spec);
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    // SIGPIPE is blocked in zklock: a dead keeper gives EPIPE.
+    const ssize_t wrote = ::write(job_pipe_, bytes.data() + written, bytes.size() - written);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) return std::nullopt;
+    written += static_cast<std::size_t>(wrote);
+  }
+  ::close(std::exchange(job_pipe_, -1));
+  return Handed{std::exchange(pid_, -1), std::exchange(socket_, -1)};
 }
 
 }  // namespace zklock

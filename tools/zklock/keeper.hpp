@@ -1,21 +1,28 @@
 // The keeper: a small process between zklock and the job that outlives zklock's death.
 //
-// zklock starts it by re-executing its own binary (a fresh single-threaded process, unlike a fork
-// of zklock, which runs the ZooKeeper client's threads). The keeper is a child subreaper, so every
-// descendant of the job that loses its parent comes to it, whatever group or session it moved to.
-// It starts the job, reports the job's pid and exit status to zklock over a socket, and exits once
-// the job and all its descendants are gone. When its end of the socket reads EOF, zklock is gone
-// (or gave up on the job): the keeper SIGKILLs every descendant until none is left, then exits.
-// It runs in a process group of its own and blocks every signal it can, so nothing sent to
-// zklock's process group ends it, not even SIGKILL.
+// zklock forks it first thing, while zklock is still single-threaded (before the ZooKeeper client
+// starts its threads), so it is a plain copy of zklock that needs no exec. It waits on a pipe for
+// the job; when zklock ends that pipe without handing a job over (it died, or got no lock), the
+// keeper exits having started nothing. The keeper is a child subreaper, so every descendant of the
+// job that loses its parent comes to it, whatever group or session it moved to. It starts the
+// job, reports the job's pid and exit status to zklock over a socket, and exits once the job and
+// all its descendants are gone. When its end of the socket reads EOF, zklock is gone (or gave up
+// on the job): the keeper SIGKILLs every descendant until none is left, then exits. It runs in a
+// process group of its own and blocks every signal it can, so nothing sent to zklock's process
+// group ends it, not even SIGKILL.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace zklock {
 
-// argv[0] of the keeper: main() hands such a process to keeper_main().
-inline constexpr std::string_view keeper_argv0 = "zklock-keeper";
+// The keeper's name in ps (its comm).
+inline constexpr std::string_view keeper_name = "zklock-keeper";
 
 // What the keeper tells zklock, one fixed-size message each.
 struct KeeperReport {
@@ -29,10 +36,43 @@ struct KeeperReport {
   bool descendants_left = false;
 };
 
-// argv: zklock-keeper SOCKET_FD TAKE_TERMINAL(0|1) PASSED_FDS PATH ARG0 [ARGS...], PASSED_FDS a
-// comma-separated list (maybe empty) of the descriptors beyond 0-2 the job may have; the keeper
-// closes every other one it inherited. The job gets the keeper's environment. Returns the keeper's
-// exit code.
-int keeper_main(int argc, char** argv);
+// The job zklock hands to its waiting keeper.
+struct JobSpec {
+  bool take_terminal = false;    // make the job's group the terminal's foreground group
+  std::vector<int> passed_fds;   // beyond 0-2, the descriptors the job keeps; others are closed
+  std::string path;              // the resolved executable
+  std::vector<std::string> argv;
+  std::vector<std::string> environment;
+};
+
+// The pipe's bytes: a length, then NUL-terminated fields. decode_job_spec() returns nothing for
+// anything else, a spec cut short by zklock's death included.
+std::string encode_job_spec(const JobSpec& spec);
+std::optional<JobSpec> decode_job_spec(std::string_view bytes);
+
+// A keeper forked and waiting for its job. Destroying it without hand_over() ends the keeper (it
+// starts nothing) and reaps it.
+class WaitingKeeper {
+ public:
+  // Forks the keeper. Call while zklock has a single thread. Throws std::system_error.
+  static WaitingKeeper fork_now();
+  WaitingKeeper(WaitingKeeper&& other) noexcept;
+  WaitingKeeper& operator=(WaitingKeeper&&) = delete;
+  ~WaitingKeeper();
+
+  // Writes the job to the keeper and lets go of it: the caller owns the returned pid and socket
+  // (the keeper's reports). False (errno set) if the keeper could not be told (it died).
+  struct Handed {
+    pid_t pid;
+    int socket;
+  };
+  std::optional<Handed> hand_over(const JobSpec& spec);
+
+ private:
+  WaitingKeeper(pid_t pid, int socket, int job_pipe) : pid_(pid), socket_(socket), job_pipe_(job_pipe) {}
+  pid_t pid_ = -1;
+  int socket_ = -1;    // SOCK_SEQPACKET: the keeper's reports
+  int job_pipe_ = -1;  // write end: the job's spec
+};
 
 }  // namespace zklock

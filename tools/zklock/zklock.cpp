@@ -64,10 +64,12 @@ struct ExitRequest {
 
 class Zklock {
  public:
-  Zklock(const CliOptions& options, SignalReceiver& signals, std::vector<int> given_descriptors)
+  Zklock(const CliOptions& options, SignalReceiver& signals, std::vector<int> given_descriptors,
+         std::optional<WaitingKeeper> keeper)
       : options_(options),
         signals_(signals),
         given_descriptors_(std::move(given_descriptors)),
+        keeper_(std::move(keeper)),
         inbox_(std::make_shared<Inbox>()) {}
 
   int list();
@@ -101,6 +103,7 @@ class Zklock {
   const CliOptions& options_;
   SignalReceiver& signals_;
   const std::vector<int> given_descriptors_;  // beyond 0-2; what the job may inherit
+  std::optional<WaitingKeeper> keeper_;        // forked at the start (run mode), until the job starts
   std::shared_ptr<Inbox> inbox_;
   std::unique_ptr<zkr::Session> session_;
   zkr::Subscription state_subscription_;
@@ -421,7 +424,8 @@ int Zklock::run() {
   SignalWaiter waiter(signals_, inbox_->wakeup());
   Supervisor supervisor(options_, *inbox_, waiter,
                         [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
-                          return std::make_unique<Job>(Job::start(argv, environment, given_descriptors_));
+                          return std::make_unique<Job>(
+                              Job::start(std::move(keeper_.value()), argv, environment, given_descriptors_));
                         });
   const int code = supervisor.run_under_lock(lock);
   session_->close();
@@ -703,8 +707,12 @@ int zklock_main(int argc, char** argv) {
   become_subreaper();
 
   try {
+    // Forked now, while zklock is single-threaded: a copy of zklock needs no exec of its own
+    // binary when the job starts (see keeper.hpp).
+    std::optional<WaitingKeeper> keeper;
+    if (options.mode == Mode::run) keeper.emplace(WaitingKeeper::fork_now());
     SignalReceiver signals;
-    Zklock zklock(options, signals, std::move(given_descriptors));
+    Zklock zklock(options, signals, std::move(given_descriptors), std::move(keeper));
     if (options.mode == Mode::list) return zklock.list();
     if (options.mode == Mode::break_lock) return zklock.break_lock();
     return zklock.run();
@@ -720,6 +728,5 @@ int zklock_main(int argc, char** argv) {
 }  // namespace zklock
 
 int main(int argc, char** argv) {
-  if (argc > 0 && argv[0] == zklock::keeper_argv0) return zklock::keeper_main(argc, argv);
   return zklock::zklock_main(argc, argv);
 }
