@@ -4,8 +4,6 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
-#include <boost/uuid/random_generator.hpp>
-#include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
@@ -29,11 +27,6 @@ constexpr int kMaxParentRetries = 20;
 constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
-
-std::string new_guid() {
-  thread_local boost::uuids::random_generator generator;
-  return boost::uuids::to_string(generator());
-}
 
 }  // namespace
 
@@ -134,10 +127,11 @@ void Contender::begin_locked() {
   own_watch_ = OwnWatch::none;
   touches_seen_.clear();
   first_waiter_touch_sent_ = false;
-  guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
+  // A fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one.
+  guid_ = new_node_guid(request_.naming);
   const std::uint64_t attempt = ++attempt_;
   const std::string prefix =
-      fmt::format("{}/_c_{}-{}", request_.parent, guid_, node_marker(request_.policy.role));
+      request_.parent + "/" + node_name_prefix(request_.naming, request_.policy.role, guid_);
   std::weak_ptr<Contender> self = weak_from_this();
   core_->create(generation_, prefix, request_.owner_data, CreateMode::ephemeral_sequential, request_.acl,
                 [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
@@ -337,6 +331,13 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   if (it == queue.end()) {
     own_node_gone_locked();
     return;
+  }
+  if (request_.check_children) {
+    if (auto refusal = request_.check_children(children)) {
+      complete_locked(refusal);
+      remove_node_locked();
+      return;
+    }
   }
   const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request_.policy);
   if (decision.holds) {

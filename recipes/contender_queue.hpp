@@ -58,6 +58,13 @@ struct ContenderRequest {
   // swapped between the check and our create); an error ends the attempt with that error and
   // deletes our node. Runs with the session mutex held: must be quick and must not block.
   std::function<std::error_code(const std::string& parent_data)> check_parent;
+  // How our node is named: ours and Curator's "_c_<uuid>-<marker><seq>", or kazoo's
+  // "<32 hex><marker><seq>" (policy.role gives the marker).
+  ContenderScheme naming = ContenderScheme::zkrecipes_or_curator;
+  // If set, checked against every listing of the parent that includes our node (at join and at
+  // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes
+  // our node. Runs with the session mutex held: must be quick and must not block.
+  std::function<std::error_code(const std::vector<std::string>& children)> check_children;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {

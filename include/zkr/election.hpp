@@ -206,7 +206,8 @@ class LeaderSelector {
   // Terms this selector has led so far.
   std::uint64_t terms() const;
   // Why the selector stopped by itself (errc::session_closed, zk_errc::no_auth,
-  // errc::incompatible_peer, ...), or none.
+  // errc::incompatible_peer, ...), or none; last_exception() then holds that Error, whose message
+  // says more (which peer's nodes, for example).
   std::error_code error() const;
   std::exception_ptr last_exception() const;
 
