@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 
 #include <zkr/election.hpp>
+#include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 
@@ -46,7 +48,8 @@ class InteropTest : public ::testing::Test {
     if (!ZKR_CURATOR_AVAILABLE && curator_needed_) GTEST_SKIP() << "javac, java or the Curator jars are missing";
   }
 
-  std::unique_ptr<testenv::Process> start_curator(const std::string& mode, const std::string& who, int clients) {
+  std::unique_ptr<testenv::Process> start_curator(const std::string& mode, const std::string& who, int clients,
+                                                  int iterations = kIterations, int hold_ms = kHoldMs) {
     testenv::Process::Options options;
     options.pipe_stdin = true;
     options.merge_stderr = true;
@@ -54,17 +57,19 @@ class InteropTest : public ::testing::Test {
     return std::make_unique<testenv::Process>(
         std::vector<std::string>{ZKR_JAVA, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-cp",
                                  ZKR_CURATOR_CLASSPATH, "CuratorPeer", servers, path, mode, who, log.file(),
-                                 std::to_string(kIterations), std::to_string(kHoldMs), std::to_string(clients)},
+                                 std::to_string(iterations), std::to_string(hold_ms), std::to_string(clients)},
         options);
   }
 
-  std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients) {
+  // `mode`: "lock" (a kazoo Lock that also counts "-lock-" nodes) or "election" (kazoo's Election).
+  std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients, const std::string& mode = "lock",
+                                                int iterations = kIterations, int hold_ms = kHoldMs) {
     testenv::Process::Options options;
     options.pipe_stdin = true;
     options.merge_stderr = true;
     return std::make_unique<testenv::Process>(
         std::vector<std::string>{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who, log.file(),
-                                 std::to_string(kIterations), std::to_string(kHoldMs), std::to_string(clients)},
+                                 std::to_string(iterations), std::to_string(hold_ms), std::to_string(clients), mode},
         options);
   }
 
@@ -132,6 +137,81 @@ class InteropTest : public ::testing::Test {
       });
     }
     for (auto& thread : threads) thread.join();
+  }
+
+  // Our side of an election: `count` latches in `layout`, each with its own session, kIterations
+  // terms each; each term is logged with its token, then resigned (the last one closed).
+  void run_latches(int count, ElectionLayout layout) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<Session>(session_options(servers, 10000ms)));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < count; ++i) {
+      threads.emplace_back([&, i] {
+        const std::string who = fmt::format("ours-{}", i);
+        LeaderLatch latch(*sessions[i], path, {.participant_data = who, .layout = layout});
+        latch.start();
+        for (int n = 0; n < kIterations; ++n) {
+          auto term = latch.wait_for_leadership(testenv::scaled(30s));
+          if (!term) {
+            ADD_FAILURE() << who << " never led";
+            return;
+          }
+          log.record("ENTER", who, std::to_string(term->token().value()));
+          std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+          log.record("EXIT", who);
+          if (n + 1 < kIterations) latch.resign();
+        }
+        latch.close();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+
+  // Every term carries a token, and a later term a larger one, whichever library led.
+  static void expect_tokens_grow(std::vector<Section> sections) {
+    std::sort(sections.begin(), sections.end(), [](const Section& a, const Section& b) { return a.enter < b.enter; });
+    for (std::size_t i = 0; i < sections.size(); ++i) {
+      EXPECT_GT(sections[i].token, 0) << sections[i].who << " logged no token";
+      if (i > 0) EXPECT_GT(sections[i].token, sections[i - 1].token) << sections[i].who << " after " << sections[i - 1].who;
+    }
+  }
+
+  // Our participant that must refuse to join beside the peer's (running) election.
+  void expect_selector_refused(const std::string& peer_recipe) {
+    Session session(session_options(servers));
+    LeaderSelector selector(session, path, [](const Leadership&) { ADD_FAILURE() << "led beside the peer"; });
+    selector.start();
+    ASSERT_TRUE(eventually([&] { return selector.error() == errc::incompatible_peer; }, testenv::scaled(10s)));
+    try {
+      std::rethrow_exception(selector.last_exception());
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(peer_recipe), std::string::npos) << e.what();
+    }
+  }
+
+  // Kills the peer process that leads (its ENTER logged), and checks that our latch, queued behind
+  // it, leads next once the server has expired the peer's session, with a larger token.
+  void expect_ours_succeed_killed_peer(testenv::Process& peer, const std::string& peer_name, ElectionLayout layout) {
+    await_first_entry(peer_name);
+    Session session(session_options(servers, 10000ms));
+    LeaderLatch latch(session, path, {.participant_data = "ours-0", .layout = layout});
+    latch.start();
+    ASSERT_TRUE(eventually([&] { return raw.children(path).size() == 2; }));
+    EXPECT_FALSE(latch.wait_for_leadership(300ms)) << "led beside the peer";
+    peer.signal(SIGKILL);
+    peer.wait(testenv::scaled(10s));
+    log.record("KILLED", peer_name);
+    auto term = latch.wait_for_leadership(testenv::scaled(40s));  // the peer's session expires first
+    ASSERT_TRUE(term);
+    log.record("ENTER", "ours-0", std::to_string(term->token().value()));
+    log.record("EXIT", "ours-0");
+    latch.close();
+    auto sections = read_sections(log.file()).sections;
+    auto bad = overlaps(sections, everyone_excludes);
+    EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+    expect_tokens_grow(sections);
+    EXPECT_EQ(entries_by_participant(sections)["ours-0"], 1);
+    EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
   }
 
   void expect_everyone_in(const std::vector<Section>& sections, const std::vector<std::string>& everyone) {
@@ -273,6 +353,58 @@ TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
   expect_everyone_in(sections, {"curator-w0", "curator-r1", "curator-w2", "ours-w0", "ours-r1", "ours-r2"});
   EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
   EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+// ---- elections with Curator's LeaderLatch and kazoo's Election ----
+
+TEST_F(InteropTest, LatchAndCuratorLeaderLatchAgreeOnOneLeaderAndHandOverBothWays) {
+  auto curator = start_curator("latch", "curator", 2);
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  await_first_entry("curator");
+  run_latches(2, ElectionLayout::recipe_default);  // a latch's default is Curator LeaderLatch's layout
+  await_done(*curator);
+  auto sections = read_sections(log.file()).sections;
+  auto bad = overlaps(sections, everyone_excludes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
+  expect_tokens_grow(sections);
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+TEST_F(InteropTest, KilledCuratorLeaderLatchIsSucceededByOursAndASelectorIsRefused) {
+  auto curator = start_curator("latch", "curator", 1, 1, 120000);  // leads until killed
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  await_first_entry("curator");
+  expect_selector_refused("Curator LeaderLatch");
+  expect_ours_succeed_killed_peer(*curator, "curator-0", ElectionLayout::curator_latch);
+}
+
+TEST_F(KazooInteropTest, KazooLayoutElectionAndKazooElectionAgreeOnOneLeaderAndHandOverBothWays) {
+  auto kazoo = start_kazoo("kazoo", 2, "election");
+  await_ready(*kazoo);
+  kazoo->write_stdin("GO\n");
+  await_first_entry("kazoo");
+  run_latches(2, ElectionLayout::kazoo);
+  await_done(*kazoo);
+  auto sections = read_sections(log.file()).sections;
+  auto bad = overlaps(sections, everyone_excludes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"kazoo-0", "kazoo-1", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
+  expect_tokens_grow(sections);
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+TEST_F(KazooInteropTest, KilledKazooLeaderIsSucceededByOursAndACuratorLayoutSelectorIsRefused) {
+  auto kazoo = start_kazoo("kazoo", 1, "election", 1, 120000);  // leads until killed
+  await_ready(*kazoo);
+  kazoo->write_stdin("GO\n");
+  await_first_entry("kazoo");
+  expect_selector_refused("kazoo Lock or Election");
+  expect_ours_succeed_killed_peer(*kazoo, "kazoo-0", ElectionLayout::kazoo);
 }
 
 }  // namespace

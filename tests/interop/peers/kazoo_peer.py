@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """A kazoo (Debian's python3-kazoo) participant for the interoperability tests.
 
-    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS
+    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [MODE]
 
-Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...), each with a kazoo Lock that
-also counts "-lock-" nodes (ours and Curator's) as contenders; prints "READY" once all are
-connected, waits for a line on stdin, then each client takes the lock ITERATIONS times. Around
-each critical section it appends "ENTER <name> <ns>" and "EXIT <name> <ns>" to LOG
-(time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at the end.
+Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...); prints "READY" once all are
+connected, waits for a line on stdin, then each client enters its critical section ITERATIONS
+times. MODE "lock" (the default): a kazoo Lock that also counts "-lock-" nodes (ours and
+Curator's) as contenders. MODE "election": a plain kazoo Election, each run one term, whose ENTER
+line carries the term's fencing token (the czxid of the client's lock node). Around each critical
+section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>" to LOG (time.monotonic_ns,
+CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at the end.
 """
 import os
 import sys
@@ -18,15 +20,17 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    if len(argv) != 8:
-        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS", file=sys.stderr)
+    if len(argv) not in (8, 9) or (len(argv) == 9 and argv[8] not in ("lock", "election")):
+        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election]", file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
     iterations, hold, count = int(argv[5]), int(argv[6]) / 1000.0, int(argv[7])
+    mode = argv[8] if len(argv) == 9 else "lock"
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def record(event, name):
-        os.write(log, f"{event} {name} {time.monotonic_ns()}\n".encode("ascii"))
+    def record(event, name, token=None):
+        extra = "" if token is None else f" {token}"
+        os.write(log, f"{event} {name} {time.monotonic_ns()}{extra}\n".encode("ascii"))
 
     clients = []
     for _ in range(count):
@@ -41,6 +45,19 @@ def main(argv):
     def run(index):
         name = f"{who}-{index}"
         try:
+            if mode == "election":
+                client = clients[index]
+                election = client.Election(path, name)
+
+                def lead():
+                    token = client.exists(path + "/" + election.lock.node).czxid
+                    record("ENTER", name, token)
+                    time.sleep(hold)
+                    record("EXIT", name)
+
+                for _ in range(iterations):
+                    election.run(lead)
+                return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
                 with lock:
