@@ -133,13 +133,9 @@ class ElectionQueue {
     request.naming = naming_;
     // Only nodes of our own layout share our queue: any other recipe's (a peer's latch beside our
     // lock names, kazoo's beside Curator's) would be a second queue with a leader of its own.
-    request.check_children = [refusal, path = path_, recipe = our_recipe_,
-                              ours = detail::node_kind(naming_, role_)](const std::vector<std::string>& children) {
-      auto problem = detail::peer_conflict(children, path, recipe, [ours](detail::PeerNode kind) { return kind == ours; });
-      if (problem.empty()) return std::error_code{};
-      refusal->set(std::move(problem));
-      return make_error_code(errc::incompatible_peer);
-    };
+    const auto ours = detail::node_kind(naming_, role_);
+    request.check_children = detail::refuse_peers(
+        path_, our_recipe_, [ours](detail::PeerNode kind) { return kind == ours; }, std::move(refusal));
     return request;
   }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <zkr/error.hpp>
+
 namespace zkr::detail {
 namespace {
 
@@ -54,6 +56,18 @@ std::string peer_conflict(const std::vector<std::string>& children, std::string_
                        describe(kind), child, our_recipe);
   }
   return {};
+}
+
+std::function<std::error_code(const std::vector<std::string>&)> refuse_peers(std::string path, std::string our_recipe,
+                                                                             std::function<bool(PeerNode)> shares,
+                                                                             std::shared_ptr<RefusalDetail> refusal) {
+  return [path = std::move(path), our_recipe = std::move(our_recipe), shares = std::move(shares),
+          refusal = std::move(refusal)](const std::vector<std::string>& children) {
+    auto problem = peer_conflict(children, path, our_recipe, shares);
+    if (problem.empty()) return std::error_code{};
+    refusal->set(std::move(problem));
+    return make_error_code(errc::incompatible_peer);
+  };
 }
 
 }  // namespace zkr::detail

@@ -6,11 +6,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <zkr/names.hpp>
+
+#include "acquisition.hpp"
 
 namespace zkr::detail {
 
@@ -38,5 +41,12 @@ PeerNode node_kind(ContenderScheme naming, ContenderRole role);
 // of a kind it shares (or no recipe's node).
 std::string peer_conflict(const std::vector<std::string>& children, std::string_view path,
                           std::string_view our_recipe, const std::function<bool(PeerNode)>& shares);
+
+// A ContenderRequest::check_children that refuses (errc::incompatible_peer, the words in
+// `refusal`) a listing with a child of a kind `shares` refuses, as peer_conflict() describes it.
+// A semaphore, say: refuse_peers(path, "a zkr::Semaphore", [](PeerNode k) { return k == PeerNode::curator_lock; }, refusal).
+std::function<std::error_code(const std::vector<std::string>&)> refuse_peers(std::string path, std::string our_recipe,
+                                                                             std::function<bool(PeerNode)> shares,
+                                                                             std::shared_ptr<RefusalDetail> refusal);
 
 }  // namespace zkr::detail
