@@ -176,6 +176,24 @@ class InteropTest : public ::testing::Test {
     }
   }
 
+  // The peer's two participants (started, not yet told to go) and two latches of ours in `layout`
+  // on one path: one leader at a time, everyone leads every time, terms pass between the
+  // libraries, tokens grow, and no node is left.
+  void expect_one_leader_beside(testenv::Process& peer, const std::string& peer_name, ElectionLayout layout) {
+    await_ready(peer);
+    peer.write_stdin("GO\n");
+    await_first_entry(peer_name);
+    run_latches(2, layout);
+    await_done(peer);
+    auto sections = read_sections(log.file()).sections;
+    auto bad = overlaps(sections, everyone_excludes);
+    EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+    expect_everyone_in(sections, {peer_name + "-0", peer_name + "-1", "ours-0", "ours-1"});
+    EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
+    expect_tokens_grow(sections);
+    EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  }
+
   // Our participant that must refuse to join beside the peer's (running) election.
   void expect_selector_refused(const std::string& peer_recipe) {
     Session session(session_options(servers));
@@ -359,18 +377,7 @@ TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
 
 TEST_F(InteropTest, LatchAndCuratorLeaderLatchAgreeOnOneLeaderAndHandOverBothWays) {
   auto curator = start_curator("latch", "curator", 2);
-  await_ready(*curator);
-  curator->write_stdin("GO\n");
-  await_first_entry("curator");
-  run_latches(2, ElectionLayout::recipe_default);  // a latch's default is Curator LeaderLatch's layout
-  await_done(*curator);
-  auto sections = read_sections(log.file()).sections;
-  auto bad = overlaps(sections, everyone_excludes);
-  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
-  expect_everyone_in(sections, {"curator-0", "curator-1", "ours-0", "ours-1"});
-  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
-  expect_tokens_grow(sections);
-  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  expect_one_leader_beside(*curator, "curator", ElectionLayout::recipe_default);  // Curator LeaderLatch's
 }
 
 TEST_F(InteropTest, KilledCuratorLeaderLatchIsSucceededByOursAndASelectorIsRefused) {
@@ -384,18 +391,7 @@ TEST_F(InteropTest, KilledCuratorLeaderLatchIsSucceededByOursAndASelectorIsRefus
 
 TEST_F(KazooInteropTest, KazooLayoutElectionAndKazooElectionAgreeOnOneLeaderAndHandOverBothWays) {
   auto kazoo = start_kazoo("kazoo", 2, "election");
-  await_ready(*kazoo);
-  kazoo->write_stdin("GO\n");
-  await_first_entry("kazoo");
-  run_latches(2, ElectionLayout::kazoo);
-  await_done(*kazoo);
-  auto sections = read_sections(log.file()).sections;
-  auto bad = overlaps(sections, everyone_excludes);
-  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
-  expect_everyone_in(sections, {"kazoo-0", "kazoo-1", "ours-0", "ours-1"});
-  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
-  expect_tokens_grow(sections);
-  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  expect_one_leader_beside(*kazoo, "kazoo", ElectionLayout::kazoo);
 }
 
 TEST_F(KazooInteropTest, KilledKazooLeaderIsSucceededByOursAndACuratorLayoutSelectorIsRefused) {
