@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <future>
 #include <mutex>
+#include <new>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
+#include "thread_holds.hpp"
 
 namespace zkr {
 
@@ -35,19 +38,36 @@ void Grant::on_lost(std::function<void(LossReason)> callback) {
 
 // ---- HeldLock ----
 
-HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender) : Grant(std::move(contender)) {}
-HeldLock::HeldLock(HeldLock&&) noexcept = default;
+HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, bool counted_hold)
+    : Grant(std::move(contender)), counted_hold_(counted_hold && contender_) {}
+
+// A moved lock is no longer its thread's: the thread may wait for wherever it went.
+HeldLock::HeldLock(HeldLock&& other) noexcept
+    : Grant(std::move(other)),
+      counted_hold_(std::exchange(other.counted_hold_, false)),
+      let_go_(std::exchange(other.let_go_, false)) {
+  if (counted_hold_ && !let_go_) detail::ThreadHolds::instance().unbind_thread(contender_.get());
+}
+
 HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
   if (this != &other) {
     release();
     contender_ = std::move(other.contender_);
+    counted_hold_ = std::exchange(other.counted_hold_, false);
+    let_go_ = std::exchange(other.let_go_, false);
+    if (counted_hold_ && !let_go_) detail::ThreadHolds::instance().unbind_thread(contender_.get());
   }
   return *this;
 }
 HeldLock::~HeldLock() { release(); }
 
 void HeldLock::release() {
-  if (contender_) contender_->release();
+  if (!contender_ || let_go_) return;
+  if (counted_hold_) {
+    let_go_ = true;
+    if (!detail::ThreadHolds::instance().drop_hold(contender_.get())) return;  // reentrant holds remain
+  }
+  contender_->release();
 }
 
 // ---- Lock ----
@@ -112,33 +132,66 @@ ContenderRequest one_holder_request(const std::string& path, const LockOptions& 
 
 }  // namespace detail
 
-namespace {
-
-std::optional<HeldLock> held(std::shared_ptr<Contender> granted) {
-  if (!granted) return std::nullopt;
-  return HeldLock(detail::Internals::key(), std::move(granted));
-}
-
-}  // namespace
-
 detail::Acquisition Lock::acquisition() const {
   return {core_, "acquire lock", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
             return detail::one_holder_request(path_, options_, role_, timeout, std::move(refusal));
           }};
 }
 
+// The blocking forms, on the calling thread: refused or reentered if the thread holds the lock
+// already (recipes/thread_holds.hpp), else acquired and bound to the thread. The HeldLock is built
+// in the return statement itself (guaranteed elision): a move on the way would unbind it.
+struct Lock::ByThisThread {
+  const Lock& lock;
+
+  template <typename Acquire>
+  std::shared_ptr<Contender> grant(Acquire acquire, std::error_code* ec) const {
+    const detail::AcquisitionByThread mine{lock.core_.get(), lock.path_, lock.role_, &lock, lock.options_.reentrant};
+    auto& holds = detail::ThreadHolds::instance();
+    auto verdict = holds.check(mine);
+    if (verdict.refusal) {
+      if (!ec) throw Error(verdict.refusal, "acquire lock", lock.path_, verdict.why);
+      *ec = verdict.refusal;
+      return nullptr;
+    }
+    if (verdict.reentered) return std::move(verdict.reentered);
+    auto contender = acquire();
+    if (contender) holds.bind(mine, contender);
+    return contender;
+  }
+
+  static std::optional<HeldLock> held(std::shared_ptr<Contender> granted) {
+    if (!granted) return std::nullopt;
+    return std::optional<HeldLock>(std::in_place, detail::Internals::key(), std::move(granted), true);
+  }
+};
+
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                               std::error_code& ec) noexcept {
-  return held(acquisition().try_for(timeout, std::move(stop), ec));
+  try {
+    ec.clear();
+    return ByThisThread::held(ByThisThread{*this}.grant(
+        [&] { return acquisition().try_for(timeout, std::move(stop), ec); }, &ec));
+  } catch (const std::bad_alloc&) {
+    ec = std::make_error_code(std::errc::not_enough_memory);
+    return std::nullopt;
+  } catch (const std::system_error& error) {
+    ec = error.code();
+    return std::nullopt;
+  }
 }
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
-  return held(acquisition().try_for(timeout, std::move(stop)));
+  return ByThisThread::held(
+      ByThisThread{*this}.grant([&] { return acquisition().try_for(timeout, std::move(stop)); }, nullptr));
 }
 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
-HeldLock Lock::acquire(std::stop_token stop) { return *held(acquisition().wait(std::move(stop))); }
+HeldLock Lock::acquire(std::stop_token stop) {
+  return HeldLock(detail::Internals::key(),
+                  ByThisThread{*this}.grant([&] { return acquisition().wait(std::move(stop)); }, nullptr), true);
+}
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
   acquisition().start(

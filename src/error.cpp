@@ -63,6 +63,7 @@ class LibraryCategory final : public std::error_category {
       case errc::corrupt_state: return "stored state is damaged";
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
       case errc::incompatible_peer: return "the path is in use by a peer this recipe cannot share it with";
+      case errc::would_deadlock: return "this thread holds the lock already: it would wait for itself";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -104,7 +105,8 @@ class ConditionCategory final : public std::error_category {
         case errc::limit_mismatch:
         case errc::incompatible_peer:
         case errc::missing_chroot:
-        case errc::corrupt_state: return condition::bad_input;
+        case errc::corrupt_state:
+        case errc::would_deadlock: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }

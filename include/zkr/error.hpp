@@ -66,6 +66,7 @@ enum class errc : int {
   corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
   incompatible_peer = 18,      // the path holds another library's nodes that this recipe cannot share (names the peer)
+  would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).

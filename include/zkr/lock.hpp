@@ -10,10 +10,16 @@
 // resource with every write and have the resource refuse lower tokens (see fence_gate.hpp): that, not
 // the lock, is what makes a correctness lock safe against paused holders.
 //
-// Reentrancy: none. A second acquisition from the same process (same or another Lock object, same
-// or another thread) is another contender and queues behind the first; a thread that blocks in
-// acquire() while it already holds the lock waits for itself forever. Use try_acquire_for() where
-// that can happen.
+// A thread that asks again for a lock it holds would queue behind itself for ever. The blocking
+// calls (acquire, try_acquire, try_acquire_for) refuse that at once with errc::would_deadlock,
+// naming the node the thread holds; with LockOptions::reentrant the same Lock object instead
+// returns the grant the thread already holds, one more hold on the same node (and token), which
+// is deleted when the last of its HeldLocks lets go (Curator's InterProcessMutex behaves so).
+// "Holds" means: a blocking call on this thread returned the HeldLock, which has not been moved
+// since and whose grant is not lost. A HeldLock moved elsewhere (to another thread, say) is no
+// longer the thread's, so the thread may wait for it as for anyone's. Read after write
+// (downgrade) and write after read (upgrade) on one path are refused too. Different threads,
+// different sessions, and async_acquire() queue as separate contenders, as before.
 #pragma once
 
 #include <chrono>
@@ -35,6 +41,9 @@ struct LockOptions {
   // Stored in the lock node for operators (--list). Empty means default_owner_data().
   std::string owner_data;
   NodeAcl acl = NodeAcl::open;
+  // A thread that holds this Lock and acquires it again gets another hold on the same grant
+  // instead of errc::would_deadlock (see the top of this file).
+  bool reentrant = false;
 };
 
 namespace detail {
@@ -81,8 +90,9 @@ class Grant {
 class HeldLock : public Grant {
  public:
   HeldLock() = default;  // holds nothing
-  // The library's (see detail::Passkey): a grant of the contender queue.
-  HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender);
+  // The library's (see detail::Passkey): a grant of the contender queue; `counted_hold`: one of
+  // the holds the library keeps per thread (see the top of this file).
+  HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, bool counted_hold = false);
   HeldLock(HeldLock&&) noexcept;
   HeldLock& operator=(HeldLock&&) noexcept;
   ~HeldLock();
@@ -91,8 +101,13 @@ class HeldLock : public Grant {
 
   // Deletes the node. Idempotent and non-blocking: if the connection is down the delete is retried
   // after reconnecting, until it succeeds or the session ends (which deletes the node as well).
-  // Never touches a node other than this grant's own.
+  // Never touches a node other than this grant's own. A reentrant hold that is not the grant's
+  // last only lets go of its hold.
   void release();
+
+ private:
+  bool counted_hold_ = false;  // bound to a thread by a blocking acquisition (see the top of this file)
+  bool let_go_ = false;        // a counted hold already released
 };
 
 // One row of contenders(): the holder(s) first, then waiters in queue order.
@@ -166,6 +181,7 @@ class Lock {
   friend class ReadWriteLock;
   Lock(Session& session, std::string path, LockOptions options, ContenderRole role);
   detail::Acquisition acquisition() const;  // the one front end (recipes/acquisition.hpp)
+  struct ByThisThread;                       // the blocking forms' thread check (recipes/lock.cpp)
 
   std::shared_ptr<detail::SessionCore> core_;
   std::string path_;

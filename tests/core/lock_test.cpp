@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -182,6 +183,135 @@ TEST_F(LockTest, ReleaseIsIdempotentAndLossIsNotRelease) {
   EXPECT_FALSE(moved);
 }
 
+// A thread that asks again for a lock it holds is refused at once, naming the node, instead of
+// waiting for itself for ever (bounded here: the old behaviour would time out the future).
+TEST_F(LockTest, AThreadAskingAgainForALockItHoldsIsRefused) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  Lock other_object(session, path);
+  HeldLock held = lock.acquire();
+  std::stop_source give_up;
+  auto again = std::async(std::launch::async, [&] {
+    // The same thread as the holder: run both on this helper thread.
+    HeldLock mine = lock.acquire();
+    try {
+      lock.acquire(give_up.get_token());
+      return std::string("granted twice");
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), errc::would_deadlock);
+      EXPECT_EQ(error.code(), condition::bad_input);
+      return std::string(error.what()) + "|" + mine.node_path();
+    }
+  });
+  // The first acquire() above waits for `held` (another thread's): release it once it queued.
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  held.release();
+  const auto status = again.wait_for(testenv::scaled(20s));
+  if (status != std::future_status::ready) give_up.request_stop();  // lets the helper thread end
+  ASSERT_EQ(status, std::future_status::ready) << "the thread waited for itself";
+  const std::string outcome = again.get();
+  const std::string node = outcome.substr(outcome.find('|') + 1);
+  EXPECT_NE(outcome.find("this thread holds the lock on " + path + " (node " + node + ") and would wait for itself"),
+            std::string::npos)
+      << outcome;
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+
+  // Every blocking form, and another Lock object on the same path; nothing is left queued.
+  HeldLock mine = lock.acquire();
+  EXPECT_THROW(lock.try_acquire(), Error);
+  EXPECT_THROW(lock.try_acquire_for(testenv::scaled(5s)), Error);
+  std::error_code ec;
+  EXPECT_FALSE(lock.try_acquire_for(testenv::scaled(5s), {}, ec));
+  EXPECT_EQ(ec, errc::would_deadlock);
+  try {
+    other_object.acquire();
+    ADD_FAILURE() << "another Lock object on the same path was granted to the holding thread";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), errc::would_deadlock);
+    EXPECT_NE(std::string(error.what()).find("another Lock object on the same path"), std::string::npos);
+  }
+  EXPECT_EQ(nodes().size(), 1u);
+  mine.release();
+  HeldLock after_release = lock.acquire();  // released: no longer held by this thread
+  EXPECT_TRUE(after_release);
+}
+
+// A lock handed to another thread is that thread's: the first thread may wait for it.
+TEST_F(LockTest, AThreadMayWaitForALockItHandedToAnotherThread) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  std::promise<void> release;
+  std::thread worker([handed = std::move(held), go = release.get_future()]() mutable {
+    go.wait();
+    handed.release();
+  });
+  auto waited = std::async(std::launch::async, [&] { return lock.try_acquire_for(testenv::scaled(20s)); });
+  std::this_thread::sleep_for(100ms);
+  release.set_value();
+  worker.join();
+  EXPECT_TRUE(waited.get());
+}
+
+// A thread whose grant was lost may acquire again at once: the lost node is no obstacle it holds.
+TEST_F(LockTest, AThreadWhoseGrantWasLostMayAcquireAgain) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  ASSERT_EQ(raw.remove(held.node_path()), ZOK);
+  ASSERT_TRUE(eventually([&] { return held.lost(); }));
+  auto again = lock.try_acquire_for(testenv::scaled(10s));
+  ASSERT_TRUE(again);
+  EXPECT_GT(again->token(), held.token());
+}
+
+// Reentrant: the holding thread gets more holds on the same node; the last release deletes it.
+TEST_F(LockTest, ReentrantLockCountsHoldsOnOneNode) {
+  Session session(session_options(servers)), other(session_options(servers));
+  LockOptions options;
+  options.reentrant = true;
+  Lock lock(session, path, options);
+  Lock others_lock(other, path);
+  HeldLock outer = lock.acquire();
+  HeldLock inner = lock.acquire();
+  auto innermost = lock.try_acquire();
+  ASSERT_TRUE(innermost);
+  EXPECT_EQ(inner.token(), outer.token());
+  EXPECT_EQ(innermost->node_path(), outer.node_path());
+  EXPECT_EQ(nodes().size(), 1u);
+  innermost->release();
+  inner.release();
+  inner.release();  // idempotent: still one hold less, not two
+  EXPECT_FALSE(others_lock.try_acquire_for(300ms)) << "released before the outermost hold let go";
+  // The timed-out attempt's node goes after it returns; ours stays.
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  EXPECT_EQ(raw.stat(outer.node_path()).czxid, outer.token().value());
+  outer.release();
+  EXPECT_TRUE(others_lock.try_acquire_for(testenv::scaled(10s)));
+}
+
+// Upgrading a read lock or downgrading a write lock on one thread would wait for itself.
+TEST_F(LockTest, ReadWriteUpgradeAndDowngradeOnOneThreadAreRefused) {
+  Session session(session_options(servers));
+  ReadWriteLock rw(session, path);
+  // The message of the would_deadlock refusal of lock.acquire(), or what happened instead.
+  const auto refusal = [](Lock& lock) -> std::string {
+    try {
+      lock.acquire();
+      return "granted";
+    } catch (const Error& error) {
+      return error.code() == errc::would_deadlock ? error.what() : "another error: " + std::string(error.what());
+    }
+  };
+  {
+    HeldLock read = rw.read_lock().acquire();
+    EXPECT_THAT(refusal(rw.write_lock()), ::testing::HasSubstr("a read lock cannot be upgraded"));
+  }
+  HeldLock write = rw.write_lock().acquire();
+  EXPECT_THAT(refusal(rw.read_lock()), ::testing::HasSubstr("a write lock cannot be downgraded"));
+  EXPECT_EQ(nodes().size(), 1u);
+}
+
 TEST_F(LockTest, InvalidPathsAreRefusedByName) {
   Session session(session_options(servers));
   for (std::string bad : std::vector<std::string>{"relative", "/trailing/", "/a//b", "/a/../b", "/zookeeper/x", std::string("/a\0b", 4)}) {
@@ -232,7 +362,9 @@ TEST_F(LockTest, ReadersShareWritersExclude) {
   });
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
   // A reader that comes after the waiting writer waits for it: writers are not starved.
-  EXPECT_FALSE(rw_a.read_lock().try_acquire_for(300ms));
+  Session d(session_options(servers));
+  ReadWriteLock rw_d(d, path);
+  EXPECT_FALSE(rw_d.read_lock().try_acquire_for(300ms));
   read_a.release();
   read_b->release();
   auto write = writer.get_future().get();

@@ -1,6 +1,7 @@
 // zklock's command line, parsed without starting anything.
 #include <csignal>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -237,6 +238,30 @@ TEST(ZklockOptions, HelpMentionsEveryOption) {
         "126", "127"}) {
     EXPECT_THAT(help, HasSubstr(option));
   }
+}
+
+TEST(ZklockOptions, OncePerTakesAPeriodWithAUnit) {
+  EXPECT_EQ(parse({"--once-per", "1d", "/p", "true"}).once_per, std::chrono::milliseconds(std::chrono::days(1)));
+  EXPECT_EQ(parse({"--once-per=30m", "/p", "true"}).once_per, std::chrono::milliseconds(30min));
+  EXPECT_EQ(parse({"--once-per", "2w", "/p", "true"}).once_per, std::chrono::milliseconds(std::chrono::weeks(2)));
+  EXPECT_EQ(parse({"--once-per", "90s", "/p", "true"}).once_per, std::chrono::milliseconds(90s));
+  EXPECT_FALSE(parse({"/p", "true"}).once_per);
+  for (const char* bad : {"", "0s", "1", "1x", "h", "-1h", "1.5h", "367d", "53w", "99999999999999999999d"}) {
+    EXPECT_THAT(usage_error({"--once-per", bad, "/p", "true"}), HasSubstr(fmt::format("invalid value '{}' for --once-per", bad)))
+        << bad;
+  }
+  EXPECT_THAT(usage_error({"--once-per", "1h", "-s", "/p", "true"}), HasSubstr("--once-per runs the job on one host at a time"));
+  EXPECT_THAT(usage_error({"--once-per", "1h", "-N", "2", "/p", "true"}), HasSubstr("drop -s, -x or -N"));
+  EXPECT_THAT(usage_error({"--once-per", "1h", "--list", "/p"}), HasSubstr("drop --once-per"));
+  EXPECT_THAT(usage_error({"--once-per", "1h", "--break", "/p"}), HasSubstr("--once-per applies only to running a command"));
+}
+
+TEST(ZklockOptions, WatchGoesWithListOnly) {
+  EXPECT_TRUE(parse({"--list", "/p", "--watch"}).watch);
+  EXPECT_TRUE(parse({"--watch", "--json", "--list", "/p"}).watch);
+  EXPECT_FALSE(parse({"--list", "/p"}).watch);
+  EXPECT_THAT(usage_error({"--watch", "/p", "true"}), HasSubstr("--watch applies only to --list"));
+  EXPECT_THAT(usage_error({"--watch", "--break", "/p"}), HasSubstr("--watch applies only to --list"));
 }
 
 }  // namespace

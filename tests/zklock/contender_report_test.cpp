@@ -87,6 +87,14 @@ TEST(ZklockReport, MissingPathIsNotFree) {
   EXPECT_EQ(format_listing_json("/q", missing), R"({"path":"/q","exists":false,"contenders":[],"not_contenders":[]})" "\n");
 }
 
+TEST(ZklockReport, ASemaphoresHoldersHoldLeases) {
+  const auto slots = listing({contender("_c_x-lock-0000000003", 42, true, "a"), contender("_c_y-lock-0000000004", 43, false, "b")});
+  EXPECT_THAT(format_listing_text("/s", slots, "", 2), ::testing::ContainsRegex("holder +lease "));
+  EXPECT_THAT(format_listing_text("/s", slots, "", 2), ::testing::ContainsRegex("waiter +lease "));
+  EXPECT_THAT(format_listing_json("/s", slots, 2), HasSubstr(R"("role":"lease")"));
+  EXPECT_THAT(format_listing_json("/s", slots), HasSubstr(R"("role":"exclusive")"));
+}
+
 TEST(ZklockReport, Json) {
   EXPECT_EQ(format_listing_json("/a", listing({contender("_c_x-lock-0000000003", 42, true, "o")})),
             R"({"path":"/a","exists":true,"contenders":[{"node":"_c_x-lock-0000000003","sequence":3,"token":42,)"

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -1129,6 +1130,182 @@ TEST_F(ZklockTest, ListOfAPathOrChrootThatDoesNotExistSaysSo) {
   EXPECT_EQ(free.exit_code, 0) << free.output;
   EXPECT_THAT(free.output, HasSubstr(R"("exists":true)"));
   EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
+}
+
+// --list --watch: one JSON line now, and one each time the holders change (not when a waiter
+// queues), until TERM.
+TEST_F(ZklockTest, ListWatchStreamsALineEachTimeTheHoldersChange) {
+  Process watcher(zklock({"--list", path_, "--json", "--watch"}), merged_output());
+  KillAtEnd stop_watcher{watcher.pid(), true};
+  const auto missing = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(missing);
+  EXPECT_THAT(*missing, HasSubstr(R"("exists":false)"));
+
+  std::string first_line;
+  auto first = start_holder({"--owner", "first-holder"}, &first_line);
+  const auto first_seen = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(first_seen) << "no line for the first holder";
+  EXPECT_THAT(*first_seen, HasSubstr(fmt::format("\"token\":{},", number_after(first_line, "held "))));
+  EXPECT_THAT(*first_seen, HasSubstr(R"("owner":"first-holder","since":)"));
+
+  const TempDir dir("zklock-watch");
+  const auto release = dir.file("release");
+  Process second(zklock({"--owner", "second-holder", path_, "-c",
+                         fmt::format("echo \"held $ZKLOCK_FENCING_TOKEN\"; while [ ! -e '{}' ]; do sleep 0.05; done",
+                                     release.string())}),
+                 merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  first->signal(SIGTERM);
+  EXPECT_EQ(first->wait(scaled(30s)), 128 + SIGTERM);
+  const auto second_held = second.wait_for_line("held ", scaled(30s));
+  ASSERT_TRUE(second_held);
+  const auto second_seen = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(second_seen) << "no line for the second holder";
+  EXPECT_THAT(*second_seen, HasSubstr(fmt::format("\"token\":{},", number_after(*second_held, "held "))));
+  EXPECT_THAT(*second_seen, Not(HasSubstr("first-holder")));
+
+  std::ofstream(release.string()) << "go\n";
+  EXPECT_EQ(second.wait(scaled(30s)), 0);
+  const auto free = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(free) << "no line once the lock was free";
+  EXPECT_THAT(*free, HasSubstr(R"("exists":true,"contenders":[])"));
+
+  watcher.signal(SIGTERM);
+  EXPECT_EQ(watcher.wait(scaled(30s)), 0);
+  // The waiter queueing behind the first holder printed nothing: exactly the four lines above.
+  EXPECT_EQ(watcher.read_all(scaled(5s)), "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --once-per: at most one run per window of the leader's clock, across hosts
+
+// The window a local time falls in. The test server runs on this machine, so its leader's clock
+// is this clock: a test that straddled a window boundary cannot judge the outcome, and says so.
+std::int64_t local_window(std::chrono::milliseconds period) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  return now.count() / period.count();
+}
+
+std::size_t line_count(const std::filesystem::path& file) {
+  const std::string text = read_file(file);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST_F(ZklockTest, OncePerRunsTheCommandOnceAcrossConcurrentHosts) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_window(std::chrono::days(1));
+  const std::string job = fmt::format("echo ran >> '{}'; sleep 1", runs.string());
+  std::vector<std::unique_ptr<Process>> hosts;
+  for (int i = 0; i < 4; ++i)
+    hosts.push_back(std::make_unique<Process>(zklock({"--once-per", "1d", path_, "-c", job}), merged_output()));
+  std::string outputs;
+  for (auto& host : hosts) {
+    outputs += host->read_all(scaled(60s));
+    EXPECT_EQ(host->wait(scaled(30s)), 0) << outputs;
+  }
+  if (local_window(std::chrono::days(1)) != window) GTEST_SKIP() << "the run straddled a UTC midnight";
+  EXPECT_EQ(line_count(runs), 1u) << outputs;
+  EXPECT_THAT(outputs, HasSubstr("this window's run"));
+  EXPECT_THAT(outputs, HasSubstr("is claimed already"));
+
+  // A later host is told when and by whom this window's run was made, and how it ended.
+  const Outcome later = run_to_end(zklock({"--once-per", "1d", path_, "-c", job}));
+  EXPECT_EQ(later.exit_code, 0) << later.output;
+  EXPECT_THAT(later.output, ::testing::ContainsRegex("claimed already: started [^ ]+Z by \"[^\"]+\" \\(token [0-9]+, "
+                                                     "session 0x[0-9a-f]+\\), exited 0 at [^ ]+Z; not running the command"));
+  EXPECT_EQ(line_count(runs), 1u);
+  // -q: silent.
+  const Outcome quiet = run_to_end(zklock({"-q", "--once-per", "1d", path_, "-c", job}));
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.output, "");
+}
+
+TEST_F(ZklockTest, OncePerRunsAgainInTheNextWindow) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const std::chrono::milliseconds period = 2s;
+  const std::string job = fmt::format("echo ran >> '{}'", runs.string());
+  const auto run_once = [&] { return run_to_end(zklock({"--once-per", "2s", path_, "-c", job})); };
+
+  // Twice in one window: one run. Tried again if a window boundary fell between the two.
+  bool judged = false;
+  for (int attempt = 0; attempt < 5 && !judged; ++attempt) {
+    const std::size_t before = std::filesystem::exists(runs) ? line_count(runs) : 0;
+    const auto window = local_window(period);
+    EXPECT_EQ(run_once().exit_code, 0);
+    const Outcome second = run_once();
+    EXPECT_EQ(second.exit_code, 0);
+    if (local_window(period) != window) continue;
+    judged = true;
+    EXPECT_LE(line_count(runs) - before, 1u) << second.output;
+    EXPECT_THAT(second.output, HasSubstr("claimed already")) << "a second run in one window";
+  }
+  ASSERT_TRUE(judged) << "every attempt straddled a window boundary";
+
+  // The next window runs again.
+  const std::size_t before = line_count(runs);
+  const auto window = local_window(period);
+  ASSERT_TRUE(eventually([&] { return local_window(period) > window; }, 5s));
+  const Outcome next = run_once();
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_EQ(line_count(runs), before + 1) << next.output;
+}
+
+TEST_F(ZklockTest, OncePerHostArrivingDuringTheRunLeavesWithoutQueueing) {
+  const TempDir dir("zklock-once");
+  const auto release = dir.path() / "release";
+  auto first = std::make_unique<Process>(
+      zklock({"--once-per", "1w", path_, "-c",
+              fmt::format("echo started; while [ ! -e '{}' ]; do sleep 0.05; done", release.string())}),
+      merged_output());
+  ASSERT_TRUE(first->wait_for_line("started", scaled(30s)));
+  // -n would exit 1 on the held lock if it queued: it sees the claimed window first.
+  const Outcome second = run_to_end(zklock({"-n", "--once-per", "1w", path_, "echo", "second-ran"}));
+  std::ofstream(release.string()) << "go\n";
+  EXPECT_EQ(first->wait(scaled(30s)), 0);
+  EXPECT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("not (yet) finished"));
+  EXPECT_THAT(second.output, Not(HasSubstr("second-ran")));
+}
+
+TEST_F(ZklockTest, OncePerRecordsTheExitCodeAndListShowsTheLastRun) {
+  const Outcome failed = run_to_end(zklock({"--once-per", "1w", "--owner", "nightly", path_, "-c", "exit 3"}));
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+
+  const Outcome text = list();
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr(path_ + ": free"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("last --once-per run: started [^ ]+Z by \"nightly\" "
+                                                    "\\(token [0-9]+, session 0x[0-9a-f]+\\), exited 3 at [^ ]+Z"));
+  EXPECT_THAT(text.output, Not(HasSubstr("not a contender")));
+  const Outcome json = list({"--json"});
+  EXPECT_THAT(json.output, HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"started":")"));
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly","token":"[0-9]+","session":"0x[0-9a-f]+",)"
+                                                    R"("exit_code":3,"finished":"[^"]+Z"\}\})"));
+  // Neither the clock probe nor anything else is left beside the record.
+  zkr::SessionOptions options;
+  options.servers = servers_;
+  zkr::Session session(options);
+  EXPECT_EQ(session.children(path_), std::vector<std::string>{"zklock.last-run"});
+}
+
+TEST_F(ZklockTest, OncePerRefusesARecordItDidNotWrite) {
+  zkr::SessionOptions options;
+  options.servers = servers_;
+  zkr::Session session(options);
+  session.create(path_);
+  session.create(path_ + "/zklock.last-run", "last-run=yesterday");
+  const Outcome refused = run_to_end(zklock({"--once-per", "1d", path_, "echo", "job-ran"}));
+  EXPECT_EQ(refused.exit_code, 65) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(path_ + "/zklock.last-run is not a run record zklock wrote (it does not "
+                                        "start with 'zklock run record 1')"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  EXPECT_EQ(session.get(path_ + "/zklock.last-run").data, "last-run=yesterday");
+  // --list shows it as what it is: a child that is not a contender.
+  EXPECT_THAT(list().output, HasSubstr("not a contender: zklock.last-run"));
+  session.remove(path_ + "/zklock.last-run");
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ po::options_description option_table() {
       ("shared,s", po::bool_switch())
       ("exclusive,x", po::bool_switch())
       ("slots,N", text())
+      ("once-per", text())
       ("session-timeout", text())
       ("connect-timeout", text())
       ("tick-time", text())
@@ -46,6 +47,7 @@ po::options_description option_table() {
       ("node", text())
       ("force", po::bool_switch())
       ("json", po::bool_switch())
+      ("watch", po::bool_switch())
       ("help,h", po::bool_switch())
       ("version,V", po::bool_switch());
   return table;
@@ -103,6 +105,31 @@ std::chrono::milliseconds whole_milliseconds(std::chrono::nanoseconds duration) 
 }
 
 }  // namespace
+
+std::chrono::milliseconds parse_period(std::string_view text, std::string_view option) {
+  struct Unit {
+    char suffix;
+    std::chrono::milliseconds length;
+  };
+  constexpr Unit units[] = {{'s', std::chrono::seconds(1)}, {'m', std::chrono::minutes(1)},
+                            {'h', std::chrono::hours(1)},   {'d', std::chrono::days(1)},
+                            {'w', std::chrono::weeks(1)}};
+  const auto invalid = [&](std::string_view why) {
+    return UsageError(fmt::format("invalid value '{}' for {}: {}", text, option, why));
+  };
+  if (text.empty()) throw invalid("expected a whole number and a unit, such as 30m, 1h or 1d");
+  const auto unit = std::find_if(std::begin(units), std::end(units), [&](const Unit& u) { return u.suffix == text.back(); });
+  if (unit == std::end(units)) throw invalid("expected a whole number and a unit (s, m, h, d or w), such as 30m, 1h or 1d");
+  const std::string_view number = text.substr(0, text.size() - 1);
+  std::int64_t count = 0;
+  auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), count);
+  if (number.empty() || error != std::errc{} || end != number.data() + number.size()) {
+    throw invalid("expected a whole number and a unit, such as 30m, 1h or 1d");
+  }
+  constexpr auto longest = std::chrono::days(366);
+  if (count < 1 || count > longest / unit->length) throw invalid("must be at least 1s and at most 366d");
+  return count * unit->length;
+}
 
 std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option) {
   std::string_view number = trim_seconds_suffix(text);
@@ -329,6 +356,16 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
     options.auth_file = *value;
   }
   options.json = given.flag("json");
+  options.watch = given.flag("watch");
+}
+
+void read_once_per(const GivenOptions& given, CliOptions& options) {
+  const auto value = given.text("once-per");
+  if (!value) return;
+  if (options.kind != LockKind::mutex) {
+    throw UsageError("--once-per runs the job on one host at a time: it takes a plain lock, drop -s, -x or -N");
+  }
+  options.once_per = parse_period(*value, "--once-per");
 }
 
 // What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
@@ -345,6 +382,8 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     if (!rest.empty()) throw UsageError(fmt::format("--break takes no command (found '{}')", rest.front()));
     if (options.json) throw UsageError("--json applies only to --list");
     if (options.kind == LockKind::semaphore) throw UsageError("--break reads a semaphore's slots from the path: drop --slots");
+    if (options.once_per) throw UsageError("--once-per applies only to running a command");
+    if (options.watch) throw UsageError("--watch applies only to --list");
     return;
   }
   if (auto list_path = given.text("list")) {
@@ -352,9 +391,11 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     options.lock_path = *list_path;
     if (!rest.empty()) throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
     if (options.kind == LockKind::semaphore) throw UsageError("--list reads a semaphore's slots from the path: drop --slots");
+    if (options.once_per) throw UsageError("--list shows the path's last --once-per run by itself: drop --once-per");
     return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
+  if (options.watch) throw UsageError("--watch applies only to --list");
 
   if (rest.empty()) throw UsageError("missing LOCKPATH");
   options.lock_path = rest.front();
@@ -402,6 +443,7 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   read_waiting_and_exit_codes(given, options);
   read_session_timing(given, env_tick_time, options);
   read_job_stop_and_node(given, options);
+  read_once_per(given, options);
   read_operands(given, std::move(arguments.operands), options);
   return options;
 }
@@ -419,7 +461,7 @@ std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
   zklock [options] LOCKPATH -c 'SHELL COMMAND'
-  zklock [options] --list LOCKPATH
+  zklock [options] --list LOCKPATH [--json] [--watch]
   zklock [options] --break LOCKPATH [--node NAME] [--force]
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
@@ -443,6 +485,10 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
                                 readers and writers
   -N, --slots N                 take one of N slots of a semaphore: up to N jobs run at once
                                 (the library's Semaphore; every participant must give the same N)
+      --once-per PERIOD         run the command at most once per PERIOD (30m, 1h, 1d, 1w...)
+                                on all hosts together: periods are windows of the ensemble
+                                leader's clock (UTC days for 1d); a zklock that finds this
+                                window's run done (or running) exits 0 without running it
       --session-timeout SECS    requested session timeout (default 10), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)
@@ -459,9 +505,12 @@ Options (they stop at LOCKPATH; '--' may stand before COMMAND):
                                 session state changes on stderr
   -q, --quiet                   print nothing but fatal errors
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
-                                session, owner data, since when; then exit (66 if LOCKPATH
-                                does not exist)
+                                session, owner data, since when, and its last --once-per run;
+                                then exit (66 if LOCKPATH does not exist)
       --json                    with --list: print JSON instead of a table
+      --watch                   with --list: print the listing again each time the holders
+                                change (who leads an election, who holds a lock), until
+                                interrupted (then exit 0); with --json, one JSON line each
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
                                 first on a terminal); its zklock stops the job and exits 75
       --node NAME               with --break: which holder, when there are several
@@ -486,10 +535,12 @@ signals...) are ignored.
 
 Exit status:
   the command's status (128+N if it was killed by signal N)
+  0             also: --once-per found this period's run already done or running elsewhere
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
                 the loss came); the command was stopped
   64            usage error: bad option, value or lock path, or a chroot that does not exist
+  65            --once-per: the path's run record is not one zklock wrote; nothing was run
   66            with --list: LOCKPATH (or the chroot) does not exist
   69            the ensemble could not be reached within the connect timeout
   70            an unexpected failure inside zklock or the library (a bug: please report it)

@@ -32,6 +32,8 @@ struct CliOptions {
   int conflict_exit_code = 1;
   LockKind kind = LockKind::mutex;
   int slots = 0;  // LockKind::semaphore: how many jobs may hold at once
+  // --once-per: run at most once per window of this length (of the ensemble leader's clock).
+  std::optional<std::chrono::milliseconds> once_per;
 
   std::chrono::milliseconds session_timeout{10'000};
   std::chrono::milliseconds connect_timeout{15'000};
@@ -44,6 +46,7 @@ struct CliOptions {
   std::optional<std::filesystem::path> auth_file;
   Verbosity verbosity = Verbosity::normal;
   bool json = false;
+  bool watch = false;  // with --list: print again whenever the holders change, until interrupted
   // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
   std::optional<std::string> break_node;
   bool force = false;
@@ -78,6 +81,9 @@ std::optional<std::string> nested_on_parents_lock(const CliOptions& options, con
 
 // "2", "0.5", "1.25s": non-negative seconds, at most a day. Throws UsageError naming `option`.
 std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option);
+// "30m", "1h", "1d", "2w": a whole number and a unit (s, m, h, d, w), from 1s to 366 days.
+// Throws UsageError naming `option`.
+std::chrono::milliseconds parse_period(std::string_view text, std::string_view option);
 // "TERM", "SIGTERM", "sigterm" or "15". Throws UsageError naming `option`.
 int parse_signal(std::string_view text, std::string_view option);
 // The signal's short name ("TERM") or its number as text.

@@ -8,7 +8,9 @@ namespace zklock {
 
 namespace {
 
-std::string_view role_name(zkr::ContenderRole role) {
+// A semaphore's contenders are "-lock-" nodes like a lock's, but what they hold is a lease.
+std::string_view role_name(zkr::ContenderRole role, std::optional<int> slots) {
+  if (slots && role == zkr::ContenderRole::exclusive) return "lease";
   switch (role) {
     case zkr::ContenderRole::exclusive: return "exclusive";
     case zkr::ContenderRole::read: return "read";
@@ -145,7 +147,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   const char* row = "{:<7} {:<9} {:<9} {:>12} {:<20} {:<24} {:<24} {}\n";
   out += fmt::format(fmt::runtime(row), "STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE");
   for (const auto& contender : contenders) {
-    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role),
+    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role, slots),
                        scheme_name(contender.scheme), contender.token.value(),
                        zkr::session_id_text(contender.session_id), format_utc(contender.created),
                        printable(contender.owner_data), printable(contender.node));
@@ -156,7 +158,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
 }  // namespace
 
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
-                                std::optional<int> slots) {
+                                std::optional<int> slots, const std::optional<RunRecord>& last_run) {
   if (!listing.exists) {
     if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
     return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
@@ -166,6 +168,7 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
   if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
   else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
+  if (last_run) out += fmt::format("last --once-per run: {}\n", describe_run(*last_run));
   return out;
 }
 
@@ -182,7 +185,8 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
   return text.empty() ? "someone who has let go since" : text;
 }
 
-std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots) {
+std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
+                                const std::optional<RunRecord>& last_run) {
   std::string out = fmt::format("{{\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false",
                                 slots ? fmt::format("\"slots\":{},", *slots) : std::string());
@@ -196,9 +200,11 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(contender.node), contender.sequence, contender.token.value(),
         json_string(zkr::session_id_text(contender.session_id)), json_string(contender.owner_data),
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
-        json_string(role_name(contender.role)), json_string(scheme_name(contender.scheme)));
+        json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }
-  out += fmt::format("],\"not_contenders\":{}}}\n", json_array(listing.not_contenders));
+  out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
+  if (last_run) out += fmt::format(",\"last_run\":{}", run_record_json(*last_run));
+  out += "}\n";
   return out;
 }
 

@@ -9,6 +9,7 @@ struct CliOptions;
 
 namespace exit_code {
 inline constexpr int usage = 64;           // bad option, value or lock path (EX_USAGE)
+inline constexpr int data_error = 65;      // --once-per: the path's run record is not zklock's (EX_DATAERR)
 inline constexpr int no_such_path = 66;    // --list: the lock path (or the chroot) does not exist (EX_NOINPUT)
 inline constexpr int unavailable = 69;     // ensemble unreachable, session gone (EX_UNAVAILABLE)
 inline constexpr int internal = 70;        // anything the library reports that fits nothing else

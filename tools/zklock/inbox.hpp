@@ -47,6 +47,14 @@ class Inbox {
     wakeup_.notify();
   }
   void post_connected() { wakeup_.notify(); }
+  // A watch on the listed path fired (--list --watch).
+  void post_path_changed() {
+    {
+      std::lock_guard guard(mutex_);
+      path_changed_ = true;
+    }
+    wakeup_.notify();
+  }
 
   std::deque<zkr::SessionState> take_states() {
     std::lock_guard guard(mutex_);
@@ -55,6 +63,10 @@ class Inbox {
   std::optional<zkr::LossReason> lost() const {
     std::lock_guard guard(mutex_);
     return lost_;
+  }
+  bool take_path_changed() {
+    std::lock_guard guard(mutex_);
+    return std::exchange(path_changed_, false);
   }
   std::optional<Acquired> take_acquired() {
     std::lock_guard guard(mutex_);
@@ -67,6 +79,7 @@ class Inbox {
   std::deque<zkr::SessionState> states_;
   std::optional<zkr::LossReason> lost_;
   std::optional<Acquired> acquired_;
+  bool path_changed_ = false;
 };
 
 }  // namespace zklock

@@ -91,6 +91,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     job = start_job_(argv, environment);
   } catch (const JobStartError& error) {
     say("{}", error.what());
+    lock.job_ended(error.exit_code());
     lock.release();  // no job was started: nothing to stop
     return error.exit_code();
   }
@@ -117,6 +118,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     }
   }
   const int code = lost ? options_.lost_exit_code : outcome.exit_code;
+  if (!lost) lock.job_ended(code);
   const bool still_held = !lock.loss_reason();
   lock.release();
   if (options_.verbose() && still_held) say("released {}", options_.lock_path);

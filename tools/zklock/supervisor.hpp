@@ -42,6 +42,9 @@ class SupervisedLock {
   // How long node_still_ours() may go unanswered before the lock is taken for lost: by then the
   // session monitor has surely spoken.
   virtual std::chrono::milliseconds verdict_bound() const = 0;
+  // The command ended (with zklock's exit code `exit_code`) and the lock was not lost: the last
+  // moment to write anything under it, before release().
+  virtual void job_ended(int exit_code) { (void)exit_code; }
   virtual void release() = 0;
 };
 
@@ -81,9 +84,14 @@ class HeldZkLock final : public SupervisedLock {
   std::string describe_loss(zkr::LossReason reason) const override;
   std::optional<bool> node_still_ours(std::string& problem) override;
   std::chrono::milliseconds verdict_bound() const override;
+  void job_ended(int exit_code) override {
+    if (on_job_ended_) on_job_ended_(exit_code);
+  }
   void release() override { held_.release(); }
+  void on_job_ended(std::function<void(int exit_code)> action) { on_job_ended_ = std::move(action); }
 
  private:
+  std::function<void(int)> on_job_ended_;
   zkr::HeldLock& held_;
   zkr::Session& session_;
   std::string lock_path_;

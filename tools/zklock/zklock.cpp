@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -41,6 +42,7 @@
 #include "job.hpp"
 #include "keeper.hpp"
 #include "messages.hpp"
+#include "once_per.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
 
@@ -69,6 +71,15 @@ class Zklock {
         inbox_(std::make_shared<Inbox>()) {}
 
   int list();
+  int watch_list();
+  struct Listing {
+    zkr::PathListing contenders;
+    std::optional<int> slots;
+    std::optional<RunRecord> last_run;
+  };
+  Listing read_listing();
+  std::string format_listing(const Listing& listing) const;
+  std::optional<RunRecord> read_last_run(zkr::PathListing& listing);
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -80,7 +91,10 @@ class Zklock {
   void connect();
   std::chrono::milliseconds lead_time_needed() const;
   void require_lead_time() const;
+  std::string owner_data() const;
+  zkr::NodeAcl lock_acl() const;
   zkr::HeldLock acquire();
+  bool once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held);
   [[noreturn]] void fail(std::error_code error, const std::string& message) const;
   std::string job_description() const;
 
@@ -234,16 +248,20 @@ std::string Zklock::job_description() const {
   return text;
 }
 
+std::string Zklock::owner_data() const {
+  if (options_.owner) return *options_.owner;
+  constexpr std::size_t max_owner_command = 200;
+  return fmt::format("{}:{}", zkr::default_owner_data(), job_description().substr(0, max_owner_command));
+}
+
+zkr::NodeAcl Zklock::lock_acl() const {
+  return options_.auth_file ? zkr::NodeAcl::creator_all_world_read : zkr::NodeAcl::open;
+}
+
 zkr::HeldLock Zklock::acquire() {
   zkr::LockOptions lock_options;
-  if (options_.owner) {
-    lock_options.owner_data = *options_.owner;
-  } else {
-    constexpr std::size_t max_owner_command = 200;
-    lock_options.owner_data = fmt::format("{}:{}", zkr::default_owner_data(),
-                                          job_description().substr(0, max_owner_command));
-  }
-  if (options_.auth_file) lock_options.acl = zkr::NodeAcl::creator_all_world_read;
+  lock_options.owner_data = owner_data();
+  lock_options.acl = lock_acl();
 
   // Every kind acquires the same way (Lock::async_acquire and Semaphore::async_acquire agree).
   std::function<void(std::chrono::nanoseconds, zkr::AcquireHandler, std::stop_token)> async_acquire;
@@ -342,12 +360,64 @@ zkr::HeldLock Zklock::acquire() {
   return held;
 }
 
+// --once-per: true if this window's run is done or running elsewhere (said unless -q): the caller
+// leaves with 0. Before the lock (`held` null) it only looks; under the lock it claims the window.
+bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) {
+  OncePerGate::Verdict verdict;
+  try {
+    verdict = held ? gate.claim(*held, owner_data(), lock_acl()) : gate.look();
+  } catch (const ForeignRecord& error) {
+    say("{}: not running the command", error.what());
+    throw ExitRequest{exit_code::data_error};
+  } catch (const zkr::Error& error) {
+    if (error.code() == zkr::errc::lock_lost) {
+      if (!options_.quiet()) say("lost the lock on {} before the job started: {}", options_.lock_path, error.what());
+      throw ExitRequest{options_.lost_exit_code};
+    }
+    fail(error.code(), fmt::format("cannot read or write the --once-per record of {}: {}", options_.lock_path,
+                                   error.what()));
+  }
+  if (!verdict.already_ran) {
+    if (held && options_.verbose()) {
+      say("claimed the window {} of --once-per for this run", gate.describe_window(verdict.now_ms));
+    }
+    return false;
+  }
+  if (!options_.quiet()) {
+    say("{}: this window's run ({}) is claimed already: {}; not running the command", options_.lock_path,
+        gate.describe_window(verdict.now_ms), describe_run(*verdict.last));
+  }
+  return true;
+}
+
 int Zklock::run() {
   connect();
   require_lead_time();
+  std::optional<OncePerGate> once_per;
+  if (options_.once_per) {
+    once_per.emplace(*session_, options_.lock_path, *options_.once_per);
+    if (once_per_window_done(*once_per, nullptr)) {
+      session_->close();
+      return 0;
+    }
+  }
   // Declared before the supervisor's job, so destroyed (released) after it.
   zkr::HeldLock held = acquire();
+  if (once_per && once_per_window_done(*once_per, &held)) {
+    held.release();
+    session_->close();
+    return 0;
+  }
   HeldZkLock lock(held, *session_, options_.lock_path, inbox_);
+  if (once_per) {
+    lock.on_job_ended([this, &once_per, &held](int exit_code) {
+      try {
+        once_per->record_exit(held, exit_code);
+      } catch (const zkr::Error& error) {
+        if (!options_.quiet()) say("could not record the exit code in the --once-per record: {}", error.what());
+      }
+    });
+  }
   SignalWaiter waiter(signals_, inbox_->wakeup());
   Supervisor supervisor(options_, *inbox_, waiter,
                         [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
@@ -396,27 +466,107 @@ std::string Zklock::current_holders() {
   }
 }
 
-int Zklock::list() {
-  connect();
-  zkr::PathListing listing;
-  std::optional<int> slots;
+// The path's --once-per record, shown as the last run rather than as a child that is not a
+// contender. A record zklock did not write stays listed as such a child.
+std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
+  auto& others = listing.not_contenders;
+  const auto record = std::find(others.begin(), others.end(), run_record_name);
+  if (record == others.end()) return std::nullopt;
+  std::string problem;
+  zkr::NodeData node;
+  try {
+    node = session_->get(run_record_path(options_.lock_path));
+  } catch (const zkr::Error& error) {
+    if (error.code() == zkr::zk_errc::no_node) return std::nullopt;  // removed since the listing
+    throw;
+  }
+  auto last_run = run_record_from(node, problem);
+  if (!last_run) return std::nullopt;
+  others.erase(record);
+  return last_run;
+}
+
+Zklock::Listing Zklock::read_listing() {
+  Listing listing;
   try {
     // A semaphore's path records its slots: its first N contenders hold, not only the first.
-    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-    listing = zkr::list_lock_path(*session_, options_.lock_path, slots.value_or(1));
+    listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
+    listing.last_run = read_last_run(listing.contenders);
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
+  return listing;
+}
+
+std::string Zklock::format_listing(const Listing& listing) const {
+  if (options_.json) return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run);
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
-  const std::string report =
-      options_.json ? format_listing_json(options_.lock_path, listing, slots)
-                    : format_listing_text(options_.lock_path, listing, servers ? servers->chroot : "", slots);
+  return format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
+                             listing.last_run);
+}
+
+void print_report(const std::string& report) {
   std::fwrite(report.data(), 1, report.size(), stdout);
   std::fflush(stdout);
+}
+
+int Zklock::list() {
+  connect();
+  if (options_.watch) return watch_list();
+  const Listing listing = read_listing();
+  print_report(format_listing(listing));
   session_->close();
   // Not "free": monitoring must not take a missing path (or chroot) for an unlocked one.
-  return listing.exists ? 0 : exit_code::no_such_path;
+  return listing.contenders.exists ? 0 : exit_code::no_such_path;
+}
+
+// --list --watch: the listing, then again each time the set of holders changes (a new leader, a
+// lock passed on or freed, the path created or removed), until INT, TERM or HUP. A children watch
+// on the path wakes it; it is set again once it fired, or once the session was replaced (a new
+// session does not carry the old one's watches). A path that does not exist cannot carry one: it
+// is read again every second until it does.
+int Zklock::watch_list() {
+  constexpr auto missing_path_poll = 1000ms;
+  constexpr auto safety_poll = 10s;  // should a watch ever be missed, the listing still catches up
+  std::optional<std::string> shown_holders;
+  std::int64_t watched_session = 0;  // the session whose watch is armed; 0: none
+  while (true) {
+    if (watched_session != session_->id()) {
+      try {
+        session_->children(options_.lock_path, [inbox = inbox_](zkr::NodeEvent) { inbox->post_path_changed(); });
+        watched_session = session_->id();
+      } catch (const zkr::Error& error) {
+        if (error.code() != zkr::zk_errc::no_node && !(error.code() == zkr::condition::connection_trouble)) {
+          fail(error.code(), fmt::format("cannot watch {}: {}", options_.lock_path, error.what()));
+        }
+      }
+    }
+    const Listing listing = read_listing();
+    std::string holders = listing.contenders.exists ? "exists" : "missing";
+    for (const auto& contender : listing.contenders.contenders)
+      if (contender.holds) holders += "\n" + contender.node;
+    if (holders != shown_holders) {
+      print_report(format_listing(listing));
+      shown_holders = std::move(holders);
+    }
+
+    const auto poll = watched_session != 0 ? safety_poll : missing_path_poll;
+    const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::duration_cast<std::chrono::milliseconds>(poll));
+    if (ready.signal) {
+      while (const auto signal = signals_.next()) {
+        if (*signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP) {
+          session_->close();
+          return 0;
+        }
+      }
+    }
+    if (ready.wakeup) {
+      report_session_states(*inbox_, options_);
+      if (inbox_->take_path_changed()) watched_session = 0;  // fired: set it again
+    }
+  }
 }
 
 // An operator breaks a stuck lock: the holder's node is deleted, so its zklock hears node_deleted,
