@@ -51,6 +51,11 @@ class Acquisition {
   using MakeRequest =
       std::function<ContenderRequest(std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal)>;
   using Done = std::function<void(std::error_code, const std::shared_ptr<Contender>&)>;
+  // For an acquisition that is more than one contender (a peer's semaphore: its internal lock,
+  // then a lease): starts it and runs `done` once, on the session's callback thread, with the
+  // granted contender; a stop request cancels it.
+  using Start = std::function<void(std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal,
+                                   Done done, std::stop_token stop)>;
 
   // `operation` names the acquisition in errors ("acquire lock"). Made for one call by a recipe
   // that outlives it (`path` is the recipe's): a MakeRequest that captures only the recipe's
@@ -58,6 +63,9 @@ class Acquisition {
   Acquisition(const std::shared_ptr<SessionCore>& core, std::string_view operation, std::string_view path,
               MakeRequest make)
       : core_(core), operation_(operation), path_(path), make_(std::move(make)) {}
+  Acquisition(const std::shared_ptr<SessionCore>& core, std::string_view operation, std::string_view path,
+              Start start)
+      : core_(core), operation_(operation), path_(path), start_(std::move(start)) {}
 
   // Until granted. Throws Error (errc::cancelled when stopped).
   std::shared_ptr<Contender> wait(std::stop_token stop) const;
@@ -79,6 +87,7 @@ class Acquisition {
   std::string_view operation_;
   std::string_view path_;
   MakeRequest make_;
+  Start start_;  // instead of make_
 };
 
 }  // namespace zkr::detail

@@ -4,6 +4,8 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
@@ -27,6 +29,11 @@ constexpr int kMaxParentRetries = 20;
 constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
+
+std::string new_guid() {
+  thread_local boost::uuids::random_generator generator;
+  return boost::uuids::to_string(generator());
+}
 
 }  // namespace
 
@@ -110,6 +117,11 @@ void Contender::begin_locked() {
     return;
   }
   generation_ = core_->generation_locked();
+  if (request_.only_generation != 0 && generation_ != request_.only_generation) {
+    complete_locked(make_error_code(errc::session_lost));
+    finish_locked();
+    return;
+  }
   if (!core_->usable_locked(generation_)) {
     if (request_.timeout == std::chrono::nanoseconds::zero()) {
       // A non-blocking attempt never waits for a session to come back.
@@ -127,13 +139,19 @@ void Contender::begin_locked() {
   own_watch_ = OwnWatch::none;
   touches_seen_.clear();
   first_waiter_touch_sent_ = false;
-  // A fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one.
-  guid_ = new_node_guid(request_.naming);
+  guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
   const std::uint64_t attempt = ++attempt_;
-  const std::string prefix =
-      request_.parent + "/" + node_name_prefix(request_.naming, request_.policy.role, guid_);
+  const std::string_view marker = request_.marker ? std::string_view(*request_.marker) : node_marker(request_.policy.role);
+  std::string prefix;
+  if (request_.kazoo_naming) {
+    std::erase(guid_, '-');  // kazoo's uuid4().hex
+    prefix = fmt::format("{}/{}{}", request_.parent, guid_, marker);
+  } else {
+    prefix = fmt::format("{}/_c_{}-{}", request_.parent, guid_, marker);
+  }
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->create(generation_, prefix, request_.owner_data, CreateMode::ephemeral_sequential, request_.acl,
+  core_->create(generation_, prefix, request_.owner_data,
+                request_.sequential ? CreateMode::ephemeral_sequential : CreateMode::ephemeral, request_.acl,
                 [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
                   if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
                 });
@@ -169,7 +187,8 @@ void Contender::ensure_parent_then_create_locked() {
     const bool first = i == 0, last = i + 1 == ancestors.size();
     // Only the recipe's own node takes its ACL: ancestors may be shared with other recipes and
     // other identities, so they are created open.
-    core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(), CreateMode::container,
+    core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(),
+                  last ? request_.parent_mode : CreateMode::container,
                   last ? request_.acl : NodeAcl::open,
                   [self, attempt, first, last, chroot_missing](zk_errc rc, std::string, NodeStat) {
                     if (first && rc == zk_errc::no_node) *chroot_missing = true;
@@ -319,6 +338,11 @@ void Contender::verify_parent_locked(std::uint64_t attempt) {
 void Contender::evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch) {
   if (abandon_) {
     remove_node_locked();
+    return;
+  }
+  if (request_.held_once_created) {
+    if (std::find(children.begin(), children.end(), our_name()) == children.end()) own_node_gone_locked();
+    else grant_locked();
     return;
   }
   std::vector<ContenderName> queue;
@@ -883,6 +907,11 @@ std::optional<Contender::FenceCheck> Contender::fence_check_locked(std::string& 
     return std::nullopt;
   }
   return FenceCheck{generation_, node_path_};
+}
+
+std::uint64_t Contender::generation() const {
+  std::lock_guard lock(core_->mutex());
+  return generation_;
 }
 
 std::int64_t Contender::session_id() const {

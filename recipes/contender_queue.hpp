@@ -58,9 +58,23 @@ struct ContenderRequest {
   // swapped between the check and our create); an error ends the attempt with that error and
   // deletes our node. Runs with the session mutex held: must be quick and must not block.
   std::function<std::error_code(const std::string& parent_data)> check_parent;
-  // How our node is named: ours and Curator's "_c_<uuid>-<marker><seq>", or kazoo's
-  // "<32 hex><marker><seq>" (policy.role gives the marker).
-  ContenderScheme naming = ContenderScheme::zkrecipes_or_curator;
+  // How the parent is created when missing: a container by default; kazoo's recipes expect a
+  // persistent one (they create it once and then rely on it).
+  CreateMode parent_mode = CreateMode::container;
+
+  // Our node's name, where a peer's layout dictates it (recipes/peer_semaphore.cpp). Curator's
+  // protected form "_c_<uuid>-<marker>", or kazoo's "<32 hex><marker>"; the server appends the
+  // sequence if `sequential`. Without a marker, the role's (node_marker()).
+  bool kazoo_naming = false;
+  std::optional<std::string> marker;
+  bool sequential = true;
+  // No queue: the contender holds as soon as its node exists (a semaphore lease created under
+  // the peer's internal lock, which did the counting).
+  bool held_once_created = false;
+  // Nonzero: the contender lives on that session generation only, and fails with
+  // errc::session_lost instead of queueing again on a later session (a lease created under an
+  // internal lock that was lost with its session).
+  std::uint64_t only_generation = 0;
   // If set, checked against every listing of the parent that includes our node (at join and at
   // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes
   // our node. Runs with the session mutex held: must be quick and must not block.
@@ -92,6 +106,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   FencingToken token() const;
   std::string node_path() const;
   std::int64_t session_id() const;
+  std::uint64_t generation() const;  // the session generation of our node
   bool lost() const;
   std::optional<LossReason> loss_reason() const;
   std::stop_token lost_token() const { return lost_source_.get_token(); }

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
@@ -130,7 +132,10 @@ class ElectionQueue {
   detail::ContenderRequest request(std::chrono::nanoseconds timeout,
                                    std::shared_ptr<detail::RefusalDetail> refusal) const {
     auto request = detail::one_holder_request(path_, options_, role_, timeout, refusal);
-    request.naming = naming_;
+    if (naming_ == ContenderScheme::kazoo) {
+      request.kazoo_naming = true;
+      request.marker = "__lock__";
+    }
     // Only nodes of our own layout share our queue: any other recipe's (a peer's latch beside our
     // lock names, kazoo's beside Curator's) would be a second queue with a leader of its own.
     const auto ours = detail::node_kind(naming_, role_);
@@ -205,7 +210,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
         error = core->end_reason_locked();
       }
       if (!error) error = make_error_code(errc::session_closed);
-      changed.notify_all();
+      changed_locked();
       return;
     }
     phase = Phase::waiting;
@@ -228,7 +233,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
       error = ec;
       error_detail = std::move(refusal);
       phase = Phase::stopped;
-      changed.notify_all();
+      changed_locked();
       return;
     }
     std::weak_ptr<State> weak = shared_from_this();
@@ -237,7 +242,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     });
     phase = Phase::leading;
     notify_locked(LeadershipEvent::gained, term);
-    changed.notify_all();
+    changed_locked();
   }
 
   void on_term_lost(const std::shared_ptr<Term>& lost_term) {
@@ -247,7 +252,22 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     lost_term->end();  // its stop was requested by begin_term's callback, outside this mutex
     notify_locked(LeadershipEvent::lost, lost_term);
     if (phase == Phase::leading) join_locked();  // at the back, on the session's next connection
+    changed_locked();
+  }
+
+  // Wakes wait_for_leadership() and settles the async waits once the latch no longer waits.
+  void changed_locked() {
     changed.notify_all();
+    if (waiters.empty() || phase == Phase::waiting || phase == Phase::idle) return;
+    const auto outcome = settled_outcome_locked();
+    for (auto& [id, settle] : std::exchange(waiters, {})) settle(outcome.first, outcome.second);
+  }
+
+  // What a wait for leadership learns once the latch leads, stopped or was closed.
+  std::pair<std::error_code, std::shared_ptr<Term>> settled_outcome_locked() const {
+    if (phase == Phase::leading) return {{}, term};
+    if (phase == Phase::stopped) return {error ? error : make_error_code(errc::session_closed), nullptr};
+    return {make_error_code(errc::cancelled), nullptr};
   }
 
   // Listeners run on the session's callback thread, in the order the events happened.
@@ -277,6 +297,10 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
   std::string error_detail;  // what the error was about, when the code alone does not say
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Listener>>> listeners;
   std::uint64_t next_listener_id = 1;
+  // Pending async_wait_for_leadership() calls (by id): each settles once, without blocking.
+  using Settle = std::function<void(std::error_code, const std::shared_ptr<Term>&)>;
+  std::vector<std::pair<std::uint64_t, Settle>> waiters;
+  std::uint64_t next_waiter_id = 1;
 };
 
 LeaderLatch::LeaderLatch(Session& session, std::string path, ElectionOptions options)
@@ -306,7 +330,7 @@ void LeaderLatch::close() {
     state_->wait_stop.request_stop();  // a waiting contender deletes its node
     ended = std::exchange(state_->term, nullptr);
     if (ended) state_->notify_locked(LeadershipEvent::resigned, ended);
-    state_->changed.notify_all();
+    state_->changed_locked();
   }
   if (ended) ended->end();  // outside the mutex: stop callbacks may call the latch
 }
@@ -335,6 +359,79 @@ std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseco
     case State::Phase::closed:
       throw Error(make_error_code(errc::cancelled), "wait for leadership", state_->path, "the latch was closed");
     default: return std::nullopt;
+  }
+}
+
+void LeaderLatch::async_wait_for_leadership(std::chrono::nanoseconds timeout, LeadershipHandler handler,
+                                            std::stop_token stop) {
+  // One outcome, whichever comes first: the latch settles, the timeout passes, stop is requested.
+  struct Wait {
+    std::mutex mutex;
+    bool done = false;
+    std::uint64_t id = 0;  // in the latch's waiters
+    std::unique_ptr<boost::asio::steady_timer> timer;  // on the worker thread only
+    std::unique_ptr<std::stop_callback<std::function<void()>>> on_stop;
+  };
+  auto wait = std::make_shared<Wait>();
+  const auto core = state_->core;
+  auto settle = [wait, core, weak_state = std::weak_ptr<State>(state_), handler = std::move(handler)](
+                    std::error_code ec, const std::shared_ptr<Term>& term) {
+    {
+      std::lock_guard guard(wait->mutex);
+      if (std::exchange(wait->done, true)) return;
+    }
+    boost::asio::post(core->worker(), [wait] {
+      if (wait->timer) wait->timer->cancel();
+    });
+    core->post_callback([wait, weak_state, handler, ec, term] {
+      std::unique_ptr<std::stop_callback<std::function<void()>>> on_stop;
+      {
+        std::lock_guard guard(wait->mutex);
+        on_stop = std::move(wait->on_stop);
+      }
+      on_stop.reset();  // off every lock: its destructor waits for a running stop callback
+      if (auto state = weak_state.lock()) {
+        std::lock_guard guard(state->mutex);
+        std::erase_if(state->waiters, [id = wait->id](const auto& entry) { return entry.first == id; });
+      }
+      handler(ec, Leadership(detail::Internals::key(), term));
+    });
+  };
+  {
+    std::lock_guard guard(state_->mutex);
+    if (state_->phase == State::Phase::idle)
+      throw Error(make_error_code(errc::invalid_argument), "wait for leadership", state_->path,
+                  "start() the latch first");
+    wait->id = state_->next_waiter_id++;
+    if (state_->phase != State::Phase::waiting) {
+      const auto outcome = state_->settled_outcome_locked();
+      settle(outcome.first, outcome.second);
+      return;
+    }
+    if (timeout == std::chrono::nanoseconds::zero()) {
+      settle(make_error_code(errc::timed_out), nullptr);
+      return;
+    }
+    state_->waiters.emplace_back(wait->id, settle);
+  }
+  if (timeout > std::chrono::nanoseconds::zero()) {
+    boost::asio::post(core->worker(), [wait, settle, timeout, core] {
+      {
+        std::lock_guard guard(wait->mutex);
+        if (wait->done) return;
+        wait->timer = std::make_unique<boost::asio::steady_timer>(core->worker(), timeout);
+      }
+      wait->timer->async_wait([settle](boost::system::error_code ec) {
+        if (!ec) settle(make_error_code(errc::timed_out), nullptr);
+      });
+    });
+  }
+  if (stop.stop_possible()) {
+    auto on_stop = std::make_unique<std::stop_callback<std::function<void()>>>(
+        stop, [settle] { settle(make_error_code(errc::cancelled), nullptr); });
+    std::lock_guard guard(wait->mutex);
+    if (!wait->done) wait->on_stop = std::move(on_stop);
+    else core->post_callback([on_stop = std::shared_ptr(std::move(on_stop))] {});  // destroyed off this lock
   }
 }
 
@@ -369,7 +466,7 @@ bool LeaderLatch::resign() {
   ended->held.release();  // the delete is sent before our new node's create: the next participant leads
   state_->notify_locked(LeadershipEvent::resigned, ended);
   if (state_->phase == State::Phase::leading) state_->join_locked();  // unless closed meanwhile
-  state_->changed.notify_all();
+  state_->changed_locked();
   return true;
 }
 

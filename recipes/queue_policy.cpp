@@ -2,10 +2,6 @@
 
 #include <algorithm>
 
-#include <boost/uuid/random_generator.hpp>
-#include <boost/uuid/uuid_io.hpp>
-#include <fmt/format.h>
-
 namespace zkr::detail {
 namespace {
 
@@ -13,8 +9,7 @@ bool blocks_reader(ContenderRole role) { return role != ContenderRole::read; }
 
 }  // namespace
 
-std::string_view node_marker(ContenderRole role, ContenderScheme naming) {
-  if (naming == ContenderScheme::kazoo) return role == ContenderRole::read ? "__rlock__" : "__lock__";
+std::string_view node_marker(ContenderRole role) {
   switch (role) {
     case ContenderRole::exclusive: return "lock-";
     case ContenderRole::read: return "__READ__";
@@ -22,18 +17,6 @@ std::string_view node_marker(ContenderRole role, ContenderScheme naming) {
     case ContenderRole::latch: return "latch-";
   }
   return "lock-";
-}
-
-std::string new_node_guid(ContenderScheme naming) {
-  thread_local boost::uuids::random_generator generator;
-  std::string guid = boost::uuids::to_string(generator());
-  if (naming == ContenderScheme::kazoo) std::erase(guid, '-');  // as Python's uuid4().hex
-  return guid;
-}
-
-std::string node_name_prefix(ContenderScheme naming, ContenderRole role, std::string_view guid) {
-  if (naming == ContenderScheme::kazoo) return fmt::format("{}{}", guid, node_marker(role, naming));
-  return fmt::format("_c_{}-{}", guid, node_marker(role, naming));
 }
 
 // Who wakes whom, without a herd.

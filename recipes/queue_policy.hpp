@@ -32,13 +32,7 @@ struct QueueDecision {
 };
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy);
 
-// The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-"; kazoo's
-// "__lock__", "__rlock__").
-std::string_view node_marker(ContenderRole role, ContenderScheme naming = ContenderScheme::zkrecipes_or_curator);
-// A fresh per-attempt GUID in the naming's form: a lowercase UUID, or kazoo's 32 hex digits.
-std::string new_node_guid(ContenderScheme naming);
-// What our sequential create is named, before the server appends the sequence:
-// "_c_<guid>-<marker>" or kazoo's "<guid><marker>".
-std::string node_name_prefix(ContenderScheme naming, ContenderRole role, std::string_view guid);
+// The name marker our nodes carry for a role ("lock-", "__READ__", "__WRIT__", "latch-").
+std::string_view node_marker(ContenderRole role);
 
 }  // namespace zkr::detail

@@ -12,6 +12,7 @@
 #include "acquisition.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
+#include "peer_semaphore.hpp"
 #include "request_limits.hpp"
 
 namespace zkr {
@@ -48,6 +49,9 @@ Semaphore::Semaphore(Session& session, std::string path, int max_leases, Semapho
   if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
   if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
     throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_, "owner_data: " + problem);
+  if (to_string(options_.layout) == "unknown")
+    throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_,
+                fmt::format("unknown layout {}", static_cast<int>(options_.layout)));
 }
 
 Semaphore::~Semaphore() = default;
@@ -84,6 +88,15 @@ std::optional<Lease> leased(std::shared_ptr<detail::Contender> granted) {
 }  // namespace
 
 detail::Acquisition Semaphore::acquisition() const {
+  if (options_.layout != SemaphoreLayout::zkrecipes) {
+    return {core_, "acquire semaphore", path_,
+            detail::Acquisition::Start([this](std::chrono::nanoseconds timeout, auto refusal, auto done, auto stop) {
+              detail::start_peer_lease(core_,
+                                       {options_.layout, path_, max_leases_, options_.owner_data, options_.acl,
+                                        timeout, std::move(refusal)},
+                                       std::move(done), std::move(stop));
+            })};
+  }
   return {core_, "acquire semaphore", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
             return make_request(path_, max_leases_, options_, timeout, std::move(refusal));
           }};
@@ -112,7 +125,17 @@ void Semaphore::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler h
 }
 
 std::vector<ContenderInfo> Semaphore::contenders() const {
+  if (options_.layout != SemaphoreLayout::zkrecipes) return detail::list_peer_semaphore(core_, options_.layout, path_);
   return detail::list_contenders(core_, path_, max_leases_);
+}
+
+std::string_view to_string(SemaphoreLayout layout) noexcept {
+  switch (layout) {
+    case SemaphoreLayout::zkrecipes: return "zkrecipes";
+    case SemaphoreLayout::curator_v2: return "curator_v2";
+    case SemaphoreLayout::kazoo: return "kazoo";
+  }
+  return "unknown";
 }
 
 std::optional<int> Semaphore::recorded_limit(Session& session, std::string_view path) {

@@ -1,15 +1,20 @@
-// Boost.Asio completion tokens for acquiring locks. Optional and header-only: include it only if
-// you use Boost.Asio (1.74 or later); the rest of the library does not need it.
+// Boost.Asio completion tokens for acquiring locks and semaphore leases and for waiting for
+// leadership. Optional and header-only: include it only if you use Boost.Asio (1.74 or later); the
+// rest of the library does not need it.
 //
-// Two initiating functions mirror Lock::acquire() and Lock::try_acquire_for(), and complete the
-// Asio way, with an exception_ptr first (as asio::co_spawn does), so that every completion token
-// works:
+// The initiating functions mirror Lock::acquire() and Lock::try_acquire_for() (for a Lock or a
+// Semaphore: a Lease is a HeldLock) and LeaderLatch::wait_for_leadership(), and complete the Asio
+// way, with an exception_ptr first (as asio::co_spawn does), so that every completion token works:
 //
 //   // coroutine: returns the HeldLock, or throws zkr::Error like acquire()
 //   zkr::HeldLock held = co_await zkr::asio::async_acquire(lock, boost::asio::use_awaitable);
+//   zkr::Lease lease = co_await zkr::asio::async_acquire(semaphore, boost::asio::use_awaitable);
 //
 //   // future: get() returns an optional that is empty if the wait ran out or was cancelled
 //   auto f = zkr::asio::async_try_acquire_for(lock, 5s, boost::asio::use_future);
+//
+//   // a started LeaderLatch: the term, once this participant leads
+//   zkr::Leadership term = co_await zkr::asio::async_wait_for_leadership(latch, boost::asio::use_awaitable);
 //
 //   // callback, run through its associated executor (here a strand)
 //   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
@@ -21,8 +26,8 @@
 // counts as outstanding work of that executor, so io_context::run() does not return before it.
 //
 // Cancellation is by std::stop_token, as in the rest of the library (Boost 1.74 has no per-operation
-// cancellation slots). The Lock object may be destroyed while an operation is pending; the Session
-// may not.
+// cancellation slots). The Lock or Semaphore object may be destroyed while an operation is pending
+// (the LeaderLatch too: the wait then ends with errc::cancelled); the Session may not.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +37,7 @@
 #include <optional>
 #include <stop_token>
 #include <system_error>
+#include <concepts>
 #include <type_traits>
 #include <utility>
 
@@ -41,8 +47,10 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/prefer.hpp>
 
+#include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/semaphore.hpp>
 
 namespace zkr::asio {
 
@@ -75,19 +83,25 @@ class Delivery {
   Handler handler_;
 };
 
-inline std::exception_ptr to_exception(std::error_code ec, const std::string& path) {
-  return std::make_exception_ptr(Error(ec, "acquire", path));
+inline std::exception_ptr to_exception(std::error_code ec, const std::string& path,
+                                       const char* operation = "acquire") {
+  return std::make_exception_ptr(Error(ec, operation, path));
 }
 
 }  // namespace detail
 
-// Waits until the lock is granted. Completion signature: void(std::exception_ptr, HeldLock).
-// The exception is a zkr::Error, as acquire() throws: errc::cancelled when stop is requested,
-// errc::session_closed, zk_errc::no_auth, other ZooKeeper errors (see zkr::condition).
-template <typename CompletionToken>
-auto async_acquire(Lock& lock, CompletionToken&& token, std::stop_token stop = {}) {
+// What async_acquire and async_try_acquire_for take: a Lock or a Semaphore.
+template <typename Recipe>
+concept Acquirable = std::same_as<Recipe, Lock> || std::same_as<Recipe, Semaphore>;
+
+// Waits until the lock (or a lease) is granted. Completion signature:
+// void(std::exception_ptr, HeldLock). The exception is a zkr::Error, as acquire() throws:
+// errc::cancelled when stop is requested, errc::session_closed, zk_errc::no_auth,
+// errc::limit_mismatch (a semaphore), other ZooKeeper errors (see zkr::condition).
+template <Acquirable Recipe, typename CompletionToken>
+auto async_acquire(Recipe& lock, CompletionToken&& token, std::stop_token stop = {}) {
   return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldLock)>(
-      [](auto handler, Lock& target, std::stop_token stop_token) {
+      [](auto handler, Recipe& target, std::stop_token stop_token) {
         using Handler = decltype(handler);
         auto delivery = std::make_shared<detail::Delivery<Handler, HeldLock>>(std::move(handler));
         target.async_acquire(
@@ -103,12 +117,12 @@ auto async_acquire(Lock& lock, CompletionToken&& token, std::stop_token stop = {
 
 // Waits at most `timeout` (zero: does not wait). Completion signature:
 // void(std::exception_ptr, std::optional<HeldLock>). Empty if the wait ran out, stop was requested,
-// or (zero timeout) the lock was held; other failures as async_acquire().
-template <typename CompletionToken>
-auto async_try_acquire_for(Lock& lock, std::chrono::nanoseconds timeout, CompletionToken&& token,
+// or (zero timeout) the lock was held (every lease taken); other failures as async_acquire().
+template <Acquirable Recipe, typename CompletionToken>
+auto async_try_acquire_for(Recipe& lock, std::chrono::nanoseconds timeout, CompletionToken&& token,
                            std::stop_token stop = {}) {
   return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<HeldLock>)>(
-      [](auto handler, Lock& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
+      [](auto handler, Recipe& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
         using Handler = decltype(handler);
         auto delivery = std::make_shared<detail::Delivery<Handler, std::optional<HeldLock>>>(std::move(handler));
         target.async_acquire(
@@ -122,6 +136,54 @@ auto async_try_acquire_for(Lock& lock, std::chrono::nanoseconds timeout, Complet
             std::move(stop_token));
       },
       token, std::ref(lock), timeout, std::move(stop));
+}
+
+// Waits until the started latch leads. Completion signature: void(std::exception_ptr, Leadership).
+// The exception is a zkr::Error: errc::cancelled when stop is requested or the latch is closed,
+// errc::invalid_argument if it was never started, or the error that ended participation
+// (errc::session_closed, zk_errc::no_auth, ...).
+template <typename CompletionToken>
+auto async_wait_for_leadership(LeaderLatch& latch, CompletionToken&& token, std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, Leadership)>(
+      [](auto handler, LeaderLatch& target, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler, Leadership>>(std::move(handler));
+        auto complete = [delivery, path = target.path()](std::error_code ec, Leadership term) {
+          if (ec) delivery->deliver(detail::to_exception(ec, path, "wait for leadership"), Leadership{});
+          else delivery->deliver(nullptr, std::move(term));
+        };
+        try {
+          target.async_wait_for_leadership(std::chrono::nanoseconds(-1), complete, std::move(stop_token));
+        } catch (const Error&) {
+          delivery->deliver(std::current_exception(), Leadership{});
+        }
+      },
+      token, std::ref(latch), std::move(stop));
+}
+
+// Waits at most `timeout` (zero: does not wait) for the started latch to lead. Completion
+// signature: void(std::exception_ptr, std::optional<Leadership>). Empty if the wait ran out, stop
+// was requested or the latch was closed; other failures as async_wait_for_leadership().
+template <typename CompletionToken>
+auto async_wait_for_leadership_for(LeaderLatch& latch, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                                   std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<Leadership>)>(
+      [](auto handler, LeaderLatch& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler, std::optional<Leadership>>>(std::move(handler));
+        auto complete = [delivery, path = target.path()](std::error_code ec, Leadership term) {
+          if (!ec) delivery->deliver(nullptr, std::optional<Leadership>(std::move(term)));
+          else if (ec == condition::gave_up) delivery->deliver(nullptr, std::nullopt);
+          else delivery->deliver(detail::to_exception(ec, path, "wait for leadership"), std::nullopt);
+        };
+        try {
+          target.async_wait_for_leadership(std::max(wait, std::chrono::nanoseconds::zero()), complete,
+                                           std::move(stop_token));
+        } catch (const Error&) {
+          delivery->deliver(std::current_exception(), std::nullopt);
+        }
+      },
+      token, std::ref(latch), timeout, std::move(stop));
 }
 
 }  // namespace zkr::asio

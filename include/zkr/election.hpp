@@ -142,6 +142,13 @@ class LeaderLatch {
   // if the latch was closed, or the error that ended participation (for example
   // errc::session_closed when the Session was closed, zk_errc::no_auth).
   std::optional<Leadership> wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop = {});
+  // Callback form (zkr/asio.hpp builds on it): the handler runs once on the session's callback
+  // thread with the term, or with errc::timed_out (the timeout passed; negative: none, zero: does
+  // not wait), errc::cancelled (stop was requested, or the latch was closed), or the error that
+  // ended participation. Throws Error(errc::invalid_argument) if start() was never called.
+  using LeadershipHandler = std::function<void(std::error_code, Leadership)>;
+  void async_wait_for_leadership(std::chrono::nanoseconds timeout, LeadershipHandler handler,
+                                 std::stop_token stop = {});
 
   // Why participation ended by itself (session closed, ACL refusal, errc::incompatible_peer), or
   // no error.

@@ -35,8 +35,18 @@
 // removes it some time after the last contender left, and the next participant records its N
 // afresh.
 //
-// Not compatible with Curator's InterProcessSemaphoreV2, which keeps leases and an internal lock
-// under separate child paths.
+// Layouts shared with Curator and kazoo (SemaphoreOptions::layout; docs/recipes.md, "Semaphores
+// shared with Curator and kazoo"). All of the above is the library's own layout. With
+// SemaphoreLayout::curator_v2 or ::kazoo a participant takes part in Curator's
+// InterProcessSemaphoreV2 or kazoo's Semaphore on the same path, in their protocol: it takes the
+// peer's internal lock (its nodes named as the peer names them), holding it waits until fewer
+// than N lease nodes exist, creates its lease node and releases the lock. The lease is a grant as
+// above (token = czxid of the lease node, loss through the session monitor, release retried, no
+// node left by a timeout, a cancellation or an error), but the order and wake-ups are the peer's:
+// a waiter holds the internal lock while it waits, so a dead or frozen waiter stops every
+// acquisition until its session ends. Curator records no limit (every participant must use the
+// same N); kazoo records N in the path's data, and another N is refused with
+// errc::limit_mismatch. Participants of different layouts on one path do not see each other.
 #pragma once
 
 #include <chrono>
@@ -54,10 +64,20 @@ namespace zkr {
 // A held lease: token, loss signal, release() (or destruction) gives it back.
 using Lease = HeldLock;
 
+// Whose nodes and protocol a semaphore uses on its path. Participants on one path must all use
+// the same layout (and the same limit); see "Layouts shared with Curator and kazoo" above.
+enum class SemaphoreLayout {
+  zkrecipes,   // this library's: one queue under the path, the limit recorded in the path's data
+  curator_v2,  // Curator's InterProcessSemaphoreV2: "<path>/locks" and "<path>/leases"
+  kazoo,       // kazoo's Semaphore: leases under the path, its lock at "<path>-__lock__"
+};
+std::string_view to_string(SemaphoreLayout layout) noexcept;
+
 struct SemaphoreOptions {
   // Stored in the lease node for operators. Empty means default_owner_data().
   std::string owner_data;
   NodeAcl acl = NodeAcl::open;
+  SemaphoreLayout layout = SemaphoreLayout::zkrecipes;
 };
 
 class Semaphore {

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
+#include <zkr/semaphore.hpp>
 
 #include "../core/test_support.hpp"
 #include "section_log.hpp"
@@ -48,6 +51,8 @@ class InteropTest : public ::testing::Test {
     if (!ZKR_CURATOR_AVAILABLE && curator_needed_) GTEST_SKIP() << "javac, java or the Curator jars are missing";
   }
 
+  // iterations and hold_ms: the peer's ITERATIONS and HOLD_MS (-1: a semaphore peer holds its first
+  // lease until killed).
   std::unique_ptr<testenv::Process> start_curator(const std::string& mode, const std::string& who, int clients,
                                                   int iterations = kIterations, int hold_ms = kHoldMs) {
     testenv::Process::Options options;
@@ -61,16 +66,17 @@ class InteropTest : public ::testing::Test {
         options);
   }
 
-  // `mode`: "lock" (a kazoo Lock that also counts "-lock-" nodes) or "election" (kazoo's Election).
-  std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients, const std::string& mode = "lock",
+  // mode: "" (a Lock that also counts "-lock-" nodes), "election" (kazoo's Election) or
+  // "semaphore:N"; iterations and hold_ms as start_curator's.
+  std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients, const std::string& mode = {},
                                                 int iterations = kIterations, int hold_ms = kHoldMs) {
     testenv::Process::Options options;
     options.pipe_stdin = true;
     options.merge_stderr = true;
-    return std::make_unique<testenv::Process>(
-        std::vector<std::string>{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who, log.file(),
-                                 std::to_string(iterations), std::to_string(hold_ms), std::to_string(clients), mode},
-        options);
+    std::vector<std::string> argv{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who, log.file(),
+                                  std::to_string(iterations), std::to_string(hold_ms), std::to_string(clients)};
+    if (!mode.empty()) argv.push_back(mode);
+    return std::make_unique<testenv::Process>(argv, options);
   }
 
   // Waits for the peer's READY; fails the test with whatever it printed instead.
@@ -172,7 +178,9 @@ class InteropTest : public ::testing::Test {
     std::sort(sections.begin(), sections.end(), [](const Section& a, const Section& b) { return a.enter < b.enter; });
     for (std::size_t i = 0; i < sections.size(); ++i) {
       EXPECT_GT(sections[i].token, 0) << sections[i].who << " logged no token";
-      if (i > 0) EXPECT_GT(sections[i].token, sections[i - 1].token) << sections[i].who << " after " << sections[i - 1].who;
+      if (i > 0) {
+        EXPECT_GT(sections[i].token, sections[i - 1].token) << sections[i].who << " after " << sections[i - 1].who;
+      }
     }
   }
 
@@ -240,6 +248,142 @@ class InteropTest : public ::testing::Test {
 
   bool curator_needed_ = true;
 };
+
+// The most sections open at one moment.
+int most_at_once(const std::vector<Section>& sections) {
+  std::vector<std::pair<std::int64_t, int>> events;  // (time, +1 enter / -1 exit); exits first on ties
+  for (const auto& section : sections) {
+    events.emplace_back(section.enter, 1);
+    events.emplace_back(section.exit, -1);
+  }
+  std::sort(events.begin(), events.end());
+  int open = 0, most = 0;
+  for (const auto& [time, step] : events) most = std::max(most, open += step);
+  return most;
+}
+
+// The fencing token on the first ENTER line of `who` in the log (peers write it there), even
+// while that section is still open.
+std::int64_t logged_token(const std::string& file, const std::string& who) {
+  std::ifstream in(file);
+  std::string event, name;
+  std::int64_t ns = 0, token = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    if (fields >> event >> name >> ns >> token && event == "ENTER" && name == who) return token;
+  }
+  return 0;
+}
+
+// A zkr::Semaphore in a peer's layout beside that peer's own semaphore: N leases on one path,
+// never more than N sections at once, leases passing between the libraries.
+class SemaphoreInteropTest : public InteropTest {
+ protected:
+  static constexpr int kLeases = 2;
+
+  void run_ours_beside_peer(SemaphoreLayout layout, const std::string& peer) {
+    await_first_entry(peer);
+    SemaphoreOptions options;
+    options.layout = layout;
+    run_ours(
+        3,
+        [&](Session& session, int) {
+          Semaphore semaphore(session, path, kLeases, options);
+          return semaphore.try_acquire_for(testenv::scaled(30s));
+        },
+        [](int i) { return fmt::format("ours-{}", i); });
+  }
+
+  void expect_at_most_n_and_shared(const std::string& peer) {
+    auto sections = read_sections(log.file()).sections;
+    EXPECT_LE(most_at_once(sections), kLeases);
+    EXPECT_EQ(most_at_once(sections), kLeases) << "the leases were never all in use at once";
+    expect_everyone_in(sections, {peer + "-0", peer + "-1", peer + "-2", "ours-0", "ours-1", "ours-2"});
+    EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  }
+
+  // Our lease holder in its own process (tests/recipes/recipe_peer_main.cpp), session 4 s.
+  std::unique_ptr<testenv::Process> start_our_holder(const std::string& layout) {
+    testenv::Process::Options options;
+    options.pipe_stdin = true;
+    return std::make_unique<testenv::Process>(
+        std::vector<std::string>{ZKR_RECIPE_PEER, "lease", servers, path, "4000", "1:" + layout}, options);
+  }
+
+  // One lease: our process holds it, the peer waits; our process is killed and the peer gets the
+  // lease once our session ended; the peer is killed and we get it once its session ended. The
+  // tokens grow across the three grants.
+  void pass_a_lease_through_killed_holders(SemaphoreLayout layout, std::unique_ptr<testenv::Process> peer,
+                                           const std::string& peer_name) {
+    auto our_holder = start_our_holder(std::string(to_string(layout)));
+    auto our_lease = our_holder->wait_for_line("LEASE", testenv::scaled(15s));
+    ASSERT_TRUE(our_lease);
+    await_ready(*peer);
+    peer->write_stdin("GO\n");
+    SemaphoreOptions options;
+    options.layout = layout;
+    Session session(session_options(servers, 4000ms));
+    Semaphore semaphore(session, path, 1, options);
+    EXPECT_FALSE(semaphore.try_acquire_for(300ms)) << "a second lease while ours is held";
+    our_holder->signal(SIGKILL);
+    ASSERT_TRUE(our_holder->wait(testenv::scaled(10s)));
+    ASSERT_TRUE(peer->wait_for_line("HOLDING", testenv::scaled(30s))) << "the peer never got the freed lease";
+    const std::int64_t peer_token = logged_token(log.file(), peer_name);
+    EXPECT_GT(peer_token, number_of(*our_lease));
+    EXPECT_FALSE(semaphore.try_acquire()) << "a second lease while the peer holds one";
+    peer->signal(SIGKILL);
+    ASSERT_TRUE(peer->wait(testenv::scaled(10s)));
+    auto lease = semaphore.try_acquire_for(testenv::scaled(40s));
+    ASSERT_TRUE(lease) << "the killed peer's lease was not freed";
+    EXPECT_GT(lease->token().value(), peer_token);
+    EXPECT_EQ(semaphore.contenders().size(), 1u);
+    lease->release();
+  }
+
+  static std::int64_t number_of(const std::string& line) { return std::stoll(line.substr(line.find(' ') + 1)); }
+};
+
+TEST_F(SemaphoreInteropTest, CuratorInterProcessSemaphoreV2AndOursShareNLeases) {
+  auto curator = start_curator(fmt::format("semaphore:{}", kLeases), "curator", 3);
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  run_ours_beside_peer(SemaphoreLayout::curator_v2, "curator");
+  await_done(*curator);
+  expect_at_most_n_and_shared("curator");
+  EXPECT_TRUE(eventually([&] { return raw.children(path + "/leases").empty(); }));
+  EXPECT_TRUE(eventually([&] { return raw.children(path + "/locks").empty(); }));
+}
+
+TEST_F(SemaphoreInteropTest, CuratorLeasesOfKilledHoldersAreFreed) {
+  pass_a_lease_through_killed_holders(SemaphoreLayout::curator_v2,
+                                      start_curator("semaphore:1", "curator", 1, 1, -1), "curator-0");
+}
+
+class KazooSemaphoreInteropTest : public SemaphoreInteropTest {
+ protected:
+  KazooSemaphoreInteropTest() { curator_needed_ = false; }
+};
+
+TEST_F(KazooSemaphoreInteropTest, KazooSemaphoreAndOursShareNLeases) {
+  auto kazoo = start_kazoo("kazoo", 3, fmt::format("semaphore:{}", kLeases));
+  await_ready(*kazoo);
+  kazoo->write_stdin("GO\n");
+  run_ours_beside_peer(SemaphoreLayout::kazoo, "kazoo");
+  await_done(*kazoo);
+  expect_at_most_n_and_shared("kazoo");
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  EXPECT_TRUE(eventually([&] { return raw.children(path + "-__lock__").empty(); }));
+  raw.remove(path);  // kazoo's nodes are persistent
+  raw.remove(path + "-__lock__");
+}
+
+TEST_F(KazooSemaphoreInteropTest, KazooLeasesOfKilledHoldersAreFreed) {
+  pass_a_lease_through_killed_holders(SemaphoreLayout::kazoo, start_kazoo("kazoo", 1, "semaphore:1", 1, -1),
+                                      "kazoo-0");
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  raw.remove(path);
+  raw.remove(path + "-__lock__");
+}
 
 TEST_F(InteropTest, LockAndCuratorInterProcessMutexExcludeEachOther) {
   auto curator = start_curator("mutex", "curator", 2);

@@ -303,6 +303,58 @@ TEST_F(ElectionTest, ClosedSessionEndsParticipationWithThatError) {
   EXPECT_EQ(latch.error(), errc::session_closed);
 }
 
+// The callback form of wait_for_leadership: each way a wait ends reaches its handler once, on
+// the session's callback thread.
+TEST_F(ElectionTest, AsyncWaitsForLeadershipEndWithTheTermOrWhy) {
+  Session& session = sessions.add(servers);
+  LeaderLatch first(session, path), second(session, path), never_started(session, path);
+  EXPECT_THROW(never_started.async_wait_for_leadership(-1ns, [](std::error_code, Leadership) {}), Error);
+  first.start();
+  std::promise<std::pair<std::error_code, Leadership>> led;
+  first.async_wait_for_leadership(-1ns, [&](std::error_code ec, Leadership term) { led.set_value({ec, term}); });
+  auto [first_ec, first_term] = led.get_future().get();
+  ASSERT_FALSE(first_ec) << first_ec.message();
+  EXPECT_TRUE(first_term && first_term.token().valid());
+  second.start();
+
+  auto outcome_of = [&](std::chrono::nanoseconds timeout, std::stop_token stop = {}) {
+    auto outcome = std::make_shared<std::promise<std::error_code>>();
+    auto future = outcome->get_future();
+    second.async_wait_for_leadership(timeout, [outcome](std::error_code ec, Leadership term) {
+      EXPECT_FALSE(term);
+      outcome->set_value(ec);
+    }, stop);
+    return future;
+  };
+  EXPECT_EQ(outcome_of(0ns).get(), errc::timed_out);
+  EXPECT_EQ(outcome_of(200ms).get(), errc::timed_out);
+  std::stop_source stop;
+  auto cancelled = outcome_of(-1ns, stop.get_token());
+  EXPECT_EQ(cancelled.wait_for(100ms), std::future_status::timeout);
+  stop.request_stop();
+  EXPECT_EQ(cancelled.get(), errc::cancelled);
+  std::stop_source stopped_already;
+  stopped_already.request_stop();
+  EXPECT_EQ(outcome_of(-1ns, stopped_already.get_token()).get(), errc::cancelled);
+
+  // A pending wait hears the hand-over; another pending one hears its latch close.
+  std::promise<Leadership> next;
+  second.async_wait_for_leadership(10s, [&](std::error_code ec, Leadership term) {
+    EXPECT_FALSE(ec) << ec.message();
+    next.set_value(term);
+  });
+  first.close();
+  auto next_future = next.get_future();
+  ASSERT_EQ(next_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_GT(next_future.get().token(), first_term.token());
+  LeaderLatch third(session, path);
+  third.start();
+  auto closed = std::make_shared<std::promise<std::error_code>>();
+  third.async_wait_for_leadership(-1ns, [closed](std::error_code ec, Leadership) { closed->set_value(ec); });
+  third.close();
+  EXPECT_EQ(closed->get_future().get(), errc::cancelled);
+}
+
 TEST_F(ElectionTest, InvalidPathsAndEmptyFunctionsAreRefused) {
   Session& session = sessions.add(servers);
   EXPECT_THROW(LeaderLatch(session, "no-slash"), Error);
@@ -424,7 +476,7 @@ TEST_F(ElectionTest, EachLayoutNamesItsNodeAsItsPeerDoes) {
                         Case{ElectionLayout::kazoo, ContenderScheme::kazoo, ContenderRole::exclusive}}) {
     SCOPED_TRACE(to_string(c.layout));
     const std::string where = testenv::unique_path();
-    LeaderLatch latch(sessions.add(servers), where, {.layout = c.layout});
+    LeaderLatch latch(sessions.add(servers), where, {.participant_data = "ours", .layout = c.layout});
     latch.start();
     ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
     const auto name = parse_contender_name(raw.children(where).at(0));
@@ -444,7 +496,7 @@ TEST_F(ElectionTest, EachLayoutNamesItsNodeAsItsPeerDoes) {
 
 TEST_F(ElectionTest, ALayoutOutsideTheEnumIsRefused) {
   try {
-    LeaderLatch latch(sessions.add(servers), path, {.layout = static_cast<ElectionLayout>(42)});
+    LeaderLatch latch(sessions.add(servers), path, {.participant_data = "ours", .layout = static_cast<ElectionLayout>(42)});
     FAIL() << "accepted layout 42";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), errc::invalid_argument);
@@ -488,7 +540,7 @@ TEST_F(ElectionTest, EachLayoutRefusesPeerNodesItCannotShareAndLeavesNoNode) {
     const std::string where = testenv::unique_path();
     const std::string peer = add_peer_node(raw, where, c.peer_prefix, c.sequential);
     ASSERT_FALSE(peer.empty());
-    LeaderLatch latch(sessions.add(servers), where, {.layout = c.layout});
+    LeaderLatch latch(sessions.add(servers), where, {.participant_data = "ours", .layout = c.layout});
     latch.start();
     try {
       latch.wait_for_leadership(testenv::scaled(10s));
@@ -536,7 +588,7 @@ TEST_F(ElectionTest, LatchAndSelectorShareAPathOnlyWithOneLayout) {
   latch.close();
   ASSERT_TRUE(eventually([&] { return nodes().empty(); }));
 
-  LeaderLatch sharing(sessions.add(servers), path, {.layout = ElectionLayout::curator_lock});
+  LeaderLatch sharing(sessions.add(servers), path, {.participant_data = "ours", .layout = ElectionLayout::curator_lock});
   sharing.start();
   ASSERT_TRUE(sharing.wait_for_leadership(testenv::scaled(10s)));
   std::atomic<bool> selector_led{false};

@@ -105,15 +105,5 @@ TEST(PeerLayout, TheFirstChildOfAKindNotSharedIsNamedWithItsRecipe) {
   EXPECT_EQ(peer_conflict({}, "/x", "us", only_locks), "");
 }
 
-TEST(PeerLayout, KazooNamesAndGuidsAreKazoosForm) {
-  const std::string guid = new_node_guid(ContenderScheme::kazoo);
-  EXPECT_EQ(guid.size(), 32u);
-  const auto name = parse_contender_name(node_name_prefix(ContenderScheme::kazoo, ContenderRole::exclusive, guid) + "0000000007");
-  ASSERT_TRUE(name);
-  EXPECT_EQ(name->scheme, ContenderScheme::kazoo);
-  EXPECT_EQ(name->guid, guid);
-  EXPECT_EQ(node_name_prefix(ContenderScheme::zkrecipes_or_curator, ContenderRole::latch, "g"), "_c_g-latch-");
-}
-
 }  // namespace
 }  // namespace zkr::detail

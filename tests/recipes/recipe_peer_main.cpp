@@ -5,9 +5,10 @@
 //     Joins the election with a LeaderLatch. Prints "SESSION <hex id>", then "LEADER <token>" on
 //     each term it wins, "WRITE <token>" every 50 ms while it believes it leads (a stand-in for
 //     fenced writes), "LOST <reason>" when a term is lost.
-//   zkr_recipe_peer lease SERVERS PATH SESSION_TIMEOUT_MS MAX_LEASES
-//     Takes one lease. Prints "SESSION <hex id>", "LEASE <token>", "WRITE <token>" every 50 ms while
-//     it believes it holds it, "LOST <reason>" once lost.
+//   zkr_recipe_peer lease SERVERS PATH SESSION_TIMEOUT_MS MAX_LEASES[:LAYOUT]
+//     Takes one lease (LAYOUT curator_v2 or kazoo: in that peer's layout). Prints "SESSION <hex id>",
+//     "LEASE <token>", "WRITE <token>" every 50 ms while it believes it holds it, "LOST <reason>"
+//     once lost.
 // Exits when stdin closes (leaving the election / releasing the lease) or after 120 s.
 //
 // Churn participants for the interop churn tests, each appending to the shared log LOG
@@ -72,8 +73,15 @@ int run_election(zkr::Session& session, const std::string& path, const std::stri
   return 0;
 }
 
-int run_lease(zkr::Session& session, const std::string& path, int max_leases) {
-  zkr::Semaphore semaphore(session, path, max_leases);
+int run_lease(zkr::Session& session, const std::string& path, std::string_view limit_and_layout) {
+  zkr::SemaphoreOptions options;
+  const auto colon = limit_and_layout.find(':');
+  if (colon != std::string_view::npos) {
+    const auto layout = limit_and_layout.substr(colon + 1);
+    options.layout = layout == "kazoo" ? zkr::SemaphoreLayout::kazoo : zkr::SemaphoreLayout::curator_v2;
+  }
+  const int max_leases = std::stoi(std::string(limit_and_layout.substr(0, colon)));
+  zkr::Semaphore semaphore(session, path, max_leases, options);
   zkr::Lease lease = semaphore.acquire();
   fmt::print("LEASE {}\n", lease.token().value());
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -194,7 +202,7 @@ int main(int argc, char** argv) {
     fmt::print("SESSION {:x}\n", session.id());
     if (churn) return run_churn(session, mode, argv[3], argv[5], argv[6], std::chrono::milliseconds(std::stoi(argv[7])));
     if (mode == "elect") return run_election(session, argv[3], argv[5]);
-    return run_lease(session, argv[3], std::stoi(argv[5]));
+    return run_lease(session, argv[3], argv[5]);
   } catch (const std::exception& e) {
     fmt::print("ERROR {}\n", e.what());
     return 1;

@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -307,6 +308,197 @@ TEST_F(SemaphoreTest, TimeoutAndCancelLeaveNoNode) {
   stop.request_stop();
   EXPECT_FALSE(waiting.get());
   EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+}
+
+// ---- the peers' layouts (SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo) ----
+
+class PeerSemaphoreTest : public SemaphoreTest, public ::testing::WithParamInterface<SemaphoreLayout> {
+ protected:
+  SemaphoreOptions options() const {
+    SemaphoreOptions result;
+    result.layout = GetParam();
+    return result;
+  }
+  bool kazoo() const { return GetParam() == SemaphoreLayout::kazoo; }
+  std::string lock_parent() const { return kazoo() ? path + "-__lock__" : path + "/locks"; }
+  std::string lease_parent() const { return kazoo() ? path : path + "/leases"; }
+  std::vector<std::string> internal_lock_nodes() { return raw.children(lock_parent()); }
+  std::vector<std::string> lease_nodes() { return raw.children(lease_parent()); }
+
+  void TearDown() override {
+    SemaphoreTest::TearDown();
+    if (kazoo()) {  // kazoo's parents are persistent
+      raw.remove(lock_parent());
+      raw.remove(path);
+    }
+  }
+};
+
+// The nodes are named, placed and recorded as the peer's own semaphore does (its internal lock's
+// nodes are the ones the peer's lock sees), the token is the lease node's czxid, and a lease is
+// lost with its session like any lease.
+TEST_P(PeerSemaphoreTest, NodesAreThePeersAndTheLeaseIsAGrant) {
+  Semaphore semaphore(sessions.add(servers), path, 1, options());
+  Lease lease = semaphore.acquire();
+  ASSERT_EQ(lease_nodes().size(), 1u);
+  const std::string lease_node = lease_nodes().front();
+  EXPECT_EQ(lease.node_path(), lease_parent() + "/" + lease_node);
+  EXPECT_EQ(lease.token().value(), raw.stat(lease.node_path()).czxid);
+  const std::regex lease_name(kazoo() ? "[0-9a-f]{32}" : "_c_[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}-lease-[0-9]{10}");
+  EXPECT_TRUE(std::regex_match(lease_node, lease_name)) << lease_node;
+  if (kazoo()) {
+    EXPECT_EQ(parent_data(), "1");
+  }
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty(); })) << "the internal lock was not released";
+
+  // A waiter holds the internal lock while it waits, as the peers' waiters do.
+  Semaphore other(sessions.add(servers), path, 1, options());
+  std::promise<Lease> waiter;
+  auto close_sessions = sessions.closer();
+  other.async_acquire(-1ns, [&](std::error_code ec, Lease next) {
+    EXPECT_FALSE(ec) << ec.message();
+    waiter.set_value(std::move(next));
+  });
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1; }));
+  const std::regex lock_name(kazoo() ? "[0-9a-f]{32}__lock__[0-9]{10}"
+                                     : "_c_[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}-lock-[0-9]{10}");
+  EXPECT_TRUE(std::regex_match(internal_lock_nodes().front(), lock_name)) << internal_lock_nodes().front();
+  auto rows = semaphore.contenders();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].holds);
+  EXPECT_EQ(rows[0].token, lease.token());
+  EXPECT_FALSE(rows[1].holds);
+
+  lease.release();
+  auto next_future = waiter.get_future();
+  ASSERT_EQ(next_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  Lease next = next_future.get();
+  EXPECT_GT(next.token(), lease.token());
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty() && lease_nodes().size() == 1; }));
+  std::promise<LossReason> lost;
+  next.on_lost([&](LossReason why) { lost.set_value(why); });
+  sessions[1].close();
+  EXPECT_EQ(lost.get_future().get(), LossReason::session_closed);
+  EXPECT_TRUE(next.lost());
+}
+
+// Whether the wait is for the internal lock or, holding it, for a lease: a timeout, a try and a
+// cancellation each leave no node behind; the holder's lease stays.
+TEST_P(PeerSemaphoreTest, TimeoutsTriesAndCancellationLeaveNoNode) {
+  Semaphore semaphore(sessions.add(servers), path, 1, options());
+  Lease lease = semaphore.acquire();
+  Semaphore other(sessions.add(servers), path, 1, options());
+  std::error_code ec;
+  EXPECT_FALSE(other.try_acquire_for(0ms, {}, ec));
+  EXPECT_EQ(ec, errc::would_block);
+  // Two waiters at once: one holds the internal lock and counts, the other waits for the lock.
+  auto first = std::async(std::launch::async, [&] {
+    std::error_code first_ec;
+    other.try_acquire_for(testenv::scaled(400ms), {}, first_ec);
+    return first_ec;
+  });
+  auto second = std::async(std::launch::async, [&] {
+    std::error_code second_ec;
+    semaphore.try_acquire_for(testenv::scaled(400ms), {}, second_ec);
+    return second_ec;
+  });
+  EXPECT_EQ(first.get(), errc::timed_out);
+  EXPECT_EQ(second.get(), errc::timed_out);
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty() && lease_nodes().size() == 1; }));
+
+  std::stop_source stop;
+  auto cancelled = std::async(std::launch::async, [&] { return other.try_acquire_for(60s, stop.get_token()); });
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1; }));
+  stop.request_stop();
+  EXPECT_FALSE(cancelled.get());
+  std::promise<std::error_code> async_outcome;
+  std::stop_source async_stop;
+  auto close_sessions = sessions.closer();
+  other.async_acquire(-1ns, [&](std::error_code result, Lease) { async_outcome.set_value(result); },
+                      async_stop.get_token());
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1; }));
+  async_stop.request_stop();
+  EXPECT_EQ(async_outcome.get_future().get(), errc::cancelled);
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty() && lease_nodes().size() == 1; }));
+  EXPECT_FALSE(lease.lost());
+  EXPECT_TRUE(semaphore.contenders().front().holds);
+}
+
+// A waiter holds the internal lock while it counts. A dropped connection does not disturb it; a
+// lost session voids its count, and it starts over on the next session, queueing for the
+// internal lock again (behind whoever took it meanwhile) before it is granted.
+TEST_P(PeerSemaphoreTest, AWaiterWhoseSessionIsLostWhileCountingStartsOver) {
+  testenv::Proxy proxy(servers);
+  Semaphore holder_side(sessions.add(servers), path, 1, options());
+  Lease held = holder_side.acquire();
+  Semaphore waiter_side(sessions.add(proxy.address()), path, 1, options());
+  std::promise<std::pair<std::error_code, Lease>> outcome;
+  auto close_sessions = sessions.closer();
+  waiter_side.async_acquire(-1ns, [&](std::error_code ec, Lease lease) { outcome.set_value({ec, std::move(lease)}); });
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1; }));
+  const std::string counting = internal_lock_nodes().front();
+
+  proxy.reset();  // the same session reconnects; the children watch is set again
+  ASSERT_TRUE(sessions[1].wait_connected(testenv::scaled(10s)));
+  proxy.blackhole();  // now the session is lost, and the server expires it
+  ASSERT_TRUE(eventually([&] { return sessions[1].metrics().sessions_lost == 1; }, testenv::scaled(15s)));
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().empty(); }, testenv::scaled(15s)))
+      << "the lost session's internal lock node stayed";
+  proxy.pass();
+  ASSERT_TRUE(eventually([&] { return internal_lock_nodes().size() == 1 && internal_lock_nodes().front() != counting; },
+                         testenv::scaled(15s)))
+      << "the waiter did not queue again on its new session";
+  auto future = outcome.get_future();
+  EXPECT_EQ(future.wait_for(200ms), std::future_status::timeout) << "granted while the lease was held";
+  held.release();
+  ASSERT_EQ(future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  auto [ec, lease] = future.get();
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_GT(lease.token(), held.token());
+  EXPECT_EQ(lease.session_id(), sessions[1].id());
+  EXPECT_TRUE(eventually([&] { return internal_lock_nodes().empty() && lease_nodes().size() == 1; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PeerSemaphoreTest,
+                         ::testing::Values(SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+// kazoo records the limit in the path's data and refuses another: so do we, in its layout, before
+// any lease is taken and leaving no node. A path of our own layout is refused as well.
+TEST_F(SemaphoreTest, KazooLayoutRefusesAnotherRecordedLimit) {
+  raw.create("/zkr-test");
+  SemaphoreOptions options;
+  options.layout = SemaphoreLayout::kazoo;
+  for (const std::string& data : {std::string("3"), std::string("max_leases=2")}) {
+    ASSERT_EQ(raw.create(path, data), ZOK);
+    Semaphore semaphore(sessions.add(servers), path, 2, options);
+    try {
+      semaphore.acquire();
+      FAIL() << "a kazoo-layout participant accepted the path data '" << data << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), errc::limit_mismatch);
+      EXPECT_EQ(e.path(), path);
+      const std::string expected = data == "3" ? "records max_leases 3 (kazoo's layout), this participant asks for 2"
+                                               : "zkrecipes' own layout";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(eventually([&] { return nodes().empty() && raw.children(path + "-__lock__").empty(); }));
+    raw.remove(path);
+  }
+  raw.remove(path + "-__lock__");
+}
+
+TEST_F(SemaphoreTest, AnUnknownLayoutIsRefused) {
+  Session& session = sessions.add(servers);
+  SemaphoreOptions options;
+  options.layout = static_cast<SemaphoreLayout>(7);
+  try {
+    Semaphore semaphore(session, path, 2, options);
+    FAIL() << "accepted an unknown layout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("unknown layout 7"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -178,7 +178,7 @@ TEST_F(QueueInterleaving, LostCreateReplyOfAKazooNamedNodeIsFoundByGuidAndAdopte
   const auto session_id = session->id();
   server->inject(lost_create_reply(parent + "/"));
 
-  LeaderLatch latch(*session, parent, {.layout = ElectionLayout::kazoo});
+  LeaderLatch latch(*session, parent, {.participant_data = "ours", .layout = ElectionLayout::kazoo});
   latch.start();
   ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
   ASSERT_EQ(server->children(parent).size(), 1u);

@@ -3,8 +3,10 @@
 //   java -cp CLASSES:curator-recipes.jar:slf4j-nop.jar CuratorPeer CONNECT PATH MODE WHO LOG ITERATIONS HOLD_MS CLIENTS
 //
 // MODE is mutex (InterProcessMutex), leader (LeaderSelector with auto-requeue), latch (LeaderLatch:
-// each term is a new latch, started, awaited, held and closed), or rw (InterProcessReadWriteLock:
-// even clients write, odd ones read). Starts CLIENTS clients (one
+// each term is a new latch, started, awaited, held and closed), rw (InterProcessReadWriteLock: even
+// clients write, odd ones read), or semaphore:N (InterProcessSemaphoreV2 with N leases; each ENTER
+// line carries the lease's token, the czxid of its lease node; HOLD_MS -1 holds the first lease
+// until killed). Starts CLIENTS clients (one
 // session each, named WHO-0, WHO-1, ...; in rw mode WHO-w0, WHO-r1, ...),
 // prints "READY" once all are connected, waits for a line on stdin, then each client enters its
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
@@ -35,6 +37,8 @@ import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -163,6 +167,36 @@ public final class CuratorPeer {
           }
         });
         threads.add(thread);
+        continue;
+      }
+      if (mode.startsWith("semaphore:")) {
+        final int maxLeases = Integer.parseInt(mode.substring("semaphore:".length()));
+        threads.add(new Thread(() -> {
+          try {
+            InterProcessSemaphoreV2 semaphore = new InterProcessSemaphoreV2(client, path, maxLeases);
+            semaphore.setNodeData(name.getBytes(StandardCharsets.UTF_8));
+            for (int n = 0; n < iterations; ++n) {
+              Lease lease = semaphore.acquire();
+              try {
+                Stat stat = client.checkExists().forPath(path + "/leases/" + lease.getNodeName());
+                record("ENTER", name, stat == null ? -1 : stat.getCzxid());
+                if (holdMs < 0) {
+                  System.out.println("HOLDING " + name);
+                  System.out.flush();
+                  Thread.sleep(Long.MAX_VALUE);  // until killed
+                }
+                Thread.sleep(holdMs);
+                record("EXIT", name);
+              } finally {
+                semaphore.returnLease(lease);
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
         continue;
       }
       Thread thread = new Thread(() -> {

@@ -5,11 +5,15 @@
 
 Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...); prints "READY" once all are
 connected, waits for a line on stdin, then each client enters its critical section ITERATIONS
-times. MODE "lock" (the default): a kazoo Lock that also counts "-lock-" nodes (ours and
-Curator's) as contenders. MODE "election": a plain kazoo Election, each run one term, whose ENTER
-line carries the term's fencing token (the czxid of the client's lock node). Around each critical
-section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>" to LOG (time.monotonic_ns,
-CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at the end.
+times. Around each critical section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>"
+to LOG (time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at
+the end. MODE:
+  lock (the default)  a kazoo Lock that also counts "-lock-" nodes (ours and Curator's) as contenders;
+  election            a plain kazoo Election, each run one term, whose ENTER line carries the term's
+                      fencing token (the czxid of the client's lock node);
+  semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
+                      token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
+                      the process is killed (it prints "HOLDING <name>").
 """
 import os
 import sys
@@ -20,17 +24,19 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    if len(argv) not in (8, 9) or (len(argv) == 9 and argv[8] not in ("lock", "election")):
-        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election]", file=sys.stderr)
+    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N]"
+    mode = argv[8] if len(argv) == 9 else "lock"
+    if len(argv) not in (8, 9) or not (mode in ("lock", "election") or mode.startswith("semaphore:")):
+        print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
     iterations, hold, count = int(argv[5]), int(argv[6]) / 1000.0, int(argv[7])
-    mode = argv[8] if len(argv) == 9 else "lock"
+    max_leases = int(mode.split(":", 1)[1]) if mode.startswith("semaphore:") else None
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def record(event, name, token=None):
-        extra = "" if token is None else f" {token}"
-        os.write(log, f"{event} {name} {time.monotonic_ns()}{extra}\n".encode("ascii"))
+        suffix = "" if token is None else f" {token}"
+        os.write(log, f"{event} {name} {time.monotonic_ns()}{suffix}\n".encode("ascii"))
 
     clients = []
     for _ in range(count):
@@ -57,6 +63,19 @@ def main(argv):
 
                 for _ in range(iterations):
                     election.run(lead)
+                return
+            if max_leases is not None:
+                client = clients[index]
+                semaphore = client.Semaphore(path, name, max_leases=max_leases)
+                for _ in range(iterations):
+                    with semaphore:
+                        stat = client.exists(semaphore.create_path)
+                        record("ENTER", name, stat.czxid if stat else -1)
+                        if hold < 0:
+                            print(f"HOLDING {name}", flush=True)
+                            threading.Event().wait()  # until killed
+                        time.sleep(hold)
+                        record("EXIT", name)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
