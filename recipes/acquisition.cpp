@@ -57,13 +57,15 @@ std::shared_ptr<Contender> Acquisition::try_for(std::chrono::nanoseconds timeout
   return nullptr;
 }
 
-void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop) const {
+void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop,
+                        std::shared_ptr<RefusalDetail> refusal) const {
+  if (!refusal) refusal = std::make_shared<RefusalDetail>();
   if (start_) {
-    start_(timeout, std::make_shared<RefusalDetail>(), std::move(done), std::move(stop));
+    start_(timeout, std::move(refusal), std::move(done), std::move(stop));
     return;
   }
   start_contender_async(
-      core_, make_(timeout, std::make_shared<RefusalDetail>()),
+      core_, make_(timeout, std::move(refusal)),
       [done = std::move(done)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
         done(ec, ec ? nullptr : contender);
       },

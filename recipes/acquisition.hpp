@@ -36,6 +36,15 @@ class RefusalDetail {
   std::string text_;
 };
 
+// The owner data and ACL of a one-holder recipe (lock, read/write lock, election) on `path`:
+// owner data defaulted to default_owner_data() and checked against the server's request limit, a
+// creator-only ACL only with credentials. Throws Error(errc::invalid_argument) naming `recipe`.
+LockOptions checked_lock_options(const SessionCore& core, const std::string& path, LockOptions options,
+                                 std::string_view recipe);
+// The request of a one-holder recipe: it refuses a semaphore's path (errc::limit_mismatch).
+ContenderRequest one_holder_request(const std::string& path, const LockOptions& options, ContenderRole role,
+                                    std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal);
+
 class Acquisition {
  public:
   // `timeout`: negative waits for ever, zero does not wait.
@@ -65,8 +74,10 @@ class Acquisition {
   // The same without exceptions: null, and `ec` says why, when there is no grant.
   std::shared_ptr<Contender> try_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                      std::error_code& ec) const noexcept;
-  // The outcome runs `done` on the session's callback thread (with null when there is no grant).
-  void start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop) const;
+  // The outcome runs `done` on the session's callback thread (with null when there is no grant);
+  // `refusal`, if given, holds the words of a refusal by then.
+  void start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop,
+             std::shared_ptr<RefusalDetail> refusal = nullptr) const;
 
  private:
   std::pair<std::error_code, std::shared_ptr<Contender>> run(std::chrono::nanoseconds timeout, std::stop_token stop,

@@ -370,6 +370,13 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     own_node_gone_locked();
     return;
   }
+  if (request_.check_children) {
+    if (auto refusal = request_.check_children(children)) {
+      complete_locked(refusal);
+      remove_node_locked();
+      return;
+    }
+  }
   const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request_.policy);
   if (decision.holds) {
     grant_locked();

@@ -76,6 +76,10 @@ struct ContenderRequest {
   // errc::session_lost instead of queueing again on a later session (a lease created under an
   // internal lock that was lost with its session).
   std::uint64_t only_generation = 0;
+  // If set, checked against every listing of the parent that includes our node (at join and at
+  // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes
+  // our node. Runs with the session mutex held: must be quick and must not block.
+  std::function<std::error_code(const std::vector<std::string>& children)> check_children;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {

@@ -1,6 +1,7 @@
-// Leader election: the mutual-exclusion lock (one holder, predecessor watches, "-lock-" names)
-// plus the life cycle of a participant. Everything about nodes, watches, connection loss, GUIDs,
-// owner checks and cancellation is the contender queue's, reached through zkr::Lock.
+// Leader election: the one-holder queue of the mutual-exclusion lock (predecessor watches) in the
+// node layout of the peer it shares the path with, plus the life cycle of a participant.
+// Everything about nodes, watches, connection loss, GUIDs, owner checks and cancellation is the
+// contender queue's, reached through the same front end as zkr::Lock (acquisition.hpp).
 #include <zkr/election.hpp>
 
 #include <condition_variable>
@@ -9,11 +10,14 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
 
 #include <zkr/error.hpp>
 
+#include "acquisition.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
+#include "peer_layout.hpp"
 
 namespace zkr {
 
@@ -44,6 +48,16 @@ Leadership::Leadership(detail::Passkey, std::shared_ptr<Term> term) : term_(std:
 bool Leadership::ended() const { return term_ && term_->ended.stop_requested(); }
 std::stop_token Leadership::ended_token() const { return term_ ? term_->ended.get_token() : std::stop_token{}; }
 
+std::string_view to_string(ElectionLayout layout) noexcept {
+  switch (layout) {
+    case ElectionLayout::recipe_default: return "recipe_default";
+    case ElectionLayout::curator_latch: return "curator_latch";
+    case ElectionLayout::curator_lock: return "curator_lock";
+    case ElectionLayout::kazoo: return "kazoo";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(LeadershipEvent event) noexcept {
   switch (event) {
     case LeadershipEvent::gained: return "gained";
@@ -69,6 +83,76 @@ LockOptions lock_options(const ElectionOptions& options) {
   out.acl = options.acl;
   return out;
 }
+
+// The queue a participant joins on its path: its node layout, the peers' nodes it refuses to
+// share the path with, and the one-holder request. Made once per latch or selector.
+class ElectionQueue {
+ public:
+  // `recipe` names the participant in errors ("leader latch"); `recipe_default` is its layout
+  // when the options leave it to the recipe.
+  ElectionQueue(Session& session, const std::string& path, const ElectionOptions& options, std::string_view recipe,
+                std::string_view class_name, ElectionLayout recipe_default)
+      : core_(detail::Internals::core(session)),
+        path_(path),
+        operation_(fmt::format("join {} on", recipe)),
+        options_(detail::checked_lock_options(*core_, path_, lock_options(options), recipe)) {
+    layout_ = options.layout == ElectionLayout::recipe_default ? recipe_default : options.layout;
+    switch (layout_) {
+      case ElectionLayout::curator_latch: role_ = ContenderRole::latch; break;
+      case ElectionLayout::curator_lock: break;
+      case ElectionLayout::kazoo: naming_ = ContenderScheme::kazoo; break;
+      default:
+        throw Error(make_error_code(errc::invalid_argument), recipe, path_,
+                    fmt::format("ElectionOptions::layout {} is none of ElectionLayout's", static_cast<int>(layout_)));
+    }
+    our_recipe_ = fmt::format("a {} with the {} layout", class_name, to_string(layout_));
+  }
+
+  HeldLock acquire(std::stop_token stop) const {
+    return HeldLock(detail::Internals::key(), acquisition().wait(std::move(stop)));
+  }
+  // The handler runs on the session's callback thread; `refusal` then says why, if refused.
+  void async_acquire(AcquireHandler handler, std::stop_token stop,
+                     std::shared_ptr<detail::RefusalDetail> refusal) const {
+    acquisition().start(
+        std::chrono::nanoseconds(-1),
+        [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<detail::Contender>& contender) {
+          handler(ec, contender ? HeldLock(detail::Internals::key(), contender) : HeldLock{});
+        },
+        std::move(stop), std::move(refusal));
+  }
+
+ private:
+  detail::Acquisition acquisition() const {
+    return {core_, operation_, path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
+              return request(timeout, std::move(refusal));
+            }};
+  }
+
+  detail::ContenderRequest request(std::chrono::nanoseconds timeout,
+                                   std::shared_ptr<detail::RefusalDetail> refusal) const {
+    auto request = detail::one_holder_request(path_, options_, role_, timeout, refusal);
+    if (naming_ == ContenderScheme::kazoo) {
+      request.kazoo_naming = true;
+      request.marker = "__lock__";
+    }
+    // Only nodes of our own layout share our queue: any other recipe's (a peer's latch beside our
+    // lock names, kazoo's beside Curator's) would be a second queue with a leader of its own.
+    const auto ours = detail::node_kind(naming_, role_);
+    request.check_children = detail::refuse_peers(
+        path_, our_recipe_, [ours](detail::PeerNode kind) { return kind == ours; }, std::move(refusal));
+    return request;
+  }
+
+  std::shared_ptr<detail::SessionCore> core_;
+  std::string path_;
+  std::string operation_;
+  LockOptions options_;
+  ElectionLayout layout_ = ElectionLayout::curator_lock;
+  ContenderRole role_ = ContenderRole::exclusive;
+  ContenderScheme naming_ = ContenderScheme::zkrecipes_or_curator;
+  std::string our_recipe_;
+};
 
 std::vector<Participant> to_participants(std::vector<ContenderInfo> rows) {
   std::vector<Participant> out;
@@ -113,7 +197,9 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
   enum class Phase { idle, waiting, leading, stopped, closed };
 
   State(Session& session, std::string checked, const ElectionOptions& options)
-      : core(detail::Internals::core(session)), path(std::move(checked)), lock(session, path, lock_options(options)) {}
+      : core(detail::Internals::core(session)),
+        path(std::move(checked)),
+        queue(session, path, options, "leader latch", "zkr::LeaderLatch", ElectionLayout::curator_latch) {}
 
   // Queues a new node; its outcome arrives on the callback thread. Caller holds `mutex`.
   void join_locked() {
@@ -131,22 +217,21 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
     const std::uint64_t my_attempt = ++attempt;
     wait_stop = std::stop_source();
     std::weak_ptr<State> weak = shared_from_this();
-    lock.async_acquire(
-        std::chrono::nanoseconds(-1),
-        [weak, my_attempt](std::error_code ec, HeldLock held) {
-          if (auto self = weak.lock()) self->on_outcome(my_attempt, ec, std::move(held));
+    auto refusal = std::make_shared<detail::RefusalDetail>();
+    queue.async_acquire(
+        [weak, my_attempt, refusal](std::error_code ec, HeldLock held) {
+          if (auto self = weak.lock()) self->on_outcome(my_attempt, ec, std::move(held), refusal->get());
         },
-        wait_stop.get_token());
+        wait_stop.get_token(), refusal);
   }
 
-  void on_outcome(std::uint64_t my_attempt, std::error_code ec, HeldLock held) {
+  void on_outcome(std::uint64_t my_attempt, std::error_code ec, HeldLock held, std::string refusal) {
     std::lock_guard guard(mutex);
     if (my_attempt != attempt || phase != Phase::waiting) return;  // `held`, if any, releases itself
     if (ec) {
       if (ec == errc::cancelled) return;
       error = ec;
-      if (ec == errc::limit_mismatch)
-        error_detail = "the path belongs to a semaphore (its node records a lease limit); an election cannot share it";
+      error_detail = std::move(refusal);
       phase = Phase::stopped;
       changed_locked();
       return;
@@ -200,7 +285,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
 
   const std::shared_ptr<detail::SessionCore> core;
   const std::string path;
-  Lock lock;
+  const ElectionQueue queue;
 
   mutable std::mutex mutex;
   std::condition_variable_any changed;
@@ -397,7 +482,7 @@ struct LeaderSelector::State {
   State(Session& session, std::string checked, LeadershipFunction leadership_function, const SelectorOptions& options)
       : core(detail::Internals::core(session)),
         path(std::move(checked)),
-        lock(session, path, lock_options(options)),
+        queue(session, path, options, "leader selector", "zkr::LeaderSelector", ElectionLayout::curator_lock),
         function(std::move(leadership_function)),
         auto_requeue(options.auto_requeue) {}
 
@@ -406,11 +491,12 @@ struct LeaderSelector::State {
     while (!stop.stop_requested()) {
       HeldLock held;
       try {
-        held = lock.acquire(stop);
+        held = queue.acquire(stop);
       } catch (const Error& e) {
         if (e.code() != errc::cancelled) {
           std::lock_guard guard(mutex);
           error = e.code();
+          exception = std::current_exception();  // its message names what refused us
         }
         break;
       } catch (...) {
@@ -446,7 +532,7 @@ struct LeaderSelector::State {
 
   const std::shared_ptr<detail::SessionCore> core;
   const std::string path;
-  Lock lock;
+  const ElectionQueue queue;
   const LeadershipFunction function;
   const bool auto_requeue;
 

@@ -86,22 +86,29 @@ Lock::Lock(Session& session, std::string path, LockOptions options)
     : Lock(session, std::move(path), std::move(options), ContenderRole::exclusive) {}
 
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
-    : core_(detail::Internals::core(session)), path_(checked_path(std::move(path))), options_(std::move(options)), role_(role) {
-  if (options_.owner_data.empty()) options_.owner_data = default_owner_data();
-  if (auto problem = detail::request_size_problem(path_.size(), options_.owner_data.size()); !problem.empty())
-    throw Error(make_error_code(errc::invalid_argument), "lock", path_, "owner_data: " + problem);
-  // The server would answer "invalid ACL": say what is actually missing.
-  if (options_.acl != NodeAcl::open && !core_->options().credentials)
-    throw Error(make_error_code(errc::invalid_argument), "lock", path_,
-                "a creator-only ACL needs SessionOptions::credentials");
-}
+    : core_(detail::Internals::core(session)),
+      path_(checked_path(std::move(path))),
+      options_(detail::checked_lock_options(*core_, path_, std::move(options), "lock")),
+      role_(role) {}
 
 Lock::~Lock() = default;
 
-namespace {
+namespace detail {
 
-ContenderRequest make_request(const std::string& path, const LockOptions& options, ContenderRole role,
-                              std::chrono::nanoseconds timeout, std::shared_ptr<detail::RefusalDetail> refusal) {
+LockOptions checked_lock_options(const SessionCore& core, const std::string& path, LockOptions options,
+                                 std::string_view recipe) {
+  if (options.owner_data.empty()) options.owner_data = default_owner_data();
+  if (auto problem = request_size_problem(path.size(), options.owner_data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), recipe, path, "owner_data: " + problem);
+  // The server would answer "invalid ACL": say what is actually missing.
+  if (options.acl != NodeAcl::open && !core.options().credentials)
+    throw Error(make_error_code(errc::invalid_argument), recipe, path,
+                "a creator-only ACL needs SessionOptions::credentials");
+  return options;
+}
+
+ContenderRequest one_holder_request(const std::string& path, const LockOptions& options, ContenderRole role,
+                                    std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal) {
   ContenderRequest request;
   request.parent = path;
   request.policy = {role, 1};
@@ -123,11 +130,11 @@ ContenderRequest make_request(const std::string& path, const LockOptions& option
   return request;
 }
 
-}  // namespace
+}  // namespace detail
 
 detail::Acquisition Lock::acquisition() const {
   return {core_, "acquire lock", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
-            return make_request(path_, options_, role_, timeout, std::move(refusal));
+            return detail::one_holder_request(path_, options_, role_, timeout, std::move(refusal));
           }};
 }
 

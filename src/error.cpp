@@ -62,6 +62,7 @@ class LibraryCategory final : public std::error_category {
       case errc::internal_error: return "unexpected internal error";
       case errc::corrupt_state: return "stored state is damaged";
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
+      case errc::incompatible_peer: return "the path is in use by a peer this recipe cannot share it with";
       case errc::would_deadlock: return "this thread holds the lock already: it would wait for itself";
     }
     return fmt::format("zkrecipes error {}", value);
@@ -102,6 +103,7 @@ class ConditionCategory final : public std::error_category {
         case errc::invalid_connect_string:
         case errc::invalid_argument:
         case errc::limit_mismatch:
+        case errc::incompatible_peer:
         case errc::missing_chroot:
         case errc::corrupt_state:
         case errc::would_deadlock: return condition::bad_input;

@@ -1,11 +1,19 @@
 // Leader election on a ZooKeeper path, with fencing.
 //
 // An election is the mutual-exclusion lock of lock.hpp seen from the other side: every participant
-// queues an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>" holding its participant data
-// (for example "host:port"), and the participant whose node is first leads. Each waiter watches
-// only its predecessor, so a change of leader wakes exactly one participant. The node names are
-// the ones Curator's InterProcessMutex writes, which is what Curator's LeaderSelector runs on: our
-// participants and Curator LeaderSelector participants on the same path agree on who leads.
+// queues an ephemeral sequential node under the path holding its participant data (for example
+// "host:port"), and the participant whose node is first leads. Each waiter watches only its
+// predecessor, so a change of leader wakes exactly one participant.
+//
+// The node names (ElectionLayout) decide which peers share the queue:
+//   - curator_latch, LeaderLatch's default: "_c_<uuid>-latch-<seq>", as Curator's LeaderLatch;
+//   - curator_lock, LeaderSelector's default: "_c_<uuid>-lock-<seq>", as Curator's LeaderSelector
+//     (its InterProcessMutex);
+//   - kazoo: "<32 hex>__lock__<seq>", as kazoo's Election (its Lock).
+// Participants of one layout, ours and the peer's, agree on who leads. Two layouts on one path would
+// be two disjoint queues with a leader each: a participant that finds another layout's nodes on its
+// path refuses with errc::incompatible_peer, naming the peer's recipe, and deletes its node
+// (docs/migrating.md, "What may share a path").
 //
 // A term of leadership carries the fencing token (the czxid of the leader's node; a later leader
 // always has a larger one) and a loss signal (callback and std::stop_token), exactly like a held
@@ -19,7 +27,8 @@
 //     the next participant at once and queues again at the back.
 //   - LeaderSelector: runs a leadership function on its own thread for each term and queues again
 //     (optionally) when the function returns or leadership is lost.
-// Anyone, participant or not, can read the participants in order and the current leader.
+// Anyone, participant or not, can read the participants in order and the current leader, or be
+// told of each change of leader (leader_watch.hpp).
 #pragma once
 
 #include <chrono>
@@ -37,11 +46,24 @@
 
 namespace zkr {
 
+// How a participant names its node, and so which peers' participants share its queue.
+enum class ElectionLayout {
+  recipe_default,  // LeaderLatch: curator_latch; LeaderSelector: curator_lock
+  curator_latch,   // "_c_<uuid>-latch-<seq>": with Curator's LeaderLatch
+  curator_lock,    // "_c_<uuid>-lock-<seq>": with Curator's LeaderSelector
+  kazoo,           // "<32 hex>__lock__<seq>": with kazoo's Election
+};
+std::string_view to_string(ElectionLayout layout) noexcept;
+
 struct ElectionOptions {
   // Stored in the participant's node, read back by participants() and leader(). Empty means
   // default_owner_data() ("host:pid").
   std::string participant_data;
   NodeAcl acl = NodeAcl::open;
+  // Which peers this participant shares its queue with (see the top of this file). Every
+  // participant on a path must use the same layout: a participant that finds another layout's
+  // nodes there fails with errc::incompatible_peer instead of leading a second queue.
+  ElectionLayout layout = ElectionLayout::recipe_default;
 };
 
 // One participant of an election, as read from its node.
@@ -92,7 +114,8 @@ std::string_view to_string(LeadershipEvent event) noexcept;
 
 class LeaderLatch {
  public:
-  // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path.
+  // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
+  // Error(errc::invalid_argument) for a layout that is none of ElectionLayout's.
   LeaderLatch(Session& session, std::string path, ElectionOptions options = {});
   ~LeaderLatch();  // close()
   LeaderLatch(const LeaderLatch&) = delete;
@@ -127,7 +150,8 @@ class LeaderLatch {
   void async_wait_for_leadership(std::chrono::nanoseconds timeout, LeadershipHandler handler,
                                  std::stop_token stop = {});
 
-  // Why participation ended by itself (session closed, ACL refusal), or no error.
+  // Why participation ended by itself (session closed, ACL refusal, errc::incompatible_peer), or
+  // no error.
   std::error_code error() const;
 
   // The listener runs on the session's callback thread for every term that begins or ends, in
@@ -163,7 +187,7 @@ class LeaderSelector {
   using LeadershipFunction = std::function<void(const Leadership&)>;
 
   // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
-  // Error(errc::invalid_argument) if the function is empty.
+  // Error(errc::invalid_argument) if the function is empty or the layout is none of ElectionLayout's.
   LeaderSelector(Session& session, std::string path, LeadershipFunction function, SelectorOptions options = {});
   ~LeaderSelector();  // close()
   LeaderSelector(const LeaderSelector&) = delete;
@@ -188,7 +212,9 @@ class LeaderSelector {
   bool is_leader() const;
   // Terms this selector has led so far.
   std::uint64_t terms() const;
-  // Why the selector stopped by itself (errc::session_closed, zk_errc::no_auth, ...), or none.
+  // Why the selector stopped by itself (errc::session_closed, zk_errc::no_auth,
+  // errc::incompatible_peer, ...), or none; last_exception() then holds that Error, whose message
+  // says more (which peer's nodes, for example).
   std::error_code error() const;
   std::exception_ptr last_exception() const;
 

@@ -65,6 +65,7 @@ enum class errc : int {
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
   corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
+  incompatible_peer = 18,      // the path holds another library's nodes that this recipe cannot share (names the peer)
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
 };
 

@@ -275,6 +275,7 @@ TEST(Errors, EveryCodeMeansOneCondition) {
       {make_error_code(zkr::zk_errc::invalid_state), condition::session_ended},
       {make_error_code(zkr::errc::invalid_path), condition::bad_input},
       {make_error_code(zkr::errc::limit_mismatch), condition::bad_input},
+      {make_error_code(zkr::errc::incompatible_peer), condition::bad_input},
       {make_error_code(zkr::errc::corrupt_state), condition::bad_input},
       {make_error_code(zkr::zk_errc::bad_arguments), condition::bad_input},
       {make_error_code(zkr::errc::auth_failed), condition::no_permission},

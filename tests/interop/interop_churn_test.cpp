@@ -310,7 +310,8 @@ TEST_F(InteropChurnTest, ElectionMixedWithCuratorUnderKillsFreezesAndServerResta
     sessions.push_back(std::make_unique<Session>(session_options(servers, 4000ms)));
     latches.emplace_back([&, session = sessions.back().get(), who = fmt::format("ours-l{}", i)](std::stop_token stop) {
       try {
-        LeaderLatch latch(*session, path, {.participant_data = who});
+        // Beside the selectors: the latch writes their node names.
+        LeaderLatch latch(*session, path, {.participant_data = who, .layout = ElectionLayout::curator_lock});
         latch.start();
         while (!stop.stop_requested()) {
           auto term = latch.wait_for_leadership(100ms, stop);

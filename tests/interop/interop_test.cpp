@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <zkr/election.hpp>
+#include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 #include <zkr/semaphore.hpp>
@@ -64,7 +66,8 @@ class InteropTest : public ::testing::Test {
         options);
   }
 
-  // mode: "" (a Lock) or "semaphore:N"; iterations and hold_ms as start_curator's.
+  // mode: "" (a Lock that also counts "-lock-" nodes), "election" (kazoo's Election) or
+  // "semaphore:N"; iterations and hold_ms as start_curator's.
   std::unique_ptr<testenv::Process> start_kazoo(const std::string& who, int clients, const std::string& mode = {},
                                                 int iterations = kIterations, int hold_ms = kHoldMs) {
     testenv::Process::Options options;
@@ -140,6 +143,101 @@ class InteropTest : public ::testing::Test {
       });
     }
     for (auto& thread : threads) thread.join();
+  }
+
+  // Our side of an election: `count` latches in `layout`, each with its own session, kIterations
+  // terms each; each term is logged with its token, then resigned (the last one closed).
+  void run_latches(int count, ElectionLayout layout) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<Session>(session_options(servers, 10000ms)));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < count; ++i) {
+      threads.emplace_back([&, i] {
+        const std::string who = fmt::format("ours-{}", i);
+        LeaderLatch latch(*sessions[i], path, {.participant_data = who, .layout = layout});
+        latch.start();
+        for (int n = 0; n < kIterations; ++n) {
+          auto term = latch.wait_for_leadership(testenv::scaled(30s));
+          if (!term) {
+            ADD_FAILURE() << who << " never led";
+            return;
+          }
+          log.record("ENTER", who, std::to_string(term->token().value()));
+          std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+          log.record("EXIT", who);
+          if (n + 1 < kIterations) latch.resign();
+        }
+        latch.close();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+
+  // Every term carries a token, and a later term a larger one, whichever library led.
+  static void expect_tokens_grow(std::vector<Section> sections) {
+    std::sort(sections.begin(), sections.end(), [](const Section& a, const Section& b) { return a.enter < b.enter; });
+    for (std::size_t i = 0; i < sections.size(); ++i) {
+      EXPECT_GT(sections[i].token, 0) << sections[i].who << " logged no token";
+      if (i > 0) {
+        EXPECT_GT(sections[i].token, sections[i - 1].token) << sections[i].who << " after " << sections[i - 1].who;
+      }
+    }
+  }
+
+  // The peer's two participants (started, not yet told to go) and two latches of ours in `layout`
+  // on one path: one leader at a time, everyone leads every time, terms pass between the
+  // libraries, tokens grow, and no node is left.
+  void expect_one_leader_beside(testenv::Process& peer, const std::string& peer_name, ElectionLayout layout) {
+    await_ready(peer);
+    peer.write_stdin("GO\n");
+    await_first_entry(peer_name);
+    run_latches(2, layout);
+    await_done(peer);
+    auto sections = read_sections(log.file()).sections;
+    auto bad = overlaps(sections, everyone_excludes);
+    EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+    expect_everyone_in(sections, {peer_name + "-0", peer_name + "-1", "ours-0", "ours-1"});
+    EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not hand over to each other";
+    expect_tokens_grow(sections);
+    EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+  }
+
+  // Our participant that must refuse to join beside the peer's (running) election.
+  void expect_selector_refused(const std::string& peer_recipe) {
+    Session session(session_options(servers));
+    LeaderSelector selector(session, path, [](const Leadership&) { ADD_FAILURE() << "led beside the peer"; });
+    selector.start();
+    ASSERT_TRUE(eventually([&] { return selector.error() == errc::incompatible_peer; }, testenv::scaled(10s)));
+    try {
+      std::rethrow_exception(selector.last_exception());
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(peer_recipe), std::string::npos) << e.what();
+    }
+  }
+
+  // Kills the peer process that leads (its ENTER logged), and checks that our latch, queued behind
+  // it, leads next once the server has expired the peer's session, with a larger token.
+  void expect_ours_succeed_killed_peer(testenv::Process& peer, const std::string& peer_name, ElectionLayout layout) {
+    await_first_entry(peer_name);
+    Session session(session_options(servers, 10000ms));
+    LeaderLatch latch(session, path, {.participant_data = "ours-0", .layout = layout});
+    latch.start();
+    ASSERT_TRUE(eventually([&] { return raw.children(path).size() == 2; }));
+    EXPECT_FALSE(latch.wait_for_leadership(300ms)) << "led beside the peer";
+    peer.signal(SIGKILL);
+    peer.wait(testenv::scaled(10s));
+    log.record("KILLED", peer_name);
+    auto term = latch.wait_for_leadership(testenv::scaled(40s));  // the peer's session expires first
+    ASSERT_TRUE(term);
+    log.record("ENTER", "ours-0", std::to_string(term->token().value()));
+    log.record("EXIT", "ours-0");
+    latch.close();
+    auto sections = read_sections(log.file()).sections;
+    auto bad = overlaps(sections, everyone_excludes);
+    EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+    expect_tokens_grow(sections);
+    EXPECT_EQ(entries_by_participant(sections)["ours-0"], 1);
+    EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
   }
 
   void expect_everyone_in(const std::vector<Section>& sections, const std::vector<std::string>& everyone) {
@@ -417,6 +515,36 @@ TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
   expect_everyone_in(sections, {"curator-w0", "curator-r1", "curator-w2", "ours-w0", "ours-r1", "ours-r2"});
   EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
   EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));
+}
+
+// ---- elections with Curator's LeaderLatch and kazoo's Election ----
+
+TEST_F(InteropTest, LatchAndCuratorLeaderLatchAgreeOnOneLeaderAndHandOverBothWays) {
+  auto curator = start_curator("latch", "curator", 2);
+  expect_one_leader_beside(*curator, "curator", ElectionLayout::recipe_default);  // Curator LeaderLatch's
+}
+
+TEST_F(InteropTest, KilledCuratorLeaderLatchIsSucceededByOursAndASelectorIsRefused) {
+  auto curator = start_curator("latch", "curator", 1, 1, 120000);  // leads until killed
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  await_first_entry("curator");
+  expect_selector_refused("Curator LeaderLatch");
+  expect_ours_succeed_killed_peer(*curator, "curator-0", ElectionLayout::curator_latch);
+}
+
+TEST_F(KazooInteropTest, KazooLayoutElectionAndKazooElectionAgreeOnOneLeaderAndHandOverBothWays) {
+  auto kazoo = start_kazoo("kazoo", 2, "election");
+  expect_one_leader_beside(*kazoo, "kazoo", ElectionLayout::kazoo);
+}
+
+TEST_F(KazooInteropTest, KilledKazooLeaderIsSucceededByOursAndACuratorLayoutSelectorIsRefused) {
+  auto kazoo = start_kazoo("kazoo", 1, "election", 1, 120000);  // leads until killed
+  await_ready(*kazoo);
+  kazoo->write_stdin("GO\n");
+  await_first_entry("kazoo");
+  expect_selector_refused("kazoo Lock or Election");
+  expect_ours_succeed_killed_peer(*kazoo, "kazoo-0", ElectionLayout::kazoo);
 }
 
 }  // namespace

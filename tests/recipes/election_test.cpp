@@ -28,6 +28,22 @@ class ElectionTest : public ServerTest {
   void TearDown() override { sessions.close_all(); }
 };
 
+// Node name prefixes as the peers write them (the server appends the sequence).
+constexpr const char* kCuratorLatchPrefix = "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-";
+constexpr const char* kCuratorLockPrefix = "_c_1f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-lock-";
+constexpr const char* kKazooLockPrefix = "0123456789abcdef0123456789abcdef__lock__";
+
+// Adds under `path` (a container, created if need be) an ephemeral node of the raw client named
+// `prefix`, sequential unless told otherwise, as a peer's participant would; returns its name.
+std::string add_peer_node(RawClient& raw, const std::string& path, const std::string& prefix, bool sequential = true) {
+  raw.create(path.substr(0, path.rfind('/')));
+  raw.create(path, {}, ZOO_CONTAINER);
+  if (raw.create(path + "/" + prefix, "peer", ZOO_EPHEMERAL | (sequential ? ZOO_SEQUENCE : 0)) != ZOK) return {};
+  for (const auto& child : raw.children(path))
+    if (child.starts_with(prefix)) return child;
+  return {};
+}
+
 // Index of the one latch that leads, -1 if none does, -2 if several do.
 int sole_leader(const std::vector<std::unique_ptr<LeaderLatch>>& latches) {
   int leader = -1;
@@ -53,7 +69,7 @@ TEST_F(ElectionTest, OneLeaderAmongFiveAndEveryoneAgreesWhoItIs) {
   const Leadership term = latches[leader]->leadership();
   ASSERT_TRUE(term);
   EXPECT_EQ(term.token().value(), raw.stat(term.node_path()).czxid);
-  EXPECT_NE(term.node_path().find("-lock-"), std::string::npos);
+  EXPECT_NE(term.node_path().find("-latch-"), std::string::npos);  // Curator LeaderLatch's names
 
   // A process that does not take part reads the same leader and the queue behind it.
   Session& observer = sessions.add(servers);
@@ -444,6 +460,167 @@ TEST_F(ElectionTest, ClosingASelectorStopsTheRunningFunction) {
   EXPECT_TRUE(told);
   EXPECT_FALSE(selector.is_leader());
   EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+}
+
+// ---- node layouts and the peers they share a path with ----
+
+TEST_F(ElectionTest, EachLayoutNamesItsNodeAsItsPeerDoes) {
+  struct Case {
+    ElectionLayout layout;
+    ContenderScheme scheme;
+    ContenderRole role;
+  };
+  for (const auto& c : {Case{ElectionLayout::recipe_default, ContenderScheme::zkrecipes_or_curator, ContenderRole::latch},
+                        Case{ElectionLayout::curator_latch, ContenderScheme::zkrecipes_or_curator, ContenderRole::latch},
+                        Case{ElectionLayout::curator_lock, ContenderScheme::zkrecipes_or_curator, ContenderRole::exclusive},
+                        Case{ElectionLayout::kazoo, ContenderScheme::kazoo, ContenderRole::exclusive}}) {
+    SCOPED_TRACE(to_string(c.layout));
+    const std::string where = testenv::unique_path();
+    LeaderLatch latch(sessions.add(servers), where, {.participant_data = "ours", .layout = c.layout});
+    latch.start();
+    ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+    const auto name = parse_contender_name(raw.children(where).at(0));
+    ASSERT_TRUE(name);
+    EXPECT_EQ(name->scheme, c.scheme);
+    EXPECT_EQ(name->role, c.role);
+  }
+  // The selector's default stays Curator LeaderSelector's.
+  std::atomic<bool> led{false};
+  LeaderSelector selector(sessions.add(servers), path, [&](const Leadership& term) {
+    led = term.node_path().find("-lock-") != std::string::npos;
+    while (!term.ended_token().stop_requested()) std::this_thread::sleep_for(5ms);
+  });
+  selector.start();
+  EXPECT_TRUE(eventually([&] { return led.load(); }));
+}
+
+TEST_F(ElectionTest, ALayoutOutsideTheEnumIsRefused) {
+  try {
+    LeaderLatch latch(sessions.add(servers), path, {.participant_data = "ours", .layout = static_cast<ElectionLayout>(42)});
+    FAIL() << "accepted layout 42";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("layout 42"), std::string::npos) << e.what();
+  }
+}
+
+// A Curator LeaderLatch participant already queued leads before ours: the two agree on the order.
+TEST_F(ElectionTest, LatchQueuesBehindACuratorLatchNodeAndLeadsOnceItGoes) {
+  const std::string peer = add_peer_node(raw, path, kCuratorLatchPrefix);
+  ASSERT_FALSE(peer.empty());
+  LeaderLatch latch(sessions.add(servers), path);
+  latch.start();
+  EXPECT_FALSE(latch.wait_for_leadership(300ms));
+  ASSERT_EQ(election_leader(sessions.add(servers), path)->node, peer);
+  ASSERT_EQ(raw.remove(path + "/" + peer), ZOK);
+  EXPECT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+}
+
+// A peer's nodes that would make a second queue beside ours: the participant refuses with an error
+// naming the peer's recipe and the node, and leaves no node of its own.
+TEST_F(ElectionTest, EachLayoutRefusesPeerNodesItCannotShareAndLeavesNoNode) {
+  struct Case {
+    ElectionLayout layout;
+    std::string peer_prefix;
+    bool sequential;
+    std::string peer_recipe;
+  };
+  const std::vector<Case> cases = {
+      {ElectionLayout::recipe_default, kCuratorLockPrefix, true, "Curator InterProcessMutex or LeaderSelector"},
+      {ElectionLayout::curator_latch, kKazooLockPrefix, true, "kazoo Lock or Election"},
+      {ElectionLayout::curator_lock, kCuratorLatchPrefix, true, "Curator LeaderLatch"},
+      {ElectionLayout::curator_lock, kKazooLockPrefix, true, "kazoo Lock or Election"},
+      {ElectionLayout::kazoo, kCuratorLockPrefix, true, "Curator InterProcessMutex or LeaderSelector"},
+      {ElectionLayout::kazoo, kCuratorLatchPrefix, true, "Curator LeaderLatch"},
+      {ElectionLayout::curator_latch, "leases", false, "Curator InterProcessSemaphoreV2"},
+      {ElectionLayout::kazoo, "0123456789abcdef0123456789abcdef", false, "kazoo Semaphore"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(fmt::format("{} beside {}", to_string(c.layout), c.peer_prefix));
+    const std::string where = testenv::unique_path();
+    const std::string peer = add_peer_node(raw, where, c.peer_prefix, c.sequential);
+    ASSERT_FALSE(peer.empty());
+    LeaderLatch latch(sessions.add(servers), where, {.participant_data = "ours", .layout = c.layout});
+    latch.start();
+    try {
+      latch.wait_for_leadership(testenv::scaled(10s));
+      FAIL() << "joined beside " << peer;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), errc::incompatible_peer);
+      const std::string what = e.what();
+      EXPECT_NE(what.find(c.peer_recipe), std::string::npos) << what;
+      EXPECT_NE(what.find(peer), std::string::npos) << what;
+      EXPECT_NE(what.find(fmt::format("zkr::LeaderLatch with the {} layout", to_string(c.layout == ElectionLayout::recipe_default ? ElectionLayout::curator_latch : c.layout))), std::string::npos) << what;
+    }
+    EXPECT_EQ(latch.error(), errc::incompatible_peer);
+    EXPECT_TRUE(eventually([&] { return raw.children(where) == std::vector<std::string>{peer}; }));
+  }
+}
+
+TEST_F(ElectionTest, SelectorRefusesACuratorLatchPathAndSaysWhyInItsLastException) {
+  const std::string peer = add_peer_node(raw, path, kCuratorLatchPrefix);
+  std::atomic<int> terms{0};
+  LeaderSelector selector(sessions.add(servers), path, [&](const Leadership&) { ++terms; });
+  selector.start();
+  ASSERT_TRUE(eventually([&] { return selector.error() == errc::incompatible_peer; }));
+  ASSERT_TRUE(selector.last_exception());
+  try {
+    std::rethrow_exception(selector.last_exception());
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Curator LeaderLatch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a zkr::LeaderSelector with the curator_lock layout"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(terms.load(), 0);
+  EXPECT_TRUE(eventually([&] { return nodes() == std::vector<std::string>{peer}; }));
+}
+
+// Before Curator's latch layout, a latch and a selector on one path shared the "-lock-" queue. With
+// the default layouts they would be two queues: the later one refuses. With one layout they share.
+TEST_F(ElectionTest, LatchAndSelectorShareAPathOnlyWithOneLayout) {
+  LeaderLatch latch(sessions.add(servers), path);
+  latch.start();
+  ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+  std::atomic<int> terms{0};
+  LeaderSelector refused(sessions.add(servers), path, [&](const Leadership&) { ++terms; });
+  refused.start();
+  ASSERT_TRUE(eventually([&] { return refused.error() == errc::incompatible_peer; }));
+  latch.close();
+  ASSERT_TRUE(eventually([&] { return nodes().empty(); }));
+
+  LeaderLatch sharing(sessions.add(servers), path, {.participant_data = "ours", .layout = ElectionLayout::curator_lock});
+  sharing.start();
+  ASSERT_TRUE(sharing.wait_for_leadership(testenv::scaled(10s)));
+  std::atomic<bool> selector_led{false};
+  LeaderSelector selector(sessions.add(servers), path, [&](const Leadership& term) {
+    selector_led = true;
+    while (!term.ended_token().stop_requested()) std::this_thread::sleep_for(5ms);
+  });
+  selector.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(selector_led.load()) << "two leaders";
+  EXPECT_FALSE(selector.error());
+  EXPECT_TRUE(sharing.resign());
+  EXPECT_TRUE(eventually([&] { return selector_led.load() && !sharing.is_leader(); }));
+  EXPECT_EQ(terms.load(), 0);
+}
+
+// A peer's node that arrives after we queued is found at our next listing (here: the waiter
+// ahead of us leaves, and we look again).
+TEST_F(ElectionTest, APeerNodeThatArrivesLaterIsRefusedAtTheNextListing) {
+  std::vector<std::unique_ptr<LeaderLatch>> latches;
+  for (int i = 0; i < 3; ++i) {
+    latches.push_back(std::make_unique<LeaderLatch>(sessions.add(servers), path));
+    latches.back()->start();
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
+  }
+  ASSERT_EQ(sole_leader(latches), 0);
+  const std::string peer = add_peer_node(raw, path, kKazooLockPrefix);
+  latches[1]->close();
+  ASSERT_TRUE(eventually([&] { return latches[2]->error() == errc::incompatible_peer; }));
+  EXPECT_THROW(latches[2]->wait_for_leadership(0ms), Error);
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 2; }));  // the leader's and the peer's
 }
 
 }  // namespace

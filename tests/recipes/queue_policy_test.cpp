@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "peer_layout.hpp"
 #include "queue_policy.hpp"
 
 namespace zkr::detail {
@@ -67,6 +68,41 @@ TEST(QueuePolicyTest, ReadersWaitForTheNearestEarlierWriterOnly) {
   EXPECT_EQ(decide(queue, 4, read).blocker, 2u);
   EXPECT_EQ(decide(queue, 5, write).blocker, 4u);
   EXPECT_EQ(decide(queue, 6, read).blocker, 5u);
+}
+
+}  // namespace
+}  // namespace zkr::detail
+
+// ---- peer layouts (peer_layout.hpp) ----
+
+namespace zkr::detail {
+namespace {
+
+TEST(PeerLayout, ChildNamesTellWhichRecipeWroteThem) {
+  EXPECT_EQ(classify_child("_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-0000000003"), PeerNode::curator_latch);
+  EXPECT_EQ(classify_child("_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-lock-0000000003"), PeerNode::curator_lock);
+  EXPECT_EQ(classify_child("_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-__WRIT__0000000003"), PeerNode::curator_read_write);
+  EXPECT_EQ(classify_child("0123456789abcdef0123456789abcdef__lock__0000000003"), PeerNode::kazoo_lock);
+  EXPECT_EQ(classify_child("0123456789abcdef0123456789abcdef__rlock__0000000003"), PeerNode::kazoo_read_lock);
+  EXPECT_EQ(classify_child("locks"), PeerNode::curator_semaphore);
+  EXPECT_EQ(classify_child("leases"), PeerNode::curator_semaphore);
+  EXPECT_EQ(classify_child("0123456789abcdef0123456789abcdef"), PeerNode::kazoo_semaphore);
+  for (const char* other : {"report-lock-0000000000", "lock", "0123456789ABCDEF0123456789ABCDEF", "config"})
+    EXPECT_EQ(classify_child(other), PeerNode::unknown) << other;
+  EXPECT_EQ(node_kind(ContenderScheme::kazoo, ContenderRole::exclusive), PeerNode::kazoo_lock);
+  EXPECT_EQ(node_kind(ContenderScheme::zkrecipes_or_curator, ContenderRole::latch), PeerNode::curator_latch);
+}
+
+TEST(PeerLayout, TheFirstChildOfAKindNotSharedIsNamedWithItsRecipe) {
+  const std::vector<std::string> children = {"config", "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-lock-0000000001",
+                                             "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-0000000003"};
+  const auto only_locks = [](PeerNode kind) { return kind == PeerNode::curator_lock; };
+  EXPECT_EQ(peer_conflict(children, "/x", "a zkr::LeaderSelector with the curator_lock layout", only_locks),
+            "path /x has Curator LeaderLatch (or zkr::LeaderLatch) nodes "
+            "(_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-0000000003); a zkr::LeaderSelector with the curator_lock "
+            "layout there would run a second, disjoint queue");
+  EXPECT_EQ(peer_conflict({children[0], children[1]}, "/x", "us", only_locks), "");
+  EXPECT_EQ(peer_conflict({}, "/x", "us", only_locks), "");
 }
 
 }  // namespace

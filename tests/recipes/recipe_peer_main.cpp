@@ -149,7 +149,8 @@ int run_churn(zkr::Session& session, std::string_view mode, const std::string& p
     return 0;
   }
   if (mode == "latch") {
-    zkr::LeaderLatch latch(session, path, {.participant_data = who});
+    // Beside LeaderSelectors: the latch writes their (Curator LeaderSelector's) node names.
+    zkr::LeaderLatch latch(session, path, {.participant_data = who, .layout = zkr::ElectionLayout::curator_lock});
     latch.start();
     while (std::chrono::steady_clock::now() < end && stdin_open()) {
       auto term = latch.wait_for_leadership(std::chrono::milliseconds(50));

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 #include <testenv.hpp>
+#include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/semaphore.hpp>
@@ -165,6 +166,34 @@ TEST_F(QueueInterleaving, LostCreateReplyOnTheSameSessionIsFoundByGuidAndAdopted
   EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 1u);  // never created twice
 
   held.release();
+  EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
+}
+
+// The same with kazoo's node names ("<32 hex>__lock__<seq>", an election in the kazoo layout): the
+// GUID the contender looks for is kazoo's form of it, and the node found is adopted.
+TEST_F(QueueInterleaving, LostCreateReplyOfAKazooNamedNodeIsFoundByGuidAndAdopted) {
+  const std::string parent = "/elections/lost-kazoo-reply";
+  server->ensure_path(parent);
+  auto session = open_session();
+  const auto session_id = session->id();
+  server->inject(lost_create_reply(parent + "/"));
+
+  LeaderLatch latch(*session, parent, {.participant_data = "ours", .layout = ElectionLayout::kazoo});
+  latch.start();
+  ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
+  ASSERT_EQ(server->children(parent).size(), 1u);
+  const auto created = server->children(parent)[0];
+  const auto name = parse_contender_name(created);
+  ASSERT_TRUE(name);
+  EXPECT_EQ(name->scheme, ContenderScheme::kazoo);
+
+  server->reconnect(session_id);
+  auto term = latch.wait_for_leadership(scaled(10s));
+  ASSERT_TRUE(term);
+  EXPECT_EQ(term->node_path(), child_of(parent, created));
+  EXPECT_EQ(server->children(parent).size(), 1u);
+  EXPECT_EQ(requests_of(session_id, Op::create, parent + "/").size(), 1u);  // never created twice
+  latch.close();
   EXPECT_TRUE(wait_until([&] { return server->children(parent).empty(); }));
 }
 

@@ -2,10 +2,11 @@
 //
 //   java -cp CLASSES:curator-recipes.jar:slf4j-nop.jar CuratorPeer CONNECT PATH MODE WHO LOG ITERATIONS HOLD_MS CLIENTS
 //
-// MODE is mutex (InterProcessMutex), leader (LeaderSelector with auto-requeue), rw
-// (InterProcessReadWriteLock: even clients write, odd ones read), or semaphore:N
-// (InterProcessSemaphoreV2 with N leases; each ENTER line carries the lease's token, the czxid of
-// its lease node; HOLD_MS -1 holds the first lease until killed). Starts CLIENTS clients (one
+// MODE is mutex (InterProcessMutex), leader (LeaderSelector with auto-requeue), latch (LeaderLatch:
+// each term is a new latch, started, awaited, held and closed), rw (InterProcessReadWriteLock: even
+// clients write, odd ones read), or semaphore:N (InterProcessSemaphoreV2 with N leases; each ENTER
+// line carries the lease's token, the czxid of its lease node; HOLD_MS -1 holds the first lease
+// until killed). Starts CLIENTS clients (one
 // session each, named WHO-0, WHO-1, ...; in rw mode WHO-w0, WHO-r1, ...),
 // prints "READY" once all are connected, waits for a line on stdin, then each client enters its
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
@@ -14,8 +15,8 @@
 //
 // ITERATIONS 0 is the churn mode: every client goes on until a second line (or the end) of stdin,
 // then leaves and "DONE" is printed. Errors a client meets (a lost connection while the test
-// restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader mode
-// each ENTER line also carries the term's fencing token, the czxid of the client's election node
+// restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader and
+// latch modes each ENTER line also carries the term's fencing token, the czxid of the client's election node
 // (as this library's tokens), so that a checker can tell overlapping terms apart by token.
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
@@ -31,6 +32,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
@@ -140,6 +142,31 @@ public final class CuratorPeer {
         self[0].setId(name);
         self[0].autoRequeue();
         selectors.add(self[0]);
+        continue;
+      }
+      if (mode.equals("latch")) {
+        Thread thread = new Thread(() -> {
+          try {
+            for (int n = 0; n < iterations; ++n) {
+              LeaderLatch latch = new LeaderLatch(client, path, name);
+              latch.start();
+              try {
+                latch.await();
+                final long token = ownToken(client, path, name);
+                record("ENTER", name, token);
+                Thread.sleep(holdMs);
+                record("EXIT", name);
+              } finally {
+                latch.close();  // deletes our node: the next participant leads
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        });
+        threads.add(thread);
         continue;
       }
       if (mode.startsWith("semaphore:")) {

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
 """A kazoo (Debian's python3-kazoo) participant for the interoperability tests.
 
-    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [semaphore:N]
+    /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [MODE]
 
-Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...), each with a kazoo Lock that
-also counts "-lock-" nodes (ours and Curator's) as contenders; prints "READY" once all are
-connected, waits for a line on stdin, then each client takes the lock ITERATIONS times. Around
-each critical section it appends "ENTER <name> <ns>" and "EXIT <name> <ns>" to LOG
-(time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at the end.
-
-With semaphore:N each client takes a lease of a kazoo Semaphore with N leases instead, and its
-ENTER lines carry the lease's token (the czxid of its lease node). HOLD_MS -1 holds the first
-lease until the process is killed (it prints "HOLDING <name>").
+Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...); prints "READY" once all are
+connected, waits for a line on stdin, then each client enters its critical section ITERATIONS
+times. Around each critical section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>"
+to LOG (time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at
+the end. MODE:
+  lock (the default)  a kazoo Lock that also counts "-lock-" nodes (ours and Curator's) as contenders;
+  election            a plain kazoo Election, each run one term, whose ENTER line carries the term's
+                      fencing token (the czxid of the client's lock node);
+  semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
+                      token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
+                      the process is killed (it prints "HOLDING <name>").
 """
 import os
 import sys
@@ -22,13 +24,14 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    if len(argv) not in (8, 9):
-        print("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [semaphore:N]",
-              file=sys.stderr)
+    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N]"
+    mode = argv[8] if len(argv) == 9 else "lock"
+    if len(argv) not in (8, 9) or not (mode in ("lock", "election") or mode.startswith("semaphore:")):
+        print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
     iterations, hold, count = int(argv[5]), int(argv[6]) / 1000.0, int(argv[7])
-    max_leases = int(argv[8].split(":", 1)[1]) if len(argv) == 9 else None
+    max_leases = int(mode.split(":", 1)[1]) if mode.startswith("semaphore:") else None
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def record(event, name, token=None):
@@ -48,6 +51,19 @@ def main(argv):
     def run(index):
         name = f"{who}-{index}"
         try:
+            if mode == "election":
+                client = clients[index]
+                election = client.Election(path, name)
+
+                def lead():
+                    token = client.exists(path + "/" + election.lock.node).czxid
+                    record("ENTER", name, token)
+                    time.sleep(hold)
+                    record("EXIT", name)
+
+                for _ in range(iterations):
+                    election.run(lead)
+                return
             if max_leases is not None:
                 client = clients[index]
                 semaphore = client.Semaphore(path, name, max_leases=max_leases)

@@ -1,0 +1,178 @@
+// LeaderWatch on real servers: each change of leader told once and in order (resign, close,
+// kill), the leader's data, token and session, a session replaced under the watch, and stop().
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <zkr/election.hpp>
+#include <zkr/error.hpp>
+#include <zkr/leader_watch.hpp>
+
+#include "recipe_test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class LeaderWatchTest : public ServerTest {
+ protected:
+  Sessions sessions;
+  void TearDown() override { sessions.close_all(); }
+};
+
+// What the callback was told, in order.
+class Told {
+ public:
+  LeaderWatch::Callback callback() {
+    return [this](const std::optional<Participant>& leader) {
+      std::lock_guard guard(mutex_);
+      calls_.push_back(leader);
+    };
+  }
+  std::vector<std::optional<Participant>> calls() const {
+    std::lock_guard guard(mutex_);
+    return calls_;
+  }
+  // The participant data of each call ("" for nobody).
+  std::vector<std::string> data() const {
+    std::vector<std::string> out;
+    for (const auto& call : calls()) out.push_back(call ? call->data : "");
+    return out;
+  }
+  std::optional<Participant> last() const {
+    std::lock_guard guard(mutex_);
+    return calls_.empty() ? std::nullopt : calls_.back();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::optional<Participant>> calls_;
+};
+
+TEST_F(LeaderWatchTest, TellsEachChangeOfLeaderOnceAndInOrderEndingWithNobody) {
+  Told told;
+  Session& watcher = sessions.add(servers);
+  LeaderWatch watch(watcher, path, told.callback());
+  ASSERT_TRUE(eventually([&] { return told.calls().size() == 1; }));  // the path does not exist yet
+  EXPECT_FALSE(told.last());
+
+  Session& first_session = sessions.add(servers);
+  LeaderLatch first(first_session, path, {.participant_data = "first"});
+  first.start();
+  auto term = first.wait_for_leadership(testenv::scaled(10s));
+  ASSERT_TRUE(term);
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "first"; }, testenv::scaled(10s)));
+  const Participant seen = *told.last();
+  EXPECT_EQ(seen.token, term->token());
+  EXPECT_EQ(seen.session_id, first_session.id());
+  EXPECT_EQ(seen.node, term->node_path().substr(path.size() + 1));
+  EXPECT_TRUE(seen.leader);
+  EXPECT_EQ(watch.leader()->node, seen.node);
+
+  LeaderLatch second(sessions.add(servers), path, {.participant_data = "second"});
+  second.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  ASSERT_TRUE(first.resign());  // second leads; first queues again behind it
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "second"; }));
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  second.close();
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "first"; }));
+  first.close();
+  ASSERT_TRUE(eventually([&] { return told.data().back().empty(); }));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(told.data(), (std::vector<std::string>{"", "first", "second", "first", ""}));
+  // The second term of "first" is another node, with a larger token.
+  const auto calls = told.calls();
+  EXPECT_GT(calls[3]->token, calls[1]->token);
+  EXPECT_NE(calls[3]->node, calls[1]->node);
+  EXPECT_FALSE(watch.error());
+}
+
+TEST_F(LeaderWatchTest, AKilledLeaderProcessIsFollowedByItsSuccessor) {
+  auto peer = start_peer("elect", servers, path, 2000, "peer");
+  auto leader_line = peer->wait_for_line("LEADER", testenv::scaled(15s));
+  ASSERT_TRUE(leader_line);
+  Told told;
+  LeaderWatch watch(sessions.add(servers), path, told.callback());
+  ASSERT_TRUE(eventually([&] { return told.last().has_value(); }));
+  EXPECT_EQ(told.last()->data, "peer");
+  EXPECT_EQ(told.last()->token.value(), number_of(*leader_line));
+  LeaderLatch latch(sessions.add(servers), path, {.participant_data = "ours"});
+  latch.start();
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  peer->signal(SIGKILL);
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "ours"; }, testenv::scaled(15s)));
+  EXPECT_EQ(told.data(), (std::vector<std::string>{"peer", "ours"}));
+  EXPECT_EQ(told.last()->token, latch.leadership().token());
+}
+
+// The watch's own session is lost (cut off behind a proxy) and replaced; meanwhile the leader
+// changed twice. The replacement session reads again and tells the leader as it is now.
+TEST_F(LeaderWatchTest, AReplacedSessionReadsAgainAndTellsTheLeaderAsItIsNow) {
+  testenv::Proxy proxy(servers);
+  Session& watcher = sessions.add(proxy.address(), 3000ms);
+  Told told;
+  auto close_sessions = sessions.closer();
+  LeaderWatch watch(watcher, path, told.callback());
+  auto first = std::make_unique<LeaderLatch>(sessions.add(servers), path, ElectionOptions{.participant_data = "first"});
+  first->start();
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "first"; }, testenv::scaled(10s)));
+  const auto lost_before = watcher.metrics().sessions_lost;
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return watcher.metrics().sessions_lost > lost_before; }, testenv::scaled(15s)));
+  LeaderLatch second(sessions.add(servers), path, {.participant_data = "second"});
+  second.start();
+  first.reset();  // closes: second leads while the watch cannot see
+  ASSERT_TRUE(second.wait_for_leadership(testenv::scaled(10s)));
+  proxy.pass();
+  ASSERT_TRUE(eventually([&] { return told.data().back() == "second"; }, testenv::scaled(20s)));
+  EXPECT_EQ(told.data(), (std::vector<std::string>{"", "first", "second"}));
+  EXPECT_EQ(told.last()->token, second.leadership().token());
+}
+
+TEST_F(LeaderWatchTest, StopEndsTheCallsEvenFromTheCallbackItself) {
+  Session& session = sessions.add(servers);
+  std::atomic<int> calls{0};
+  std::unique_ptr<LeaderWatch> watch;
+  std::mutex mutex;
+  {
+    std::lock_guard guard(mutex);  // the first call waits until `watch` is set
+    watch = std::make_unique<LeaderWatch>(session, path, [&](const std::optional<Participant>&) {
+      std::lock_guard inner(mutex);
+      ++calls;
+      watch->stop();  // returns at once from the callback
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return calls.load() == 1; }));
+  LeaderLatch latch(sessions.add(servers), path);
+  latch.start();
+  ASSERT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(watch->leader());
+}
+
+TEST_F(LeaderWatchTest, BadArgumentsAreRefusedAndAClosedSessionStopsTheWatch) {
+  Session& session = sessions.add(servers);
+  try {
+    LeaderWatch watch(session, "relative", [](const std::optional<Participant>&) {});
+    FAIL() << "accepted a relative path";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_path);
+  }
+  try {
+    LeaderWatch watch(session, path, nullptr);
+    FAIL() << "accepted an empty callback";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+  }
+  LeaderWatch watch(session, path, [](const std::optional<Participant>&) {});
+  session.close();
+  EXPECT_TRUE(eventually([&] { return watch.error() == errc::session_closed; }));
+}
+
+}  // namespace
+}  // namespace zkr::test
