@@ -12,6 +12,7 @@
 #include "acquisition.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
+#include "peer_layout.hpp"
 #include "peer_semaphore.hpp"
 #include "request_limits.hpp"
 
@@ -68,6 +69,11 @@ detail::ContenderRequest make_request(const std::string& path, int max_leases, c
   request.acl = options.acl;
   request.timeout = timeout;
   request.parent_data = limit_record(max_leases);
+  // Our leases are "-lock-" nodes; any other recipe's nodes (a Curator or kazoo semaphore's lease
+  // and lock children, which our queue would not count) make the path another protocol's.
+  request.check_children = detail::refuse_peers(
+      path, "a zkr::Semaphore in the zkrecipes layout",
+      [](detail::PeerNode kind) { return kind == detail::PeerNode::curator_lock; }, refusal);
   request.check_parent = [max_leases, refusal = std::move(refusal)](const std::string& data) -> std::error_code {
     const auto recorded = parse_limit(data);
     if (recorded == max_leases) return {};

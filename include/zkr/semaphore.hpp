@@ -31,7 +31,10 @@
 // errc::limit_mismatch (and its node is deleted) instead of a lease: participants that disagree
 // cannot both hold leases by their own count. A path node that exists without a recorded limit
 // (created by hand or by another recipe) is refused the same way; create it with the data
-// "max_leases=N", or let the semaphore create it. The path is a container node: the server
+// "max_leases=N", or let the semaphore create it. Nodes of another recipe under the path (a Curator
+// or kazoo semaphore's leases or lock, a latch, a kazoo lock), which our queue would not count,
+// make the acquisition fail with errc::incompatible_peer naming that recipe (its node deleted).
+// The path is a container node: the server
 // removes it some time after the last contender left, and the next participant records its N
 // afresh.
 //

@@ -499,6 +499,9 @@ TEST_F(InteropTest, ReadWriteLockAndCuratorReadWriteLockAgree) {
   auto curator = start_curator("rw", "curator", 3);
   await_ready(*curator);
   curator->write_stdin("GO\n");
+  // Ours start once Curator's are in: a JVM slowed by a loaded machine could otherwise start
+  // after ours finished, and nothing would have contended.
+  await_first_entry("curator");
   auto name = [](int i) { return fmt::format("ours-{}{}", i == 0 ? "w" : "r", i); };
   run_ours(
       3,

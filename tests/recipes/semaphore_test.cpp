@@ -212,6 +212,33 @@ TEST_F(SemaphoreTest, APathWithoutARecordedLimitIsRefused) {
   raw.remove(path);
 }
 
+// A path our semaphore recorded its limit on, where a Curator or kazoo semaphore then put its
+// nodes: our queue would not count their leases, so it refuses, naming the peer, and leaves nothing.
+TEST_F(SemaphoreTest, PeerSemaphoreNodesOnOurPathAreRefusedNamingThePeer) {
+  raw.create("/zkr-test");
+  ASSERT_EQ(raw.create(path, "max_leases=2"), ZOK);
+  Semaphore semaphore(sessions.add(servers), path, 2);
+  const auto refusal = [&] {
+    try {
+      semaphore.try_acquire_for(testenv::scaled(5s));
+      return std::string("granted");
+    } catch (const Error& e) {
+      return e.code() == errc::incompatible_peer ? std::string(e.what()) : "another error: " + std::string(e.what());
+    }
+  };
+  ASSERT_EQ(raw.create(path + "/leases"), ZOK);
+  EXPECT_NE(refusal().find("Curator InterProcessSemaphoreV2"), std::string::npos) << refusal();
+  EXPECT_TRUE(eventually([&] { return nodes() == std::vector<std::string>{"leases"}; }));
+  raw.remove(path + "/leases");
+
+  const std::string kazoo_lease = path + "/0123456789abcdef0123456789abcdef";
+  ASSERT_EQ(raw.create(kazoo_lease, "", ZOO_EPHEMERAL), ZOK);
+  EXPECT_NE(refusal().find("kazoo Semaphore"), std::string::npos) << refusal();
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  raw.remove(kazoo_lease);
+  EXPECT_TRUE(semaphore.try_acquire());  // our own layout alone again
+}
+
 TEST_F(SemaphoreTest, BadArgumentsAreRefused) {
   Session& session = sessions.add(servers);
   try {
