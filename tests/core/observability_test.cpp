@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <future>
 #include <stop_token>
 #include <thread>
 
@@ -127,7 +128,9 @@ TEST(LockMetricsTest, EveryRecipeRecordsItsGrantsThroughTheQueue) {
   options.metrics_path_labels.paths = {base + "/"};
   Session session(options);
   ReadWriteLock read_write(session, base + "/read-write");
-  HeldLock reader = read_write.read_lock().acquire(), second_reader = read_write.read_lock().acquire();
+  HeldLock reader = read_write.read_lock().acquire();
+  // Another thread: this one asking again for the read lock it holds would be refused (would_deadlock).
+  HeldLock second_reader = std::async(std::launch::async, [&] { return read_write.read_lock().acquire(); }).get();
   Semaphore semaphore(session, base + "/semaphore", 3);
   Lease lease = semaphore.acquire(), second_lease = semaphore.acquire();
   LeaderLatch latch(session, base + "/election");
