@@ -350,10 +350,13 @@ TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
 
   owner.signal(SIGKILL);
   owner.wait(5s);
+  // The watchdog removes the namespaces, then the lab's registry entry: wait for both.
+  const std::string registry_entry = "/run/zkr-netlab/" + lab_name + ".json";
   const auto deadline = Clock::now() + scaled(30s);
-  while (lab_namespaces_exist(lab_name) && Clock::now() < deadline) std::this_thread::sleep_for(200ms);
+  while ((lab_namespaces_exist(lab_name) || std::filesystem::exists(registry_entry)) && Clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(lab_namespaces_exist(lab_name)) << "the watchdog left " << lab_name << " behind";
-  EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
+  EXPECT_FALSE(std::filesystem::exists(registry_entry));
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }

@@ -246,15 +246,16 @@ TEST_F(SecurityTest, ZklockKeepsCredentialsOutOfItsOutputArgvAndTheJob) {
   testenv::Process::Options options;
   options.merge_stderr = true;
   testenv::Process zklock({ZKLOCK_BINARY, "-v", "--zk", servers, "--auth-file", credentials_file.string(), path,
-                           // The job's parent is zklock's keeper; zklock is the keeper's parent.
-                           "-c", "for pid in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do "
+                           // The job's parent is zklock's keeper (a fork of zklock, named so);
+                           // zklock is the keeper's parent.
+                           "-c", "cat /proc/$PPID/comm; for pid in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do "
                            "tr '\\0' ' ' < /proc/$pid/cmdline; echo; done; env; echo job-done"},
                           options);
   const std::string output = zklock.read_all(testenv::scaled(30s));
   EXPECT_EQ(zklock.wait(testenv::scaled(10s)), 0) << output;
   EXPECT_THAT(output, HasSubstr("job-done"));
   EXPECT_THAT(output, HasSubstr("--auth-file"));  // the zklock command line was printed
-  EXPECT_THAT(output, HasSubstr("zklock-keeper"));  // and the keeper's
+  EXPECT_THAT(output, HasSubstr("zklock-keeper"));  // the keeper's name, and its command line
   EXPECT_THAT(output, HasSubstr("ZKLOCK_FENCING_TOKEN="));  // and the job's environment
   EXPECT_THAT(output, Not(HasSubstr(password)));
   std::filesystem::remove_all(dir);
