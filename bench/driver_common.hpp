@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -152,6 +153,13 @@ inline void add_latency_summary(JsonLine& line, std::vector<double> samples_us,
       .add("min_us", samples_us.empty() ? 0.0 : samples_us.front())
       .add("max_us", samples_us.empty() ? 0.0 : samples_us.back())
       .add("mean_us", samples_us.empty() ? 0.0 : sum / static_cast<double>(samples_us.size()));
+}
+
+// Bytes the process's heap has handed out and not yet taken back, in all malloc arenas: unlike the
+// RSS, not rounded to pages, and blind to freed memory that malloc keeps for later.
+inline std::int64_t heap_bytes_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<std::int64_t>(info.uordblks + info.hblkhd);
 }
 
 // Resident set size of this process, in bytes.

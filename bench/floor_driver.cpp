@@ -328,6 +328,7 @@ void run_scale(const DriverArgs& args) {
   for (int i = 0; i < args.iterations; ++i)
     prefixes.push_back(lock_node_prefix(fmt::format("{}/l{:05}", args.path, i)));
   auto rss_before = resident_bytes();
+  auto heap_before = heap_bytes_in_use();
   auto start = Clock::now();
   for (const auto& prefix : prefixes) {
     progress.outstanding.fetch_add(1);
@@ -341,6 +342,8 @@ void run_scale(const DriverArgs& args) {
       .add("time_ms", elapsed_ms)
       .add("rss_per_lock_bytes",
            static_cast<double>(resident_bytes() - rss_before) / args.iterations)
+      .add("heap_per_lock_bytes",
+           static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations)
       .print();
   handle.close();  // the ephemeral nodes go with the session
   RawHandle cleanup(args.connect, args.session_timeout_ms);

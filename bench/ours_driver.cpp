@@ -243,6 +243,7 @@ void run_scale(const DriverArgs& args) {
   }
   zkr::Session session(session_options(args, args.connect));
   auto rss_before = resident_bytes();
+  auto heap_before = heap_bytes_in_use();
   std::vector<std::unique_ptr<zkr::Lock>> locks;
   locks.reserve(args.iterations);
   for (int i = 0; i < args.iterations; ++i)
@@ -273,15 +274,20 @@ void run_scale(const DriverArgs& args) {
   double elapsed_ms = micros_between(start, Clock::now()) / 1000;
   if (failures > 0) fail(fmt::format("scale: {} acquisitions failed, first: {}", failures, first_error));
   auto rss_per_lock = static_cast<double>(resident_bytes() - rss_before) / args.iterations;
+  auto heap_per_lock = static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations;
   // Traffic while holding: only the session's heartbeat should go out, nothing per lock.
   auto before = session.metrics();
   auto requests_to_acquire = before.requests_sent - requests_before_acquiring;
   std::this_thread::sleep_for(std::chrono::duration<double>(args.duration_s));
   auto after = session.metrics();
+  // By now every own-node watch is set: what holding costs once the acquisitions are over.
+  auto heap_per_lock_held = static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations;
   JsonLine line(args);
   line.add("locks", args.iterations)
       .add("time_ms", elapsed_ms)
       .add("rss_per_lock_bytes", rss_per_lock)
+      .add("heap_per_lock_bytes", heap_per_lock)
+      .add("heap_per_lock_after_hold_bytes", heap_per_lock_held)
       .add("requests_per_lock", static_cast<double>(requests_to_acquire) / args.iterations)
       .add("hold_seconds", args.duration_s)
       .add("requests_while_holding", after.requests_sent - before.requests_sent)

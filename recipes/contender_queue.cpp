@@ -169,13 +169,16 @@ void Contender::begin_locked() {
                 [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
                   if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
                 });
+  // A recipe that records data in its parent (a semaphore's limit) reads it in this pipeline. The
+  // others expect a parent without data, which the listing's Stat of the parent shows without a
+  // request of its own (see on_children); one with data is read then.
   parent_verified_ = !request_.check_parent;
   parent_problem_.clear();
-  if (!parent_verified_) verify_parent_locked(attempt);
+  if (!parent_verified_ && !request_.parent_data.empty()) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
-  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
+  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
   });
 }
 
@@ -252,17 +255,22 @@ void Contender::on_created(std::uint64_t attempt, zk_errc rc, std::string path, 
   finish_locked();
 }
 
-void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children) {
+void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent) {
   std::unique_lock lock(core_->mutex());
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
   set_phase_locked(Phase::checking);
   if (rc == zk_errc::ok) drops_in_a_row_ = 0;
+  if (rc == zk_errc::ok && !parent_verified_ && parent.data_length == 0) {
+    // Read after our node exists, like the data a getData would bring: none, so check that.
+    parent_verified_ = true;
+    parent_problem_ = request_.check_parent(std::string());
+  }
   if (rc == zk_errc::ok && parent_problem_) {
     complete_locked(parent_problem_);
     remove_node_locked();
   } else if (rc == zk_errc::ok && !parent_verified_) {
-    check_locked();  // the parent check was answered with a transient error: ask again
+    check_locked();  // the parent has data (or its read failed for a while): read it, and list again
   } else if (rc == zk_errc::ok) {
     evaluate_locked(children);
   } else if (rc == zk_errc::no_node) {
@@ -280,7 +288,7 @@ void Contender::recover_locked() {
   set_phase_locked(Phase::recovering);
   ++attempt_;
   core_->sync(generation_, request_.parent, [](zk_errc) {});  // the listing behind it reports failures
-  core_->get_children(generation_, request_.parent, for_this_step(Phase::recovering, [](Contender& contender, zk_errc rc, std::vector<std::string> children) {
+  core_->get_children(generation_, request_.parent, for_this_step(Phase::recovering, [](Contender& contender, zk_errc rc, std::vector<std::string> children, NodeStat) {
     if (rc == zk_errc::ok) contender.drops_in_a_row_ = 0;
     if (rc != zk_errc::ok && rc != zk_errc::no_node) {
       if (!contender.handle_session_trouble_locked(rc, Retry::recover)) {
@@ -325,8 +333,8 @@ void Contender::check_locked() {
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
-  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children));
+  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
   });
 }
 
@@ -485,7 +493,7 @@ void Contender::watch_children_locked() {
   core_->get_children(
       generation_, request_.parent,
       for_this_step(Phase::watching,
-                    [](Contender& contender, zk_errc rc, std::vector<std::string> children) {
+                    [](Contender& contender, zk_errc rc, std::vector<std::string> children, NodeStat) {
                       if (rc == zk_errc::ok) {
                         contender.drops_in_a_row_ = 0;
                         contender.evaluate_locked(children, true);

@@ -57,7 +57,9 @@ struct ContenderRequest {
   std::string parent_data;
   // If set, checked against the parent's data once our node exists (so the parent cannot be
   // swapped between the check and our create); an error ends the attempt with that error and
-  // deletes our node. Runs with the session mutex held: must be quick and must not block.
+  // deletes our node. Runs with the session mutex held: must be quick and must not block. The
+  // data is read in the acquisition's pipeline if parent_data is set, else only if the listing's
+  // Stat of the parent shows that it has any.
   std::function<std::error_code(const std::string& parent_data)> check_parent;
   // How the parent is created when missing: a container by default; kazoo's recipes expect a
   // persistent one (they create it once and then rely on it).
@@ -138,7 +140,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void begin_locked();
   void ensure_parent_then_create_locked();
   void on_created(std::uint64_t attempt, zk_errc rc, std::string path, NodeStat stat);
-  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children);
+  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent);
   void recover_locked();
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);

@@ -41,7 +41,7 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
     std::weak_ptr<State> weak = weak_from_this();
     core->get_children(
         generation, path,
-        [weak, listing, generation](zk_errc rc, std::vector<std::string> children) {
+        [weak, listing, generation](zk_errc rc, std::vector<std::string> children, NodeStat) {
           if (auto self = weak.lock()) self->on_children(listing, generation, rc, std::move(children));
         },
         [weak, listing](NodeEvent) {

@@ -47,7 +47,7 @@ PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::strin
     std::lock_guard lock(core->mutex());
     const std::uint64_t generation = core->generation_locked();
     std::weak_ptr<SessionCore> weak_core = core;
-    core->get_children(generation, path, [listing, weak_core, generation, path](zk_errc rc, std::vector<std::string> children) {
+    core->get_children(generation, path, [listing, weak_core, generation, path](zk_errc rc, std::vector<std::string> children, NodeStat) {
       std::lock_guard guard(listing->mutex);
       if (rc == zk_errc::no_node) {
         listing->exists = false;

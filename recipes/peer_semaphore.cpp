@@ -166,7 +166,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     std::lock_guard core_lock(core_->mutex());
     core_->get_children(
         generation_, paths_.leases,
-        [self, listing](zk_errc rc, std::vector<std::string> children) {
+        [self, listing](zk_errc rc, std::vector<std::string> children, NodeStat) {
           if (auto acquisition = self.lock()) acquisition->on_leases(listing, rc, children.size());
         },
         [self, listing](NodeEvent) {
@@ -325,7 +325,7 @@ std::vector<ContenderInfo> list_peer_semaphore(const std::shared_ptr<SessionCore
     std::lock_guard lock(core->mutex());
     const std::uint64_t generation = core->generation_locked();
     std::weak_ptr<SessionCore> weak_core = core;
-    core->get_children(generation, paths.leases, [=](zk_errc rc, std::vector<std::string> children) {
+    core->get_children(generation, paths.leases, [=](zk_errc rc, std::vector<std::string> children, NodeStat) {
       if (rc == zk_errc::no_node || (rc == zk_errc::ok && children.empty())) return leases->done.set_value({});
       if (rc != zk_errc::ok) return leases->done.set_value(make_error_code(rc));
       auto session = weak_core.lock();

@@ -125,7 +125,7 @@ std::vector<std::string> Session::children(std::string_view path, DataWatch watc
       detail::wait_for_reply<ChildrenReply>(core_, "children of", path, [&](std::uint64_t generation, auto deliver) {
         core_->get_children(
             generation, node,
-            [deliver](zk_errc rc, std::vector<std::string> children) { deliver(ChildrenReply{rc, std::move(children)}); },
+            [deliver](zk_errc rc, std::vector<std::string> children, NodeStat) { deliver(ChildrenReply{rc, std::move(children)}); },
             on_callback_thread(core_, std::move(watch)));
       });
   throw_if(make_error_code(reply.rc), "children of", path);

@@ -495,7 +495,7 @@ void SessionCore::get_children(std::uint64_t generation, const std::string& path
   issue(
       generation, Proof::none, std::move(done),
       [&](ZooKeeperConnection& c, ChildrenCallback cb) { return c.get_children(path, std::move(cb), std::move(watch)); },
-      std::vector<std::string>());
+      std::vector<std::string>(), NodeStat{});
 }
 
 void SessionCore::get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch) {

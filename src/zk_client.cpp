@@ -186,7 +186,7 @@ struct ChildrenRequest {
   WatchContext* watch = nullptr;  // owned by the handle once registered
 };
 
-void on_children(int rc, const String_vector* children, const void* data) {
+void on_children(int rc, const String_vector* children, const Stat* parent, const void* data) {
   auto request = take<ChildrenRequest>(data);
   forget_unregistered_watch(request->watch, rc);
   std::vector<std::string> names;
@@ -194,7 +194,7 @@ void on_children(int rc, const String_vector* children, const void* data) {
     names.reserve(children->count);
     for (int i = 0; i < children->count; ++i) names.emplace_back(children->data[i]);
   }
-  request->done(code(rc), std::move(names));
+  request->done(code(rc), std::move(names), to_node_stat(rc == ZOK ? parent : nullptr));
 }
 
 // Everything zoo_amulti reads and writes until its completion runs: the ops point into `ops`,
@@ -247,7 +247,7 @@ class CConnection final : public ZooKeeperConnection {
     auto request = std::make_unique<ChildrenRequest>();
     request->done = std::move(done);
     request->watch = track(std::move(watch));
-    int rc = zoo_awget_children(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch,
+    int rc = zoo_awget_children2(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch,
                                 on_children, request.get());
     if (rc != ZOK) untrack(request->watch);
     else request.release();

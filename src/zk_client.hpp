@@ -43,7 +43,8 @@ struct ClientId {
 
 // Every reply carries ZooKeeper's result code (zk_errc::ok on success); results only with ok.
 using CreateCallback = std::function<void(zk_errc rc, std::string created_path, NodeStat)>;
-using ChildrenCallback = std::function<void(zk_errc rc, std::vector<std::string>)>;
+// With the listing comes the listed node's own Stat (its data length, say), read at the same moment.
+using ChildrenCallback = std::function<void(zk_errc rc, std::vector<std::string>, NodeStat parent)>;
 using DataCallback = std::function<void(zk_errc rc, std::string data, NodeStat)>;
 using StatCallback = std::function<void(zk_errc rc, NodeStat)>;
 using ResultCallback = std::function<void(zk_errc rc)>;

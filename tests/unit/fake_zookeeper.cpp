@@ -169,20 +169,22 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::get_children;
     request.path = path;
-    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
+    request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
-        return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}); }, {}};
+        return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}, {}); }, {}};
       std::uint64_t watch_id = 0;
       if (watch) {
         watch_id = server->next_watch_id_++;
         server->children_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
       }
       std::vector<std::string> names(it->second.children.begin(), it->second.children.end());
+      NodeStat stat = server->stat_locked(it->second);
       return FakeServer::Applied{zk_errc::ok,
-                                 [callback, names](zk_errc reported) {
-                                   (*callback)(reported, reported == zk_errc::ok ? names : std::vector<std::string>());
+                                 [callback, names, stat](zk_errc reported) {
+                                   if (reported == zk_errc::ok) (*callback)(reported, names, stat);
+                                   else (*callback)(reported, {}, {});
                                  },
                                  {}, watch_id};
     };
@@ -332,6 +334,7 @@ void FakeServer::changed_locked() {
 NodeStat FakeServer::stat_locked(const FakeNode& node) const {
   NodeStat stat = node.stat;
   stat.num_children = static_cast<std::int32_t>(node.children.size());
+  stat.data_length = static_cast<std::int32_t>(node.data.size());
   return stat;
 }
 

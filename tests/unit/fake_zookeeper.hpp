@@ -82,7 +82,7 @@ struct Fault {
 
 struct FakeNode {
   std::string data;
-  detail::NodeStat stat;  // num_children filled in when read
+  detail::NodeStat stat;  // num_children and data_length filled in when read
   detail::CreateMode mode = detail::CreateMode::persistent;
   std::int32_t cversion = 0;  // the sequence number the next sequential child gets
   std::set<std::string> children;
