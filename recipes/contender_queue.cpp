@@ -529,6 +529,17 @@ void Contender::grant_locked() {
   if (request_.policy.promotes_without_deleting()) touch_locked();
   schedule_own_node_watch_locked();
   complete_locked({});
+  forget_request_locked();
+}
+
+// A holder never queues again (held leads only to lost, releasing or finished): what only an
+// acquisition reads goes, so that each of many held locks keeps only what holding needs.
+void Contender::forget_request_locked() {
+  request_.check_parent = nullptr;  // and the refusal words it keeps
+  request_.check_children = nullptr;
+  request_.parent_data = std::string();
+  request_.marker.reset();
+  guid_ = std::string();
 }
 
 // The own-node watch only catches an operator deleting a held node; session loss is the monitor's
@@ -548,6 +559,9 @@ void Contender::schedule_own_node_watch_locked() {
       if (!again) return;
       std::unique_lock lock(again->core_->mutex());
       if (again->phase_ == Phase::held && again->generation_ == generation) again->watch_own_node_locked();
+      // Done with (on its own thread, which destroying it from its handler allows): a lock held
+      // for long does not keep a timer (about 100 bytes) for nothing.
+      again->own_watch_timer_.reset();
     });
   });
 }
@@ -602,10 +616,12 @@ void Contender::watch_own_node_locked() {
   if (own_watch_ != OwnWatch::none || node_path_.empty()) return;
   own_watch_ = OwnWatch::pending;
   std::weak_ptr<Contender> self = weak_from_this();
+  // Our node is known by its czxid (our token): unique per node, and no copy of its path in a
+  // watch that may stay registered as long as the lock is held.
   const std::uint64_t generation = generation_;
-  const std::string node = node_path_;
+  const FencingToken node = token_;
   auto still_this_node = [generation, node](const Contender& c) {
-    return c.generation_ == generation && c.node_path_ == node;
+    return c.generation_ == generation && !c.node_path_.empty() && c.token_ == node;
   };
   core_->get_data(
       generation_, node_path_,

@@ -157,6 +157,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void watch_second_blocker_locked(const std::string& node);
   bool first_sight_of_touch_locked(const std::string& node, std::int32_t version);
   void grant_locked();
+  void forget_request_locked();
   void touch_locked();
   void touch_as_first_waiter_locked();
   void watch_own_node_locked();

@@ -1128,5 +1128,38 @@ TEST_F(QueueInterleaving, ARequestThatDropsTheConnectionEveryTimeFailsAfterABoun
   EXPECT_TRUE(held);
 }
 
+// A lock refuses a semaphore's path by the limit recorded in the path node's data. A path node
+// without data needs no read for that: the listing's Stat of the parent shows it, so an
+// acquisition is its create and its listing. A path node with data is read before any grant,
+// and refused if it is a semaphore's record.
+TEST_F(QueueInterleaving, LockReadsItsPathNodesDataOnlyWhenThereIsSome) {
+  auto session = open_session();
+  const auto id = session->id();
+  // Requests on the path node itself (the own-node watch reads a child of it).
+  const auto requests_on = [&](Op op, const std::string& node) {
+    return server->count_requests(
+        [&](const RequestRecord& record) { return record.session == id && record.op == op && record.path == node; });
+  };
+  server->ensure_path("/plain", detail::CreateMode::persistent);
+  Lock plain(*session, "/plain");
+  plain.acquire().release();
+  EXPECT_EQ(requests_on(Op::get_data, "/plain"), 0u);
+  EXPECT_EQ(requests_on(Op::get_children, "/plain"), 1u);
+
+  server->ensure_path("/annotated", detail::CreateMode::persistent);
+  ASSERT_EQ(server->set_data("/annotated", "owned by the nightly job"), zk_errc::ok);
+  Lock annotated(*session, "/annotated");
+  annotated.acquire().release();
+  EXPECT_EQ(requests_on(Op::get_data, "/annotated"), 1u);
+
+  server->ensure_path("/semaphore", detail::CreateMode::persistent);
+  ASSERT_EQ(server->set_data("/semaphore", "max_leases=3"), zk_errc::ok);
+  Lock on_a_semaphore(*session, "/semaphore");
+  std::error_code ec;
+  EXPECT_FALSE(on_a_semaphore.try_acquire_for(kForever, {}, ec));
+  EXPECT_EQ(ec, errc::limit_mismatch);
+  EXPECT_TRUE(wait_until([&] { return server->node("/semaphore")->children.empty(); }));
+}
+
 }  // namespace
 }  // namespace zkr::fake
