@@ -52,6 +52,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zookeeper_init %s failed\n", argv[1]);
     return 1;
   }
+  /* As the library does by default: no resolver call at every poll of the socket. */
+  zoo_set_servers_resolution_delay(zh, 10000);
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += 15;

@@ -33,6 +33,8 @@ class RawHandle {
     handle_ = zookeeper_init(connect.c_str(), &RawHandle::session_watcher, session_timeout_ms,
                              nullptr, this, 0);
     if (handle_ == nullptr) throw std::runtime_error(fmt::format("zookeeper_init {} failed", connect));
+    // As the library does (SessionOptions::host_resolution_interval): no resolver call per poll.
+    zoo_set_servers_resolution_delay(handle_, 10000);
     std::unique_lock lock(mutex_);
     if (!connected_cv_.wait_for(lock, connect_timeout, [this] { return connected_; })) {
       lock.unlock();

@@ -138,6 +138,9 @@ void SessionCore::connect_or_throw() {
   if (options_.ensemble_tick_time <= std::chrono::milliseconds::zero())
     throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
                 "ensemble tick time must be positive");
+  if (options_.host_resolution_interval < std::chrono::milliseconds::zero())
+    throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
+                "host resolution interval must not be negative");
   for (const auto& entry : options_.metrics_path_labels.paths)
     if (!entry.starts_with('/'))
       throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
@@ -188,6 +191,7 @@ void SessionCore::open_connection_locked() {
         if (auto core = self.lock()) core->on_connection_event(generation, event);
       },
       ec);
+  if (connection_) connection_->set_host_resolution_interval(options_.host_resolution_interval);
   if (!connection_) {
     const std::string unresolvable = describe_unresolvable_hosts(options_.servers);
     last_connect_problem_ = unresolvable.empty() ? fmt::format("cannot start a connection: {}", ec.message())

@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
@@ -319,6 +321,12 @@ class CConnection final : public ZooKeeperConnection {
                         request.get());
     if (rc == ZOK) request.release();
     return code(rc);
+  }
+
+  void set_host_resolution_interval(std::chrono::milliseconds interval) override {
+    // The client takes an int of milliseconds, -1 meaning "only after a connection loss".
+    const auto clamped = std::min<std::chrono::milliseconds::rep>(interval.count(), INT_MAX);
+    zoo_set_servers_resolution_delay(handle_, static_cast<int>(clamped));
   }
 
   zk_errc sync(const std::string& path, ResultCallback done) override {

@@ -76,6 +76,10 @@ class ZooKeeperConnection {
  public:
   virtual ~ZooKeeperConnection() = default;
 
+  // How often the hosts are looked up again while connected (zero: at every poll). A connection
+  // without a resolver (a fake) has nothing to set.
+  virtual void set_host_resolution_interval(std::chrono::milliseconds interval) { (void)interval; }
+
   virtual zk_errc create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
                          CreateCallback done) = 0;
   // With a watch, a children watch is registered only if the node exists.
