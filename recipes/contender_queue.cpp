@@ -698,23 +698,29 @@ bool Contender::cancel(std::error_code why) {
   return true;
 }
 
-void Contender::release() {
+bool Contender::release(std::function<void(ReleaseOutcome)> on_answer) {
   std::unique_lock lock(core_->mutex());
   switch (phase_) {
     case Phase::held:
+      release_answer_ = std::move(on_answer);
       remove_node_locked();
-      break;
+      return true;
     case Phase::lost:
+      release_answer_ = std::move(on_answer);
       finish_locked();  // the node went (or goes) with the session, or was deleted by someone else
-      break;
+      return true;
     case Phase::releasing:
     case Phase::finished:
-      break;
+      return false;
     default:
       lock.unlock();
       cancel(make_error_code(errc::cancelled));
-      break;
+      return false;
   }
+}
+
+void Contender::answer_release_locked(ReleaseOutcome outcome) {
+  if (auto answer = std::exchange(release_answer_, nullptr)) answer(outcome);
 }
 
 // Never deletes anything but this contender's own node, on the session that created it.
@@ -733,10 +739,20 @@ void Contender::remove_node_locked() {
   ++attempt_;
   core_->remove(generation_, node_path_, -1, for_this_step(Phase::releasing, [](Contender& contender, zk_errc rc) {
     if (rc == zk_errc::ok || rc == zk_errc::no_node) {
+      // Sequence numbers never repeat, so no one else's node has our name: a delete that removed
+      // it proves it stood until now. Gone already: lost, unless our own earlier delete may have
+      // taken it before its connection dropped.
+      contender.answer_release_locked(rc == zk_errc::ok          ? ReleaseOutcome::held_to_the_end
+                                      : contender.delete_in_doubt_ ? ReleaseOutcome::unconfirmed
+                                                                   : ReleaseOutcome::lost);
       contender.finish_locked();
-    } else if (!contender.handle_session_trouble_locked(rc, Retry::remove)) {
+      return;
+    }
+    if (is_connection_trouble(rc)) contender.delete_in_doubt_ = true;
+    if (!contender.handle_session_trouble_locked(rc, Retry::remove)) {
       log(LogLevel::error, contender.log_context_locked(), "deleting {} failed: {}", contender.node_path_,
           make_error_code(rc).message());
+      contender.answer_release_locked(ReleaseOutcome::unconfirmed);
       contender.finish_locked();
     }
   }));
@@ -754,6 +770,9 @@ void Contender::complete_locked(std::error_code outcome) {
 }
 
 void Contender::finish_locked() {
+  // Finished without the delete's answer: the node went with its session, or was gone already -
+  // unless a delete of ours may have taken it first.
+  answer_release_locked(delete_in_doubt_ ? ReleaseOutcome::unconfirmed : ReleaseOutcome::lost);
   if (phase_ == Phase::finished) return;
   set_phase_locked(Phase::finished);
   if (std::exchange(holding_lost_session_, false)) core_->let_go_locked(generation_);

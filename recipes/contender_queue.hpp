@@ -101,8 +101,10 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   // Gives up waiting: the outcome becomes `why` and our node (if any) is deleted. Returns false if
   // the contender was granted (or finished) first.
   bool cancel(std::error_code why);
-  // Deletes our node if we still have one; idempotent.
-  void release();
+  // Deletes our node if we still have one; idempotent. With `on_answer`, which then runs once
+  // with the session mutex held (quick, non-blocking), when the server's answer tells whether the
+  // node stood until the delete; false if there was no grant left to release (nothing runs).
+  bool release(std::function<void(ReleaseOutcome)> on_answer = {});
 
   FencingToken token() const;
   std::string node_path() const;
@@ -161,6 +163,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void own_node_gone_locked();
   void schedule_own_node_watch_locked();
   void remove_node_locked();
+  void answer_release_locked(ReleaseOutcome outcome);
   void lose_locked(LossReason reason);
   void complete_locked(std::error_code outcome);
   void finish_locked();
@@ -188,6 +191,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   enum class OwnWatch { none, pending, set };
   OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
+  std::function<void(ReleaseOutcome)> release_answer_;  // release()'s on_answer, until it has run
+  bool delete_in_doubt_ = false;  // a delete of ours met a dropped connection: it may have taken effect
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
   // The touched nodes we watch that sent us to re-check (name, data version): a second look at

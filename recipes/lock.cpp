@@ -70,6 +70,31 @@ void HeldLock::release() {
   contender_->release();
 }
 
+ReleaseOutcome HeldLock::release_and_confirm(std::chrono::milliseconds timeout) {
+  if (!contender_ || let_go_)
+    throw Error(make_error_code(errc::invalid_argument), "release", node_path(), "this HeldLock holds nothing");
+  if (counted_hold_) {
+    let_go_ = true;
+    if (!detail::ThreadHolds::instance().drop_hold(contender_.get()))  // reentrant holds remain
+      return contender_->lost() ? ReleaseOutcome::lost : ReleaseOutcome::held_to_the_end;
+  }
+  auto answer = std::make_shared<std::promise<ReleaseOutcome>>();
+  std::future<ReleaseOutcome> answered = answer->get_future();
+  if (!contender_->release([answer](ReleaseOutcome outcome) { answer->set_value(outcome); }))
+    throw Error(make_error_code(errc::invalid_argument), "release", node_path(), "already released");
+  if (answered.wait_for(timeout) != std::future_status::ready) return ReleaseOutcome::unconfirmed;
+  return answered.get();
+}
+
+std::string_view to_string(ReleaseOutcome outcome) {
+  switch (outcome) {
+    case ReleaseOutcome::held_to_the_end: return "held to the end";
+    case ReleaseOutcome::lost: return "lost";
+    case ReleaseOutcome::unconfirmed: return "unconfirmed";
+  }
+  return "unknown";
+}
+
 // ---- Lock ----
 
 namespace {

@@ -13,7 +13,7 @@ With --owner-pid, a small watchdog process (in its own session too) stops the cl
 process is gone, so a test binary killed by a timeout does not leave servers behind.
 
   zkenv.py start --servers N --dir DIR [--tick-ms 100] [--sync-limit 10] [--init-limit 20]
-                 [--owner-pid PID]
+                 [--max-heap-mb 128] [--owner-pid PID]
   zkenv.py stop --dir DIR
   zkenv.py status|leader --dir DIR
   zkenv.py kill|stop-server|start-server|freeze|thaw I --dir DIR
@@ -33,7 +33,8 @@ ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 # The jar's manifest names its other dependencies; the slf4j binding and log4j are not among them.
 LOGGING_JARS = ["/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"]
 JAVA = "/usr/bin/java"
-JVM_FLAGS = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+DEFAULT_MAX_HEAP_MB = 128
+JVM_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -216,7 +217,8 @@ def check_installation():
 def launch_server(state_dir, state, server):
     classpath = ":".join([ZOOKEEPER_JAR] + LOGGING_JARS + [os.path.join(state_dir, "conf")])
     main = STANDALONE_MAIN if len(state["servers"]) == 1 else QUORUM_MAIN
-    argv = [JAVA] + JVM_FLAGS + [
+    max_heap_mb = state.get("max_heap_mb", DEFAULT_MAX_HEAP_MB)
+    argv = [JAVA, f"-Xmx{max_heap_mb}m"] + JVM_FLAGS + [
         f"-Dzkenv.log.file={server['log']}",
         f"-Dlog4j.configuration=file:{os.path.join(state_dir, 'conf', 'log4j.properties')}",
         "-Dzookeeper.jmx.log4j.disable=true",
@@ -387,6 +389,7 @@ def new_state(state_dir, args):
             "console": os.path.join(server_dir, "console.log"),
         })
     return {"tick_ms": args.tick_ms, "sync_limit": args.sync_limit, "init_limit": args.init_limit,
+            "max_heap_mb": args.max_heap_mb,
             "servers": servers}
 
 
@@ -400,6 +403,8 @@ def command_start(args):
         raise EnvError(f"--servers must be at least 1, not {args.servers}")
     if args.tick_ms < 1:
         raise EnvError(f"--tick-ms must be positive, not {args.tick_ms}")
+    if args.max_heap_mb < 16:
+        raise EnvError(f"--max-heap-mb must be at least 16, not {args.max_heap_mb}")
     check_installation()
     os.makedirs(state_dir, exist_ok=True)
     previous = load_state(state_dir)
@@ -590,6 +595,8 @@ def main(argv):
     start.add_argument("--tick-ms", type=int, default=100)
     start.add_argument("--sync-limit", type=int, default=10)
     start.add_argument("--init-limit", type=int, default=20)
+    start.add_argument("--max-heap-mb", type=int, default=DEFAULT_MAX_HEAP_MB,
+                       help="each server's Java heap limit (-Xmx)")
     start.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,
                        help="seconds to wait for the cluster to serve")
     start.add_argument("--owner-pid", type=int, default=0,

@@ -86,6 +86,14 @@ class Grant {
   std::shared_ptr<detail::Contender> contender_;
 };
 
+// What HeldLock::release_and_confirm() learned from the server.
+enum class ReleaseOutcome {
+  held_to_the_end,  // our delete removed our node: the grant stood, in its session, until the release
+  lost,             // the node or its session was gone before the delete (loss_reason() may say why)
+  unconfirmed,      // no answer in time, or one that cannot tell (below); the delete goes on as release()'s
+};
+std::string_view to_string(ReleaseOutcome outcome);
+
 // A granted lock. Move-only; releases on destruction. The token and the loss signal are Grant's.
 class HeldLock : public Grant {
  public:
@@ -104,6 +112,14 @@ class HeldLock : public Grant {
   // Never touches a node other than this grant's own. A reentrant hold that is not the grant's
   // last only lets go of its hold.
   void release();
+  // release(), then waits up to `timeout` for the server's answer to the delete, which tells
+  // whether the grant stood until now: for a job that must know its work ran under the lock to the
+  // end, without a separate read. One round trip; release() returns at once instead. `unconfirmed`
+  // when no answer came in time, and when the connection dropped with the delete in flight and the
+  // resent delete found the node gone (our first delete or another client's took it). A reentrant
+  // hold that is not the last lets go of its hold only and answers from what the session knows.
+  // Throws errc::invalid_argument if this HeldLock holds nothing (empty or released).
+  ReleaseOutcome release_and_confirm(std::chrono::milliseconds timeout);
 
  private:
   bool counted_hold_ = false;  // bound to a thread by a blocking acquisition (see the top of this file)

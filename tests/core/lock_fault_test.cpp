@@ -71,6 +71,77 @@ TEST_F(LockFaultTest, ReleaseDuringConnectionLossCompletesAfterReconnect) {
   EXPECT_EQ(holder.metrics().sessions_lost, 0u);  // the same session finished the release
 }
 
+TEST_F(LockFaultTest, ConfirmedReleaseSaysTheGrantStoodUntilItsDelete) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  EXPECT_EQ(held.release_and_confirm(testenv::scaled(10s)), ReleaseOutcome::held_to_the_end);
+  EXPECT_TRUE(nodes().empty()) << "the answer came before the node was gone";
+  EXPECT_FALSE(held.lost());
+}
+
+TEST_F(LockFaultTest, ConfirmedReleaseOfANodeSomeoneDeletedSaysLost) {
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  ASSERT_EQ(raw.remove(held.node_path()), ZOK);  // an operator breaking the lock
+  EXPECT_EQ(held.release_and_confirm(testenv::scaled(10s)), ReleaseOutcome::lost);
+}
+
+TEST_F(LockFaultTest, ConfirmedReleaseAfterTheSessionExpiredSaysLost) {
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), 8000ms));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  auto id = detail::Internals::core(session)->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_TRUE(eventually([&] { return nodes().empty(); }));
+  proxy.reset();  // the holder hears of the expiry on reconnecting
+  ASSERT_TRUE(eventually([&] { return held.lost(); }));
+  EXPECT_EQ(held.release_and_confirm(testenv::scaled(10s)), ReleaseOutcome::lost);
+}
+
+TEST_F(LockFaultTest, ConfirmedReleaseWithoutAnAnswerSaysUnconfirmedAndStillDeletes) {
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), 8000ms));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  proxy.blackhole();
+  EXPECT_EQ(held.release_and_confirm(300ms), ReleaseOutcome::unconfirmed);
+  EXPECT_EQ(nodes().size(), 1u);
+  proxy.pass();
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); })) << "the delete was not sent once the link was back";
+}
+
+TEST_F(LockFaultTest, ConfirmedReleaseWhoseDeleteReplyWasLostCannotTellAndSaysUnconfirmed) {
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), 8000ms));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  proxy.drop_next_reply({2});  // the delete takes effect, its reply is lost, the connection drops
+  // Resent on reconnecting, the delete finds no node: ours, or someone else's delete, took it.
+  EXPECT_EQ(held.release_and_confirm(testenv::scaled(10s)), ReleaseOutcome::unconfirmed);
+  EXPECT_EQ(proxy.dropped_replies(), 1);
+  EXPECT_TRUE(nodes().empty());
+  EXPECT_EQ(session.metrics().sessions_lost, 0u);
+}
+
+TEST_F(LockFaultTest, ConfirmedReleaseOfNothingIsRefused) {
+  HeldLock nothing;
+  EXPECT_THROW(nothing.release_and_confirm(1s), Error);
+  Session session(session_options(servers));
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  held.release();
+  try {
+    held.release_and_confirm(1s);
+    FAIL() << "a released grant was released again";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), make_error_code(errc::invalid_argument)) << error.what();
+  }
+}
+
 TEST_F(LockFaultTest, KilledHolderProcessIsSucceededWithALargerToken) {
   auto holder = start_holder(servers, 2000);
   auto acquired = holder->wait_for_line("ACQUIRED", testenv::scaled(15s));

@@ -119,41 +119,34 @@ class FakeLock final : public SupervisedLock {
     lost_ = reason;
     inbox_.post_lost(reason);
   }
-  // Lost on the server, not yet declared (the monitor has not run).
-  void lose_silently() { node_ours_ = false; }
+  // Lost on the server, not yet declared (the monitor has not run): the delete finds no node.
+  void lose_silently() { release_answer = zkr::ReleaseOutcome::lost; }
 
   std::string fencing_token() const override { return "4711"; }
   std::string node_path() const override { return "/locks/a/_c_0-lock-0000000001"; }
   std::int64_t session_id() const override { return 0x1234; }
   std::optional<zkr::LossReason> loss_reason() const override { return lost_; }
-  std::optional<bool> node_still_ours(std::string& problem) override {
-    ++queries;
-    if (unanswered_queries > 0) {
-      --unanswered_queries;
-      problem = "connection loss";
-      return std::nullopt;
-    }
-    return node_ours_;
-  }
-  std::chrono::milliseconds verdict_bound() const override { return verdict_bound_value; }
   void release() override {
     ++releases;
     released_with_job_alive = released_with_job_alive || (job && !job->gone());
     timeline_.add("released");
   }
+  zkr::ReleaseOutcome release_and_confirm() override {
+    ++confirmed_releases;
+    release();
+    return release_answer;
+  }
 
   std::shared_ptr<JobState> job;  // the job to check at release
   int releases = 0;
   bool released_with_job_alive = false;
-  int queries = 0;
-  int unanswered_queries = 0;  // node_still_ours() cannot answer this many times first
-  std::chrono::milliseconds verdict_bound_value = 10s;
+  int confirmed_releases = 0;  // releases that asked whether the lock stood until then
+  zkr::ReleaseOutcome release_answer = zkr::ReleaseOutcome::held_to_the_end;
 
  private:
   Inbox& inbox_;
   Timeline& timeline_;
   std::optional<zkr::LossReason> lost_;
-  bool node_ours_ = true;
 };
 
 // Signals delivered at given waits; `on_wait` runs before each wait answers.
@@ -237,7 +230,7 @@ TEST_F(SupervisorTest, JobExitingNormallyGivesItsStatusAndReleasesAfterIt) {
   EXPECT_THAT(started_environment, Contains("ZKLOCK_PATH=/locks/a"));
   EXPECT_THAT(started_environment, Contains("ZKLOCK_SESSION_ID=0x1234"));
   EXPECT_TRUE(job->tree_signals.empty());  // nothing was left to stop
-  EXPECT_EQ(lock.queries, 1);              // held to the end, confirmed by the ensemble
+  EXPECT_EQ(lock.confirmed_releases, 1);   // held to the end, as the delete's answer says
 }
 
 TEST_F(SupervisorTest, ShellCommandRunsUnderBinSh) {
@@ -269,7 +262,7 @@ TEST_F(SupervisorTest, LossWhileTheJobRunsStopsItWithTheKillSignalAndGivesTheLos
   EXPECT_EQ(job->tree_signals.front(), SIGUSR2);
   EXPECT_TRUE(job->group_signals.empty());
   expect_job_stopped_before_release();
-  EXPECT_EQ(lock.queries, 0);  // the loss was known: no need to ask
+  EXPECT_EQ(lock.confirmed_releases, 0);  // the loss was known: no need to ask
 }
 
 TEST_F(SupervisorTest, LossWithAJobIgnoringTheKillSignalEndsInSigkillBeforeRelease) {
@@ -298,38 +291,17 @@ TEST_F(SupervisorTest, LossNotYetDeclaredWhenTheJobExitsIsFoundOnTheServer) {
   after_start = [&] { lock.lose_silently(); };
 
   EXPECT_EQ(run(), 75);
-  EXPECT_EQ(lock.queries, 1);
+  EXPECT_EQ(lock.confirmed_releases, 1);
   expect_job_stopped_before_release();
 }
 
-TEST_F(SupervisorTest, UnansweredVerdictIsWaitedForThenTheJobsStatusCounts) {
+TEST_F(SupervisorTest, ReleaseThatCannotBeConfirmedCountsAsLost) {
   job->exits_after_polls = 0;
   job->exit_status_on_exit = 5 << 8;
-  lock.unanswered_queries = 3;
-
-  EXPECT_EQ(run(), 5);
-  EXPECT_EQ(lock.queries, 4);
-  expect_job_stopped_before_release();
-}
-
-TEST_F(SupervisorTest, VerdictUnansweredPastTheBoundCountsAsLost) {
-  job->exits_after_polls = 0;
-  lock.unanswered_queries = 1'000'000;
-  lock.verdict_bound_value = 50ms;
+  lock.release_answer = zkr::ReleaseOutcome::unconfirmed;
 
   EXPECT_EQ(run(), 75);
-  EXPECT_GE(lock.queries, 1);
-  expect_job_stopped_before_release();
-}
-
-TEST_F(SupervisorTest, LossDeclaredWhileWaitingForTheVerdictEndsTheWait) {
-  job->exits_after_polls = 0;
-  lock.unanswered_queries = 1'000'000;
-  waiter.on_wait = [&](int wait) {
-    if (wait == 2) lock.declare_lost(zkr::LossReason::session_lost);
-  };
-
-  EXPECT_EQ(run(), 75);
+  EXPECT_EQ(lock.confirmed_releases, 1);
   expect_job_stopped_before_release();
 }
 

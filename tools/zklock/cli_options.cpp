@@ -538,7 +538,8 @@ Exit status:
   0             also: --once-per found this period's run already done or running elsewhere
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
-                the loss came); the command was stopped
+                the loss came, or the release could not confirm it held to the end); the
+                command was stopped
   64            usage error: bad option, value or lock path, or a chroot that does not exist
   65            --once-per: the path's run record is not one zklock wrote; nothing was run
   66            with --list: LOCKPATH (or the chroot) does not exist

@@ -22,7 +22,6 @@ namespace {
 // zklock gives up rather than hang.
 constexpr auto after_sigkill_bound = 5s;
 constexpr auto group_poll_interval = 20ms;
-constexpr auto verdict_poll_interval = 100ms;
 
 }  // namespace
 
@@ -39,19 +38,6 @@ HeldZkLock::HeldZkLock(zkr::HeldLock& held, zkr::Session& session, std::string l
   held_.on_lost([inbox = std::move(inbox)](zkr::LossReason reason) { inbox->post_lost(reason); });
 }
 
-std::optional<bool> HeldZkLock::node_still_ours(std::string& problem) {
-  const std::string node_name = held_.node_path().substr(held_.node_path().rfind('/') + 1);
-  try {
-    for (const zkr::ContenderInfo& contender : zkr::list_contenders(session_, lock_path_)) {
-      if (contender.node == node_name) return contender.session_id == held_.session_id();
-    }
-    return false;
-  } catch (const zkr::Error& error) {
-    problem = error.what();
-    return std::nullopt;
-  }
-}
-
 // "session lost: the ensemble expired the session", "lock node deleted", ...
 std::string HeldZkLock::describe_loss(zkr::LossReason reason) const {
   const auto cause = session_.last_loss_cause();
@@ -59,7 +45,10 @@ std::string HeldZkLock::describe_loss(zkr::LossReason reason) const {
   return std::string(zkr::to_string(reason));
 }
 
-std::chrono::milliseconds HeldZkLock::verdict_bound() const { return session_.negotiated_timeout(); }
+// Past the session timeout the monitor has surely declared the session lost, which answers too.
+zkr::ReleaseOutcome HeldZkLock::release_and_confirm() {
+  return held_.release_and_confirm(session_.negotiated_timeout());
+}
 
 void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 
@@ -108,21 +97,35 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     say("warning: processes of the job survive SIGKILL; releasing the lock anyway");
   }
 
-  bool lost = outcome.lost;
-  if (!lost && lost_while_job_ran(lock)) {
-    lost = true;
-    if (!options_.quiet()) {
-      const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
+  if (outcome.lost) {
+    lock.release();
+    return options_.lost_exit_code;
+  }
+  // The job's exit and the loss can be pending together (zklock frozen past the session, then
+  // thawed): the monitor may not have spoken yet when the exit is read. The delete's answer says
+  // whether our node stood until now, in our session: no read needed.
+  if (const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason()) {
+    if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason));
+    lock.release();
+    return options_.lost_exit_code;
+  }
+  lock.job_ended(outcome.exit_code);
+  const zkr::ReleaseOutcome released = lock.release_and_confirm();
+  if (released == zkr::ReleaseOutcome::held_to_the_end) {
+    if (options_.verbose()) say("released {}", options_.lock_path);
+    return outcome.exit_code;
+  }
+  if (!options_.quiet()) {
+    const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
+    if (released == zkr::ReleaseOutcome::lost) {
       say("lost the lock on {} ({}) while the job ran", options_.lock_path,
           reason ? lock.describe_loss(*reason) : "its node is gone");
+    } else {
+      say("cannot confirm that the lock on {} was held until the job ended ({}); counting it as lost",
+          options_.lock_path, reason ? lock.describe_loss(*reason) : "no answer from the ensemble");
     }
   }
-  const int code = lost ? options_.lost_exit_code : outcome.exit_code;
-  if (!lost) lock.job_ended(code);
-  const bool still_held = !lock.loss_reason();
-  lock.release();
-  if (options_.verbose() && still_held) say("released {}", options_.lock_path);
-  return code;
+  return options_.lost_exit_code;
 }
 
 // Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
@@ -198,28 +201,6 @@ bool Supervisor::wait_a_little(JobControl& job, Clock::duration step) {
     while (const auto received = waiter_.next_signal()) insisted |= *received == SIGINT || *received == SIGTERM;
   }
   return insisted;
-}
-
-// After the job ended: was the lock lost while it ran? The job's exit and the loss can be pending
-// together (zklock frozen past the session, then thawed): the session monitor may not have run yet
-// when the exit is read, so ask the server whether our node still stands, in our session. While
-// the ensemble cannot answer, wait for it or for the monitor's verdict (bounded by the session
-// timeout, after which the monitor has surely spoken).
-bool Supervisor::lost_while_job_ran(SupervisedLock& lock) {
-  const auto deadline = Clock::now() + lock.verdict_bound();
-  while (!inbox_.lost() && !lock.loss_reason()) {
-    std::string problem;
-    if (const std::optional<bool> ours = lock.node_still_ours(problem)) return !*ours;
-    if (Clock::now() >= deadline) return true;
-    if (options_.verbose()) say("cannot yet confirm the lock was held to the end: {}", problem);
-    const Readiness ready = waiter_.wait(verdict_poll_interval, -1);
-    if (ready.wakeup) handle_inbox();
-    if (ready.signal) {
-      while (waiter_.next_signal()) {
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace zklock

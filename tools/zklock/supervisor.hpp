@@ -36,16 +36,14 @@ class SupervisedLock {
   virtual std::optional<zkr::LossReason> loss_reason() const = 0;
   // The reason as messages give it, with what decided it when the session knows.
   virtual std::string describe_loss(zkr::LossReason reason) const { return std::string(zkr::to_string(reason)); }
-  // Asks the ensemble whether the lock's node still stands, in our session. No value while it
-  // cannot answer (then `problem` says why).
-  virtual std::optional<bool> node_still_ours(std::string& problem) = 0;
-  // How long node_still_ours() may go unanswered before the lock is taken for lost: by then the
-  // session monitor has surely spoken.
-  virtual std::chrono::milliseconds verdict_bound() const = 0;
   // The command ended (with zklock's exit code `exit_code`) and the lock was not lost: the last
   // moment to write anything under it, before release().
   virtual void job_ended(int exit_code) { (void)exit_code; }
   virtual void release() = 0;
+  // Releases and waits for the ensemble's answer to the delete, which tells whether the lock stood
+  // until now (see zkr::HeldLock::release_and_confirm), at most until the session monitor has
+  // surely spoken.
+  virtual zkr::ReleaseOutcome release_and_confirm() = 0;
 };
 
 // What the supervisor waits on: signals sent to zklock, the Inbox's wakeup, and the job.
@@ -82,12 +80,11 @@ class HeldZkLock final : public SupervisedLock {
   std::int64_t session_id() const override { return held_.session_id(); }
   std::optional<zkr::LossReason> loss_reason() const override { return held_.loss_reason(); }
   std::string describe_loss(zkr::LossReason reason) const override;
-  std::optional<bool> node_still_ours(std::string& problem) override;
-  std::chrono::milliseconds verdict_bound() const override;
   void job_ended(int exit_code) override {
     if (on_job_ended_) on_job_ended_(exit_code);
   }
   void release() override { held_.release(); }
+  zkr::ReleaseOutcome release_and_confirm() override;
   void on_job_ended(std::function<void(int exit_code)> action) { on_job_ended_ = std::move(action); }
 
  private:
@@ -120,7 +117,6 @@ class Supervisor {
   Supervised supervise(JobControl& job, const SupervisedLock& lock);
   bool stop_job(JobControl& job, int signal, std::chrono::milliseconds grace);
   bool wait_a_little(JobControl& job, Clock::duration step);
-  bool lost_while_job_ran(SupervisedLock& lock);
   void handle_inbox();
 
   const CliOptions& options_;
