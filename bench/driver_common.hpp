@@ -213,9 +213,11 @@ inline SteadyRate measure_steady_rate(const std::atomic<std::uint64_t>& grants,
           seconds(measured_to - measured_from)};
 }
 
-// The contended scenario's result line.
+// The contended scenario's result line. `grants_total` counts every grant of the run, the
+// warm-up's and those after the measured interval included (bench/compare divides the server's
+// request count for the whole run by it).
 inline void print_contended_line(const DriverArgs& args, const SteadyRate& run,
-                                 std::uint64_t overlaps) {
+                                 std::uint64_t overlaps, std::uint64_t grants_total) {
   JsonLine(args)
       .add("contenders", args.contenders)
       .add("acquisitions", run.grants)
@@ -223,6 +225,7 @@ inline void print_contended_line(const DriverArgs& args, const SteadyRate& run,
       .add("throughput_per_s", static_cast<double>(run.grants) / run.duration_s)
       .add("warmup_s", run.warmup_s)
       .add("overlaps", overlaps)
+      .add("grants_total", grants_total)
       .print();
 }
 

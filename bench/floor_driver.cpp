@@ -241,7 +241,7 @@ void run_contended(const DriverArgs& args) {
   const SteadyRate run = measure_steady_rate(grants, args);
   stop.store(true);
   for (auto& thread : threads) thread.join();
-  print_contended_line(args, run, overlaps.load());
+  print_contended_line(args, run, overlaps.load(), grants.load());
   contenders.clear();
   RawHandle cleanup(args.connect, args.session_timeout_ms);
   cleanup.delete_tree(args.path);

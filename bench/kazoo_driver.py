@@ -151,10 +151,12 @@ def run_contended(args):
                     break
             except CancelledError:
                 break
+            # Two guarded steps, so that another holder between them is seen.
             with counter_guard:
                 inside[0] += 1
                 if inside[0] != 1:
                     overlaps[0] += 1
+            with counter_guard:
                 inside[0] -= 1
             lock.release()
             with counter_guard:
@@ -170,7 +172,8 @@ def run_contended(args):
     for thread in threads:
         thread.join(timeout=60)
     emit(args, contenders=args.contenders, acquisitions=measured, duration_s=elapsed,
-         throughput_per_s=measured / elapsed, warmup_s=warmup_s, overlaps=overlaps[0])
+         throughput_per_s=measured / elapsed, warmup_s=warmup_s, overlaps=overlaps[0],
+         grants_total=grants[0])
     for client in clients:
         client.stop()
         client.close()

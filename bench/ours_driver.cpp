@@ -85,7 +85,7 @@ void run_contended(const DriverArgs& args) {
   const SteadyRate run = measure_steady_rate(grants, args);
   stop.request_stop();
   for (auto& thread : threads) thread.join();
-  print_contended_line(args, run, overlaps.load());
+  print_contended_line(args, run, overlaps.load(), grants.load());
   locks.clear();
   sessions.clear();
   RawHandle cleanup(args.connect, args.session_timeout_ms);

@@ -235,6 +235,7 @@ public final class CuratorDriver {
     fields.put("throughput_per_s", run[1] / run[2]);
     fields.put("warmup_s", run[0]);
     fields.put("overlaps", overlaps.get());
+    fields.put("grants_total", grants.get());
     emit(fields);
     closeAll(clients);
     deleteTree();
