@@ -45,6 +45,12 @@ std::string HeldZkLock::describe_loss(zkr::LossReason reason) const {
   return std::string(zkr::to_string(reason));
 }
 
+// The session ended meanwhile (the usual reason a delete's answer cannot tell): say so.
+std::string HeldZkLock::describe_unconfirmed() const {
+  if (session_.last_loss_cause()) return describe_loss(zkr::LossReason::session_lost);
+  return "the release could not confirm it held to the end: no answer from the ensemble";
+}
+
 // Past the session timeout the monitor has surely declared the session lost, which answers too.
 zkr::ReleaseOutcome HeldZkLock::release_and_confirm() {
   return held_.release_and_confirm(session_.negotiated_timeout());
@@ -117,13 +123,10 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   }
   if (!options_.quiet()) {
     const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
-    if (released == zkr::ReleaseOutcome::lost) {
-      say("lost the lock on {} ({}) while the job ran", options_.lock_path,
-          reason ? lock.describe_loss(*reason) : "its node is gone");
-    } else {
-      say("cannot confirm that the lock on {} was held until the job ended ({}); counting it as lost",
-          options_.lock_path, reason ? lock.describe_loss(*reason) : "no answer from the ensemble");
-    }
+    const std::string why = reason                                        ? lock.describe_loss(*reason)
+                            : released == zkr::ReleaseOutcome::lost       ? std::string("its node is gone")
+                                                                          : lock.describe_unconfirmed();
+    say("lost the lock on {} ({}) while the job ran", options_.lock_path, why);
   }
   return options_.lost_exit_code;
 }

@@ -36,6 +36,8 @@ class SupervisedLock {
   virtual std::optional<zkr::LossReason> loss_reason() const = 0;
   // The reason as messages give it, with what decided it when the session knows.
   virtual std::string describe_loss(zkr::LossReason reason) const { return std::string(zkr::to_string(reason)); }
+  // Why a release could not confirm the lock held to the end, as messages give it.
+  virtual std::string describe_unconfirmed() const { return "the release could not confirm it held to the end"; }
   // The command ended (with zklock's exit code `exit_code`) and the lock was not lost: the last
   // moment to write anything under it, before release().
   virtual void job_ended(int exit_code) { (void)exit_code; }
@@ -80,6 +82,7 @@ class HeldZkLock final : public SupervisedLock {
   std::int64_t session_id() const override { return held_.session_id(); }
   std::optional<zkr::LossReason> loss_reason() const override { return held_.loss_reason(); }
   std::string describe_loss(zkr::LossReason reason) const override;
+  std::string describe_unconfirmed() const override;
   void job_ended(int exit_code) override {
     if (on_job_ended_) on_job_ended_(exit_code);
   }
