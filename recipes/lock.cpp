@@ -61,23 +61,22 @@ HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
 }
 HeldLock::~HeldLock() { release(); }
 
+// Lets go of this HeldLock's hold; true if it was the grant's last, so that the node goes.
+bool HeldLock::let_go_of_hold() {
+  if (!counted_hold_) return true;
+  let_go_ = true;
+  return detail::ThreadHolds::instance().drop_hold(contender_.get());  // false: reentrant holds remain
+}
+
 void HeldLock::release() {
   if (!contender_ || let_go_) return;
-  if (counted_hold_) {
-    let_go_ = true;
-    if (!detail::ThreadHolds::instance().drop_hold(contender_.get())) return;  // reentrant holds remain
-  }
-  contender_->release();
+  if (let_go_of_hold()) contender_->release();
 }
 
 ReleaseOutcome HeldLock::release_and_confirm(std::chrono::milliseconds timeout) {
   if (!contender_ || let_go_)
     throw Error(make_error_code(errc::invalid_argument), "release", node_path(), "this HeldLock holds nothing");
-  if (counted_hold_) {
-    let_go_ = true;
-    if (!detail::ThreadHolds::instance().drop_hold(contender_.get()))  // reentrant holds remain
-      return contender_->lost() ? ReleaseOutcome::lost : ReleaseOutcome::held_to_the_end;
-  }
+  if (!let_go_of_hold()) return contender_->lost() ? ReleaseOutcome::lost : ReleaseOutcome::held_to_the_end;
   auto answer = std::make_shared<std::promise<ReleaseOutcome>>();
   std::future<ReleaseOutcome> answered = answer->get_future();
   if (!contender_->release([answer](ReleaseOutcome outcome) { answer->set_value(outcome); }))

@@ -122,6 +122,7 @@ class HeldLock : public Grant {
   ReleaseOutcome release_and_confirm(std::chrono::milliseconds timeout);
 
  private:
+  bool let_go_of_hold();
   bool counted_hold_ = false;  // bound to a thread by a blocking acquisition (see the top of this file)
   bool let_go_ = false;        // a counted hold already released
 };
