@@ -36,8 +36,8 @@ std::string_view node_marker(ContenderRole role) {
 // Who wakes whom, without a herd.
 //
 // Lock and writer (max_holders = 1): the holder is index 0; every waiter watches its immediate
-// predecessor. A release deletes the holder's node, which wakes exactly its successor, the next
-// holder. A reader waits for the nearest earlier writer only.
+// predecessor. A release deletes the holder's node, which wakes its successor, the next holder. A
+// reader waits for the nearest earlier writer only.
 //   - A lock or writer waiter whose predecessor is itself waiting also watches the node that
 //     predecessor waits for (its "second blocker"). That node's deletion usually means the
 //     predecessor has just been granted: the waiter lists the children again right then, while

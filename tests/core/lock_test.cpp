@@ -5,6 +5,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -170,6 +171,66 @@ TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   ASSERT_TRUE(granted(3));
   std::lock_guard guard(mutex);
   held[3].release();
+}
+
+// The node two places ahead can go without granting anything (a waiter that gave up): the waiter
+// behind looks again, still waits, and is granted only at its turn, still without a request then.
+TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < 4; ++i) {
+    sessions.push_back(std::make_unique<Session>(session_options(servers)));
+    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
+  }
+  enum { kHolder, kQuitter, kBlocker, kWaiter };
+  HeldLock holder = locks[kHolder]->acquire();
+  std::promise<std::optional<HeldLock>> quitter_outcome;
+  std::thread quitter([&] { quitter_outcome.set_value(locks[kQuitter]->try_acquire_for(testenv::scaled(1500ms))); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  std::mutex mutex;
+  HeldLock blocker, waiter;
+  locks[kBlocker]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    blocker = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  locks[kWaiter]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    waiter = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 4; }));
+  auto holds = [&](HeldLock& lock) {
+    std::lock_guard guard(mutex);
+    return static_cast<bool>(lock);
+  };
+
+  // The quitter, the waiter's second blocker, gives up while the holder holds.
+  const auto waiter_wakeups = sessions[kWaiter]->metrics().wakeups;
+  quitter.join();
+  EXPECT_FALSE(quitter_outcome.get_future().get().has_value());
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  ASSERT_TRUE(eventually([&] { return sessions[kWaiter]->metrics().wakeups > waiter_wakeups; }));
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  EXPECT_FALSE(holds(blocker));
+  EXPECT_FALSE(holds(waiter));
+
+  holder.release();
+  ASSERT_TRUE(eventually([&] { return holds(blocker); }));
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  EXPECT_FALSE(holds(waiter)) << "granted beside its blocker";
+  const SessionMetrics before_its_turn = sessions[kWaiter]->metrics();
+  {
+    std::lock_guard guard(mutex);
+    blocker.release();
+  }
+  ASSERT_TRUE(eventually([&] { return holds(waiter); }));
+  const SessionMetrics at_its_turn = sessions[kWaiter]->metrics();
+  EXPECT_EQ(at_its_turn.requests_sent - at_its_turn.heartbeats_sent,
+            before_its_turn.requests_sent - before_its_turn.heartbeats_sent);
+  std::lock_guard guard(mutex);
+  waiter.release();
 }
 
 TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {
