@@ -550,18 +550,33 @@ void SessionCore::request_finished() {
   }
 }
 
-void SessionCore::attach(std::shared_ptr<SessionListener> listener) { listeners_.push_back(std::move(listener)); }
+void SessionCore::attach(std::shared_ptr<SessionListener> listener) {
+  SessionListener* added = listener.get();
+  if (added->attached_self_) return;  // attached already
+  added->attached_self_ = std::move(listener);
+  added->previous_attached_ = last_listener_;
+  added->next_attached_ = nullptr;
+  (last_listener_ ? last_listener_->next_attached_ : first_listener_) = added;
+  last_listener_ = added;
+}
 
 void SessionCore::detach(SessionListener* listener) {
-  auto it = std::find_if(listeners_.begin(), listeners_.end(),
-                         [listener](const auto& l) { return l.get() == listener; });
+  if (!listener->attached_self_) return;
+  (listener->previous_attached_ ? listener->previous_attached_->next_attached_ : first_listener_) =
+      listener->next_attached_;
+  (listener->next_attached_ ? listener->next_attached_->previous_attached_ : last_listener_) =
+      listener->previous_attached_;
+  listener->previous_attached_ = listener->next_attached_ = nullptr;
   // Never the last reference: whoever detaches a contender is running one of its methods.
-  if (it != listeners_.end()) listeners_.erase(it);
+  listener->attached_self_.reset();
 }
 
 // Listeners attach and detach while being notified: iterate over a copy.
 std::vector<std::shared_ptr<SessionListener>> SessionCore::snapshot_listeners_locked() const {
-  return listeners_;
+  std::vector<std::shared_ptr<SessionListener>> listeners;
+  for (SessionListener* listener = first_listener_; listener; listener = listener->next_attached_)
+    listeners.push_back(listener->attached_self_);
+  return listeners;
 }
 
 Subscription SessionCore::on_state_change(std::function<void(SessionState)> listener) {
@@ -712,8 +727,8 @@ void SessionCore::end_session_for_listeners() {
     ++generation_;
     if (state_ != SessionState::auth_failed) set_state_locked(SessionState::closed);
     for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
-    ending_listeners = std::move(listeners_);
-    listeners_.clear();
+    ending_listeners = snapshot_listeners_locked();
+    for (const auto& listener : ending_listeners) detach(listener.get());
   }
   ending_listeners.clear();  // outside the mutex: this may run destructors
 }
