@@ -711,14 +711,9 @@ void Contender::lose_locked(LossReason reason) {
   // session mutex or on the monitor's thread.
   auto callbacks = std::move(lost_callbacks_);
   lost_callbacks_.clear();
-  core_->post_callback([self = shared_from_this(), callbacks = std::move(callbacks), reason] {
-    std::stop_source told;
-    {
-      std::lock_guard lock(self->core_->mutex());
-      self->loss_told_ = true;
-      told = self->lost_source_;
-    }
-    told.request_stop();  // stop callbacks are user code: not under the session mutex
+  // Tokens handed out so far are stopped there; one asked for from now on is made stopped.
+  core_->post_callback([callbacks = std::move(callbacks), reason, told = lost_source_]() mutable {
+    told.request_stop();
     // One callback that throws does not keep the loss from the others.
     for (const auto& callback : callbacks) SessionCore::run_user_callback([&] { callback(reason); });
   });
@@ -977,7 +972,7 @@ std::stop_token Contender::lost_token() const {
   if (!lost_source_.stop_possible()) {
     lost_source_ = std::stop_source();
     // Nothing is registered on a new source yet, so stopping it here runs no user code.
-    if (loss_told_) lost_source_.request_stop();
+    if (loss_reason_) lost_source_.request_stop();
   }
   return lost_source_.get_token();
 }

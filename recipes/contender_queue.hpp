@@ -228,9 +228,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::optional<LossReason> loss_reason_;
   std::vector<std::function<void(LossReason)>> lost_callbacks_;
   // Made by the first lost_token() (its shared state costs an allocation that most holders never
-  // need); stopped on the callback thread once the loss is told.
+  // need): stopped on the callback thread with the loss callbacks, or made stopped once lost.
   mutable std::stop_source lost_source_{std::nostopstate};
-  bool loss_told_ = false;
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
