@@ -16,8 +16,8 @@
  *   GATE_ADMITS_LOWER   the gate admits a token lower than the highest it admitted
  *   STRICT_OVERLAP      also count a holder whose node a third party deleted (the documented window)
  *   RELEASE_NOT_RETRIED remove_node_locked gives up on connection loss instead of retrying
- *   NO_RECHECK          a waiter woken by its blocker's deletion that was not its last obstacle
- *                       does not look again (check_locked)
+ *   NO_RECHECK          a waiter woken by its blocker's deletion that was not its last obstacle,
+ *                       or by its second blocker's, does not look again (check_locked)
  */
 
 #ifndef NC
@@ -108,6 +108,7 @@ byte drops_left = DROPS;
 #define R_DELETE 6
 #define R_DELETE_FF 7  /* fire-and-forget delete of a create we no longer track (on_created) */
 #define R_RECOVER 8    /* sync + getChildren (recover_locked) */
+#define R_DATA_2 9     /* get_data with watch on the node our blocker waits for (watch_second_blocker_locked) */
 #define EV_DELETED 20
 
 #define OK 0
@@ -186,7 +187,7 @@ inline serve(x) {
         :: else -> rep[x]!op, NOSPACE, att, arg, 0
         fi
      :: op == R_GETCH || op == R_RECOVER -> rep[x]!op, OK, att, live, 0
-     :: op == R_DATA_OWN || op == R_DATA_BLK ->
+     :: op == R_DATA_OWN || op == R_DATA_BLK || op == R_DATA_2 ->
         if
         :: live & (1 << arg) -> dw[x] = dw[x] | (1 << arg); rep[x]!op, OK, att, arg, 0
         :: else -> rep[x]!op, NONODE, att, arg, 0
@@ -315,7 +316,7 @@ active proctype Clock() {
  * that holds the lock and writes to the fenced resource. */
 proctype Client(byte c) {
   byte op, rc, att, arg, arg2;
-  byte call, attempt, gen, myguid, blk, blk_att, retry, own_watch, i, j, k, n, lost_sid, listing;
+  byte call, attempt, gen, myguid, blk, blk_serves, blk2, nb, retry, own_watch, i, j, k, n, lost_sid, listing;
   bool abandon, completed, gbd, blk_reg, holding_lost, own_timer, wrote, server_expired;
   byte round = 1;
   byte cancels_left = CANCELS;
@@ -344,16 +345,28 @@ proctype Client(byte c) {
            :: arg == mynode[c] && own_watch == OW_SET ->
               /* the watcher set by watch_own_node_locked */
               own_watch = OW_NONE; call = F_OWN_GONE
-           :: arg == blk && blk_reg && blk_att == attempt && phase[c] == WATCHING ->
-              /* the watcher set by watch_locked */
+           :: arg == blk && blk_reg ->
+              /* the watcher set by watch_locked: it serves the attempt that set it, or a later one
+               * that found the same blocker while it was set (evaluate_locked) */
+              blk_reg = false;
               if
-              :: gbd -> call = F_GRANT
+              :: phase[c] == WATCHING && attempt == blk_serves ->
+                 if
+                 :: gbd -> call = F_GRANT
 #ifdef NO_RECHECK
-              :: else -> skip
+                 :: else -> skip
 #else
-              :: else -> call = F_CHECK
+                 :: else -> call = F_CHECK
 #endif
+                 fi
+              :: else -> skip  /* a listing under way sees what fired it */
               fi
+           :: arg == blk2 && phase[c] == WATCHING && attempt == blk_serves ->  /* the second watch */
+#ifdef NO_RECHECK
+              skip
+#else
+              call = F_CHECK
+#endif
            :: else -> skip  /* a watcher of an older attempt: ignored */
            fi
         :: op == R_CREATE ->  /* Contender::on_created */
@@ -430,6 +443,11 @@ proctype Client(byte c) {
               :: else -> skip
               fi
            fi
+        :: op == R_DATA_2 ->  /* watch_second_blocker_locked's reply: gone already, look again */
+           if
+           :: att == attempt && phase[c] == WATCHING && rc == NONODE -> call = F_CHECK
+           :: else -> skip  /* set (or failed: the blocker's watch reports the trouble) */
+           fi
         :: op == R_DATA_BLK ->  /* watch_locked's reply */
            if
            :: att != attempt || phase[c] != WATCHING -> skip
@@ -505,7 +523,7 @@ proctype Client(byte c) {
            :: op == EV_DELETED -> rep[c]!op, rc, att, arg, arg2
            :: else ->
               if
-              :: (op == R_DATA_OWN || op == R_DATA_BLK) && rc == OK -> dw[c] = dw[c] & ~(1 << arg)
+              :: (op == R_DATA_OWN || op == R_DATA_BLK || op == R_DATA_2) && rc == OK -> dw[c] = dw[c] & ~(1 << arg)
               :: else -> skip
               fi;
               rep[c]!op, CLOSS, att, arg, 0
@@ -558,7 +576,7 @@ proctype Client(byte c) {
            if
            :: !USABLE(c, gen) -> phase[c] = WAITSESS
            :: else ->
-              phase[c] = CREATING; retry = RETRY_NONE; mynode[c] = NONE; own_watch = OW_NONE;
+              phase[c] = CREATING; retry = RETRY_NONE; mynode[c] = NONE; own_watch = OW_NONE; blk_reg = false;
               myguid++;  /* new_guid(): a fresh GUID per attempt */
               attempt++;
               send(c, R_CREATE, attempt, MYGUID(c), gen);
@@ -585,21 +603,46 @@ proctype Client(byte c) {
         :: else ->
            /* decide(): index 0 holds; a waiter watches its immediate predecessor */
            /* and a reader (RWLOCK) waits for the nearest earlier writer only */
-           n = 0; blk = NONE; i = 0;
+           n = 0; nb = NONE; i = 0;
            do
            :: i < mynode[c] ->
               if
-              :: (listing & (1 << i)) && (writer[c] || (writers & (1 << i))) -> n++; blk = i
+              :: (listing & (1 << i)) && (writer[c] || (writers & (1 << i))) -> n++; nb = i
               :: else -> skip
               fi;
               i++
            :: else -> break
            od;
+           /* a writer's second blocker: what its blocker waits for, by the blocker's role */
+           blk2 = NONE;
+           if
+           :: n > 0 && writer[c] ->
+              i = 0;
+              do
+              :: i < nb ->
+                 if
+                 :: (listing & (1 << i)) && ((writers & (1 << nb)) || (writers & (1 << i))) -> blk2 = i
+                 :: else -> skip
+                 fi;
+                 i++
+              :: else -> break
+              od
+           :: else -> skip
+           fi;
            if
            :: n == 0 -> call = F_GRANT
            :: else ->
               gbd = (n == 1);  /* granted_by_its_deletion: the blocker is the last obstacle */
-              call = F_WATCH
+              if
+              :: blk_reg && nb == blk ->
+                 /* the blocker we watch, its watch set and not fired: it serves this attempt */
+                 blk_serves = attempt; phase[c] = WATCHING;
+                 if
+                 :: blk2 != NONE -> send(c, R_DATA_2, attempt, blk2, gen)
+                 :: else -> skip
+                 fi
+              :: else -> blk = nb; call = F_WATCH
+              fi
            fi
         fi
 
@@ -614,8 +657,12 @@ proctype Client(byte c) {
         :: else -> skip
         fi;
 #endif
-        attempt++; blk_att = attempt; blk_reg = false;
-        send(c, R_DATA_BLK, attempt, blk, gen)
+        attempt++; blk_serves = attempt; blk_reg = false;
+        send(c, R_DATA_BLK, attempt, blk, gen);
+        if
+        :: blk2 != NONE -> send(c, R_DATA_2, attempt, blk2, gen)
+        :: else -> skip
+        fi
 
      :: call == F_GRANT ->  /* Contender::grant_locked */
         call = F_NONE;
@@ -735,7 +782,7 @@ proctype Client(byte c) {
         fi
      od;
      /* scratch values carry nothing to the next step */
-     op = 0; rc = 0; att = 0; arg = 0; arg2 = 0; i = 0; j = 0; k = 0; n = 0; listing = 0; lost_sid = 0;
+     op = 0; rc = 0; att = 0; arg = 0; arg2 = 0; i = 0; j = 0; k = 0; n = 0; nb = 0; listing = 0; lost_sid = 0;
      server_expired = false
      }
   od;

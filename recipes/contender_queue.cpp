@@ -164,6 +164,7 @@ void Contender::begin_locked() {
   const ContenderRequest& request = acquiring.request;
   acquiring.touches_seen.clear();
   first_waiter_touch_sent_ = false;
+  blocker_watch_live_ = false;
   std::string& guid = acquiring.guid;
   guid = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
   const std::uint64_t attempt = ++attempt_;
@@ -418,18 +419,27 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   // lock: nodes created since our listing sort after us, and deletions only remove obstacles. That
   // saves re-listing the children on every hand-off.
   const std::size_t our_index = static_cast<std::size_t>(it - queue.begin());
-  const std::string blocker = request().parent + "/" + queue[decision.blocker].name;
+  std::string blocker = request().parent + "/" + queue[decision.blocker].name;
   const std::string second_blocker =
       decision.watch_second ? request().parent + "/" + queue[decision.second_blocker].name : std::string();
   queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(decision.blocker));
-  const bool granted_by_its_deletion =
+  blocker_deletion_grants_ =
       decide(queue, decision.blocker < our_index ? our_index - 1 : our_index, request().policy).holds;
-  watch_locked(blocker, granted_by_its_deletion);
+  if (blocker_watch_live_ && blocker == acquiring().blocker && !request().policy.promotes_without_deleting()) {
+    // Looking again (our second watch fired), we find the blocker we already watch: that watch is
+    // set and has not fired, so it guards exactly what a new one would, one request sooner. Its
+    // deletion now grants us if this listing shows it as our last obstacle.
+    blocker_watch_serves_ = attempt_;
+    set_phase_locked(Phase::watching);
+  } else {
+    acquiring().blocker = std::move(blocker);
+    watch_locked();
+  }
   if (!second_blocker.empty()) watch_second_blocker_locked(second_blocker);
 }
 
-// The watch of a waiter that only has to look again when it fires (a predecessor, or the
-// children of the first waiter of a semaphore), if it still waits on the same attempt.
+// The children watch of a semaphore's first two waiters: it only makes them look again, if they
+// still wait on the same attempt.
 NodeWatch Contender::wake_to_check() {
   return for_this_step(Phase::watching, [](Contender& contender, NodeEvent) { contender.check_locked(); },
                        /*is_watch=*/true);
@@ -439,42 +449,60 @@ NodeWatch Contender::wake_to_check() {
 // watch is set (or known set) before the blocker's. Its reply, and any deletion of our node, then
 // reach us before the blocker's deletion does (one connection delivers in order), and
 // own_node_gone_locked has queued us again before that event could grant anything.
-void Contender::watch_locked(const std::string& blocker, bool granted_by_its_deletion) {
+//
+// The watch serves the attempt that set it, and a later one of a lock that finds the same blocker
+// while it is still set (see evaluate_locked): its callbacks act only while the current attempt is
+// one it serves, and whether the deletion grants us is what the latest listing decided.
+void Contender::watch_locked() {
   set_phase_locked(Phase::watching);
+  const std::uint64_t watch_attempt = ++attempt_;
+  blocker_watch_attempt_ = blocker_watch_serves_ = watch_attempt;
+  blocker_watch_live_ = false;
   watch_own_node_locked();
-  ++attempt_;
+  auto serves_now = [watch_attempt](const Contender& contender) {
+    return contender.blocker_watch_attempt_ == watch_attempt && contender.attempt_ == contender.blocker_watch_serves_ &&
+           contender.phase_ == Phase::watching;
+  };
+  std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
-      generation_, blocker,
-      for_this_step(Phase::watching,
-                    [blocker, granted_by_its_deletion](Contender& contender, zk_errc rc, std::string, NodeStat stat) {
-                      if (rc == zk_errc::ok && contender.request().policy.promotes_without_deleting() && stat.version > 0) {
-                        // A touched predecessor was promoted before our watch was set (see decide()):
-                        // look again, once per touch, so that a node touched by someone else cannot
-                        // keep us re-checking.
-                        if (contender.first_sight_of_touch_locked(blocker, stat.version)) contender.check_locked();
-                        return;
-                      }
-                      if (rc == zk_errc::ok) return;  // watch set; wait for it
-                      if (rc == zk_errc::no_node) {
-                        // Gone already: ours, or look again.
-                        if (granted_by_its_deletion) contender.grant_locked();
-                        else contender.check_locked();
-                      } else if (!contender.handle_session_trouble_locked(rc, Retry::check)) {
-                        contender.complete_locked(make_error_code(rc));
-                        contender.remove_node_locked();
-                      }
-                    }),
-      for_this_step(
-          Phase::watching,
-          [granted_by_its_deletion](Contender& contender, NodeEvent event) {
-            if (event == NodeEvent::deleted && granted_by_its_deletion) contender.grant_locked();
-            else contender.check_locked();
-          },
-          /*is_watch=*/true));
+      generation_, acquiring().blocker,
+      [self, serves_now](zk_errc rc, std::string, NodeStat stat) {
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        if (!serves_now(*contender)) return;
+        if (rc == zk_errc::ok && contender->request().policy.promotes_without_deleting() && stat.version > 0) {
+          // A touched predecessor was promoted before our watch was set (see decide()): look
+          // again, once per touch, so that a node touched by someone else cannot keep us
+          // re-checking.
+          if (contender->first_sight_of_touch_locked(contender->acquiring().blocker, stat.version)) contender->check_locked();
+          return;
+        }
+        if (rc == zk_errc::ok) {
+          contender->blocker_watch_live_ = true;  // set; wait for it
+        } else if (rc == zk_errc::no_node) {
+          // Gone already: ours, or look again.
+          if (contender->blocker_deletion_grants_) contender->grant_locked();
+          else contender->check_locked();
+        } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
+          contender->complete_locked(make_error_code(rc));
+          contender->remove_node_locked();
+        }
+      },
+      [self, serves_now, watch_attempt](NodeEvent event) {
+        auto contender = self.lock();
+        if (!contender) return;
+        ++contender->core_->wakeups;
+        std::unique_lock lock(contender->core_->mutex());
+        if (contender->blocker_watch_attempt_ == watch_attempt) contender->blocker_watch_live_ = false;
+        if (!serves_now(*contender)) return;  // a listing under way sees what fired it
+        if (event == NodeEvent::deleted && contender->blocker_deletion_grants_) contender->grant_locked();
+        else contender->check_locked();
+      });
 }
 
-// A semaphore waiter's second watch, on the node before its blocker (see decide()), set with
-// the same attempt as the first: whichever fires first re-checks, and the other is then stale.
+// A waiter's second watch (see decide()), set with the same attempt as the blocker's: it only
+// makes us look again (a lock then keeps its blocker's watch if the blocker is unchanged).
 void Contender::watch_second_blocker_locked(const std::string& node) {
   core_->get_data(generation_, node,
                   for_this_step(Phase::watching,

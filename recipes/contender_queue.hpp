@@ -150,7 +150,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);
   void evaluate_locked(const std::vector<std::string>& children, bool listing_carries_watch = false);
-  void watch_locked(const std::string& blocker, bool granted_by_its_deletion);
+  void watch_locked();
   void watch_children_locked();
   NodeWatch wake_to_check();
   // A reply or watch callback of the step just started (the current attempt, in `phase`): `body`
@@ -193,6 +193,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     // The touched nodes we watch that sent us to re-check (name, data version): a second look at
     // the same touch waits on the watch instead of re-checking forever.
     std::vector<std::pair<std::string, std::int32_t>> touches_seen;
+    std::string blocker;  // the node we wait for, from the latest listing (see watch_locked)
     Clock::time_point started_at{};
     int parent_retries = 0;
   };
@@ -219,6 +220,13 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   bool delete_in_doubt_ = false;  // a delete of ours met a dropped connection: it may have taken effect
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   bool first_waiter_touch_sent_ = false;  // for the current node
+  // Whether the deletion alone of the node we wait for (Acquiring::blocker) grants us; the
+  // attempt that set our watch on it, the attempt it now serves, and whether it is set and has not
+  // fired (see watch_locked).
+  bool blocker_deletion_grants_ = false;
+  bool blocker_watch_live_ = false;
+  std::uint64_t blocker_watch_attempt_ = 0;
+  std::uint64_t blocker_watch_serves_ = 0;
   // Dropped connections met by our requests since the last reply got through (see
   // kMaxDropsInARow), counted once per drop.
   int drops_in_a_row_ = 0;

@@ -1,11 +1,25 @@
 #include "queue_policy.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace zkr::detail {
 namespace {
 
 bool blocks_reader(ContenderRole role) { return role != ContenderRole::read; }
+
+// The node a contender with `role` at `index` waits for under a one-holder policy: a reader the
+// nearest earlier writer, anyone else its immediate predecessor. Nullopt if it holds.
+std::optional<std::size_t> one_holder_blocker(const std::vector<ContenderName>& sorted, std::size_t index,
+                                              ContenderRole role) {
+  if (role == ContenderRole::read) {
+    for (std::size_t i = index; i-- > 0;)
+      if (blocks_reader(sorted[i].role)) return i;
+    return std::nullopt;
+  }
+  if (index == 0) return std::nullopt;
+  return index - 1;
+}
 
 }  // namespace
 
@@ -22,8 +36,16 @@ std::string_view node_marker(ContenderRole role) {
 // Who wakes whom, without a herd.
 //
 // Lock and writer (max_holders = 1): the holder is index 0; every waiter watches its immediate
-// predecessor. A release deletes the holder's node, which wakes exactly its successor, the next
-// holder. A reader waits for the nearest earlier writer only.
+// predecessor. A release deletes the holder's node, which wakes its successor, the next holder. A
+// reader waits for the nearest earlier writer only.
+//   - A lock or writer waiter whose predecessor is itself waiting also watches the node that
+//     predecessor waits for (its "second blocker"). That node's deletion usually means the
+//     predecessor has just been granted: the waiter lists the children again right then, while
+//     the predecessor holds, so that the predecessor's release grants it by the deletion event
+//     alone (its blocker is then the last obstacle) instead of costing a listing at its turn. A
+//     release thus wakes the next holder and the waiter after it: two, whatever the queue length.
+//     The second watch only ever makes a waiter look again; what grants is the listing.
+//     Readers keep one watch: all the readers behind a writer would otherwise wake together.
 //
 // Semaphore (max_holders = N > 1): indices 0..N-1 hold. A waiter's place moves up whenever any
 // node ahead of it goes, and a promotion deletes nothing; the wake-ups must also not depend on
@@ -50,13 +72,19 @@ std::string_view node_marker(ContenderRole role) {
 // not taken the lease (a dead waiter's node, or one a moment before its owner notices).
 QueueDecision decide(const std::vector<ContenderName>& sorted, std::size_t index, const QueuePolicy& policy) {
   if (policy.role == ContenderRole::read) {
-    for (std::size_t i = index; i-- > 0;)
-      if (blocks_reader(sorted[i].role)) return {false, i, false};
+    if (const auto blocker = one_holder_blocker(sorted, index, policy.role)) return {false, *blocker, false};
     return {true, 0, false};
   }
   const auto limit = static_cast<std::size_t>(std::max(policy.max_holders, 1));
   if (index < limit) return {true, 0, false};
-  if (limit == 1) return {false, index - 1, false};
+  if (limit == 1) {
+    QueueDecision waiting{false, index - 1, false};
+    if (const auto second = one_holder_blocker(sorted, index - 1, sorted[index - 1].role)) {
+      waiting.watch_second = true;
+      waiting.second_blocker = *second;
+    }
+    return waiting;
+  }
   QueueDecision waiting;
   if (index <= limit + 1) {
     waiting.watch_children = true;

@@ -24,7 +24,9 @@ struct QueueDecision {
   bool holds = false;
   std::size_t blocker = 0;      // index of the node to watch when !holds and !watch_children
   bool watch_children = false;  // watch the parent's children instead (first two waiters, max_holders > 1)
-  // Semaphore waiters further back also watch the node before their blocker (see decide()).
+  // Also watch this node, whose deletion makes us look again: for a semaphore waiter further back
+  // the node before its blocker, for a lock or writer waiter the node its blocker waits for (see
+  // decide()).
   bool watch_second = false;
   std::size_t second_blocker = 0;
   // This waiter is the first one: it tells the waiters behind it by touching its node.

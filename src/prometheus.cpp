@@ -109,7 +109,7 @@ std::string prometheus_text(const SessionMetrics& m) {
   out.family("zkr_lock_path_label_overflow_total", "counter",
              "Acquisitions on opted-in paths counted under path=\"\" because max_paths paths had series already.");
   out.sample("zkr_lock_path_label_overflow_total", {}, m.unlabelled_overflow);
-  out.family("zkr_wakeups_total", "counter", "Watches that fired for waiting contenders (each wakes one waiter).");
+  out.family("zkr_wakeups_total", "counter", "Blocker watches that fired for waiting contenders (a lock release wakes at most two).");
   out.sample("zkr_wakeups_total", {}, m.wakeups);
 
   out.family("zkr_sessions_established_total", "counter", "Sessions established, replacements included.");

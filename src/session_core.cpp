@@ -52,7 +52,8 @@ SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
       heartbeat_timer_(*worker_) {
   worker_thread_ = std::thread([worker = worker_] { worker->run(); });
   callback_thread_ = std::thread([callbacks = callbacks_] { callbacks->run(); });
-  closer_thread_ = std::thread([closer = closer_] { closer->run(); });
+  // The closer thread starts with the first lost session (close_in_background): most sessions
+  // never have one, and a short-lived process (zklock) pays for every thread it starts.
 }
 
 SessionCore::~SessionCore() { close(); }
@@ -607,7 +608,7 @@ void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post
 
 bool SessionCore::on_library_thread() const {
   const auto self = std::this_thread::get_id();
-  return self == worker_thread_.get_id() || self == callback_thread_.get_id() || self == closer_thread_.get_id();
+  return self == worker_thread_.get_id() || self == callback_thread_.get_id() || self == closer_thread_id_.load();
 }
 
 void SessionCore::post_callback(std::function<void()> task) {
@@ -636,6 +637,10 @@ void SessionCore::close_in_background(std::shared_ptr<ZooKeeperConnection> conne
   {
     std::lock_guard lock(closer_->mutex);
     closer_->queue.push_back(std::move(connection));
+    if (!closer_thread_.joinable() && !closer_->finished) {
+      closer_thread_ = std::thread([closer = closer_] { closer->run(); });
+      closer_thread_id_ = closer_thread_.get_id();
+    }
   }
   closer_->changed.notify_all();
 }
@@ -779,6 +784,7 @@ void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConn
     // finishes on its own (the server expires those sessions anyway).
     std::unique_lock lock(closer_->mutex);
     closer_->stopping = true;
+    if (!closer_thread_.joinable()) closer_->finished = true;  // never started: no lost session
     closer_->changed.notify_all();
     if (!closer_->changed.wait_for(lock, std::chrono::seconds(5), [this] { return closer_->finished; }) &&
         closer_thread_.joinable())

@@ -7,7 +7,7 @@
 //   - the callback thread runs user code (state listeners, loss callbacks, async handlers), so
 //     that a slow user callback never delays the monitor;
 //   - the closer thread runs zookeeper_close for lost sessions, which blocks and must not run on
-//     the others.
+//     the others; it starts with the first lost session.
 //
 // One mutex guards the session state and the state of every contender on it: completions,
 // timers and user calls all take it, and nobody calls out to user code or closes a handle while
@@ -242,7 +242,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     void run();
   };
   std::shared_ptr<Closer> closer_ = std::make_shared<Closer>();
-  std::thread closer_thread_;
+  std::thread closer_thread_;  // started by close_in_background(), under closer_->mutex
+  std::atomic<std::thread::id> closer_thread_id_{};  // for on_library_thread(), without that mutex
   // close(): the first caller ends the session; the others wait for it (or, on the session's own
   // threads, which it may be waiting for, return at once). Guarded by mutex_.
   bool close_started_ = false;

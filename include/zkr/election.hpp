@@ -2,8 +2,9 @@
 //
 // An election is the mutual-exclusion lock of lock.hpp seen from the other side: every participant
 // queues an ephemeral sequential node under the path holding its participant data (for example
-// "host:port"), and the participant whose node is first leads. Each waiter watches only its
-// predecessor, so a change of leader wakes exactly one participant.
+// "host:port"), and the participant whose node is first leads. Each waiter watches its
+// predecessor (and what that one waits for, as lock waiters do), so a change of leader wakes the
+// next participant and the one after it, never the whole queue.
 //
 // The node names (ElectionLayout) decide which peers share the queue:
 //   - curator_latch, LeaderLatch's default: "_c_<uuid>-latch-<seq>", as Curator's LeaderLatch;

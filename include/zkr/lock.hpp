@@ -3,7 +3,10 @@
 // Each acquisition creates an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>" (the node
 // naming Curator uses, so Curator's InterProcessMutex and this lock exclude each other; kazoo's
 // "__lock__" nodes on the same path are recognised as contenders too). The lowest sequence holds.
-// Each waiter watches only its immediate predecessor, so a release wakes exactly one waiter.
+// Each waiter watches its immediate predecessor, and the node that predecessor waits for so that
+// it has listed the queue again before its turn: a release wakes the next holder and the waiter
+// after it (two, whatever the queue length), and the next holder is granted by the deletion event
+// alone.
 //
 // The fencing token of a grant is the czxid of its node, taken from the create's reply. It grows
 // with every grant on the path, across leader changes and re-creation of the parent. Pass it to the

@@ -272,7 +272,7 @@ struct SessionMetrics {
   std::uint64_t suspensions = 0;
   std::uint64_t requests_sent = 0;
   std::uint64_t heartbeats_sent = 0;
-  std::uint64_t wakeups = 0;  // blocker watches that fired: each wakes one waiting contender
+  std::uint64_t wakeups = 0;  // blocker and second-blocker watches that fired (see lock.hpp)
   std::uint64_t acquisitions = 0;
   std::uint64_t acquire_timeouts = 0;
   std::uint64_t acquire_cancellations = 0;

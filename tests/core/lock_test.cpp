@@ -5,6 +5,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -82,7 +83,9 @@ TEST_F(LockTest, FiveContendersAcquireInQueueOrder) {
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
-TEST_F(LockTest, OneReleaseWakesExactlyOneOfFiftyWaiters) {
+// A release wakes two waiters whatever the queue length: the next holder, and the waiter after it,
+// which lists the children again so that its own turn costs no request (see the test above).
+TEST_F(LockTest, OneReleaseGrantsOneOfFiftyWaitersAndWakesOnlyOneMore) {
   constexpr int kWaiters = 50;
   Session holder_session(session_options(servers)), waiter_session(session_options(servers));
   Lock holder_lock(holder_session, path);
@@ -108,9 +111,126 @@ TEST_F(LockTest, OneReleaseWakesExactlyOneOfFiftyWaiters) {
   held.release();
   ASSERT_TRUE(eventually([&] { return granted.load() == 1; }));
   std::this_thread::sleep_for(testenv::scaled(500ms));
-  EXPECT_EQ(waiter_session.metrics().wakeups - before, 1u);
+  EXPECT_EQ(waiter_session.metrics().wakeups - before, 2u);
   EXPECT_EQ(granted.load(), 1);
   waiter_session.close();  // before the state the callbacks use goes away
+}
+
+// At depth, a waiter's turn costs it no request: when the node two places ahead goes (which grants
+// its blocker), it lists the children again, so that its blocker's release then grants it by the
+// deletion event alone, without a listing in between.
+TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
+  constexpr int kContenders = 4;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kContenders; ++i) {
+    sessions.push_back(std::make_unique<Session>(session_options(servers)));
+    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
+  }
+  auto requests_besides_heartbeats = [&](int i) {
+    const SessionMetrics metrics = sessions[i]->metrics();
+    return metrics.requests_sent - metrics.heartbeats_sent;
+  };
+  std::mutex mutex;
+  std::vector<HeldLock> held(kContenders);
+  held[0] = locks[0]->acquire();
+  for (int i = 1; i < kContenders; ++i) {
+    locks[i]->async_acquire(-1ns, [&, i](std::error_code ec, HeldLock lock) {
+      if (ec) return;  // session_closed for the last waiter when the test ends
+      std::lock_guard guard(mutex);
+      held[i] = std::move(lock);
+    });
+    ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
+  }
+  auto granted = [&](int i) {
+    return eventually([&] {
+      std::lock_guard guard(mutex);
+      return static_cast<bool>(held[i]);
+    });
+  };
+  std::this_thread::sleep_for(testenv::scaled(300ms));  // every waiter has set its watches
+
+  held[0].release();
+  ASSERT_TRUE(granted(1));
+  std::this_thread::sleep_for(testenv::scaled(300ms));  // the second waiter has listed again
+  const auto requests_before_its_turn = requests_besides_heartbeats(2);
+  const auto wakeups_before_its_turn = sessions[2]->metrics().wakeups;
+  {
+    std::lock_guard guard(mutex);
+    held[1].release();
+  }
+  ASSERT_TRUE(granted(2));
+  std::this_thread::sleep_for(testenv::scaled(100ms));
+  EXPECT_EQ(requests_besides_heartbeats(2), requests_before_its_turn)
+      << "the waiter asked the server something between its blocker's release and its grant";
+  EXPECT_EQ(sessions[2]->metrics().wakeups - wakeups_before_its_turn, 1u);
+  {
+    std::lock_guard guard(mutex);
+    held[2].release();
+  }
+  ASSERT_TRUE(granted(3));
+  std::lock_guard guard(mutex);
+  held[3].release();
+}
+
+// The node two places ahead can go without granting anything (a waiter that gave up): the waiter
+// behind looks again, still waits, and is granted only at its turn, still without a request then.
+TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < 4; ++i) {
+    sessions.push_back(std::make_unique<Session>(session_options(servers)));
+    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
+  }
+  enum { kHolder, kQuitter, kBlocker, kWaiter };
+  HeldLock holder = locks[kHolder]->acquire();
+  std::promise<std::optional<HeldLock>> quitter_outcome;
+  std::thread quitter([&] { quitter_outcome.set_value(locks[kQuitter]->try_acquire_for(testenv::scaled(1500ms))); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  std::mutex mutex;
+  HeldLock blocker, waiter;
+  locks[kBlocker]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    blocker = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  locks[kWaiter]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    waiter = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 4; }));
+  auto holds = [&](HeldLock& lock) {
+    std::lock_guard guard(mutex);
+    return static_cast<bool>(lock);
+  };
+
+  // The quitter, the waiter's second blocker, gives up while the holder holds.
+  const auto waiter_wakeups = sessions[kWaiter]->metrics().wakeups;
+  quitter.join();
+  EXPECT_FALSE(quitter_outcome.get_future().get().has_value());
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  ASSERT_TRUE(eventually([&] { return sessions[kWaiter]->metrics().wakeups > waiter_wakeups; }));
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  EXPECT_FALSE(holds(blocker));
+  EXPECT_FALSE(holds(waiter));
+
+  holder.release();
+  ASSERT_TRUE(eventually([&] { return holds(blocker); }));
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  EXPECT_FALSE(holds(waiter)) << "granted beside its blocker";
+  const SessionMetrics before_its_turn = sessions[kWaiter]->metrics();
+  {
+    std::lock_guard guard(mutex);
+    blocker.release();
+  }
+  ASSERT_TRUE(eventually([&] { return holds(waiter); }));
+  const SessionMetrics at_its_turn = sessions[kWaiter]->metrics();
+  EXPECT_EQ(at_its_turn.requests_sent - at_its_turn.heartbeats_sent,
+            before_its_turn.requests_sent - before_its_turn.heartbeats_sent);
+  std::lock_guard guard(mutex);
+  waiter.release();
 }
 
 TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {

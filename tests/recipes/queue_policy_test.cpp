@@ -28,6 +28,11 @@ TEST(QueuePolicyTest, LockHolderIsFirstAndWaitersWatchTheirPredecessor) {
     EXPECT_FALSE(decision.holds);
     EXPECT_FALSE(decision.watch_children);
     EXPECT_EQ(decision.blocker, i - 1);
+    // Behind a waiting predecessor, also the node that predecessor waits for.
+    EXPECT_EQ(decision.watch_second, i >= 2);
+    if (i >= 2) {
+      EXPECT_EQ(decision.second_blocker, i - 2);
+    }
   }
 }
 
@@ -68,6 +73,12 @@ TEST(QueuePolicyTest, ReadersWaitForTheNearestEarlierWriterOnly) {
   EXPECT_EQ(decide(queue, 4, read).blocker, 2u);
   EXPECT_EQ(decide(queue, 5, write).blocker, 4u);
   EXPECT_EQ(decide(queue, 6, read).blocker, 5u);
+  // A writer's second watch is what its predecessor waits for, by the predecessor's role; readers
+  // keep one watch (all those behind one writer would wake together).
+  EXPECT_FALSE(decide(queue, 2, write).watch_second);  // its predecessor, a reader, holds
+  EXPECT_TRUE(decide(queue, 5, write).watch_second);
+  EXPECT_EQ(decide(queue, 5, write).second_blocker, 2u);  // the reader at 4 waits for the writer at 2
+  for (std::size_t i = 0; i < queue.size(); ++i) EXPECT_FALSE(decide(queue, i, read).watch_second);
 }
 
 }  // namespace

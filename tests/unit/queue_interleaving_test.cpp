@@ -830,9 +830,9 @@ TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOr
   ASSERT_TRUE(wait_until([&] {
     std::size_t watches = 0;
     for (const auto& name : server->children(parent)) watches += server->data_watches(child_of(parent, name));
-    // Every node's own-node watch (the holder's and each waiter's) and each waiter's watch on its
-    // predecessor.
-    return watches == 4 + 3;
+    // Every node's own-node watch (the holder's and each waiter's), each waiter's watch on its
+    // predecessor, and the second and third waiters' watch on what their predecessor waits for.
+    return watches == 4 + 3 + 2;
   }));
   const FencingToken highest_old(server->last_zxid());
 

@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -152,8 +154,10 @@ Job::Job(Job&& other) noexcept
 Job::~Job() {
   if (keeper_ > 0) {
     using namespace std::chrono_literals;
+    // Having reported the job's tree empty, the keeper exits by itself: let it, rather than kill it.
+    if (tree_gone()) wait_for_keeper_exit(1s);
     const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!tree_gone() && std::chrono::steady_clock::now() < deadline) {
+    while (!all_reaped() && std::chrono::steady_clock::now() < deadline) {
       kill_everything();
       std::this_thread::sleep_for(10ms);
     }
@@ -218,7 +222,25 @@ bool Job::poll() {
 
 bool Job::tree_gone() {
   poll();
+  if (keeper_gone_) return no_child_left_;
+  // Every orphan of the job went to the keeper, a subreaper: with no child left when the command
+  // exited, nothing of the job is left. The keeper itself is not the job (and is about to exit).
+  return exited() && !left_processes_behind_;
+}
+
+bool Job::all_reaped() {
+  poll();
   return keeper_gone_ && no_child_left_;
+}
+
+void Job::wait_for_keeper_exit(std::chrono::milliseconds bound) {
+  // glibc 2.36's <sys/pidfd.h> declares pidfd_open without C linkage: the system call itself.
+  const int keeper = static_cast<int>(::syscall(SYS_pidfd_open, keeper_, 0));
+  if (keeper < 0) return;
+  pollfd ended{keeper, POLLIN, 0};
+  ::poll(&ended, 1, static_cast<int>(bound.count()));  // signals are blocked: no EINTR
+  ::close(keeper);
+  poll();
 }
 
 void Job::reclaim_terminal() {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -102,8 +103,9 @@ class Job final : public JobControl {
   bool keeper_failed() const noexcept override { return keeper_gone_ && !wait_status_; }
   // Whether, when the command exited, processes it started were still running.
   bool left_processes_behind() const noexcept override { return left_processes_behind_; }
-  // True once no process of the job is left: the keeper exits only when its tree is empty, and
-  // zklock, a subreaper, has no child left either.
+  // True once no process of the job is left: the keeper reported none left when the command
+  // exited, or the keeper is gone (it exits only when its tree is empty) and zklock, a subreaper,
+  // has no child left either. The keeper process itself may still be exiting.
   bool tree_gone() override;
 
   // Gives the terminal back to zklock's process group if the job had it. Idempotent.
@@ -112,6 +114,10 @@ class Job final : public JobControl {
  private:
   Job(pid_t keeper, int socket, bool owns_terminal) : keeper_(keeper), socket_(socket), owns_terminal_(owns_terminal) {}
   void read_reports();
+  // True once the keeper and every child of zklock are reaped.
+  bool all_reaped();
+  // Waits up to `bound` for the keeper to exit on its own.
+  void wait_for_keeper_exit(std::chrono::milliseconds bound);
 
   pid_t keeper_ = -1;
   pid_t pid_ = -1;

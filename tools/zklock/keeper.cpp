@@ -78,10 +78,22 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
 }
 
 // Closes what zklock opened for itself and did not mark close-on-exec: only what zklock was
-// given, and the keeper's socket, stay.
+// given, and the keeper's socket, stay. close_range() over the gaps between them, with no listing
+// of /proc/self/fd (whose entries the kernel must also drop when the keeper is reaped), except
+// on kernels older than 5.9.
 void close_descriptors_not_passed(const std::vector<int>& passed, int socket) {
   std::vector<int> keep = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, socket};
   keep.insert(keep.end(), passed.begin(), passed.end());
+  std::sort(keep.begin(), keep.end());
+  unsigned first_unkept = 0;
+  bool closed = true;
+  for (int fd : keep) {
+    if (fd < 0 || static_cast<unsigned>(fd) < first_unkept) continue;
+    if (static_cast<unsigned>(fd) > first_unkept) closed &= ::close_range(first_unkept, fd - 1, 0) == 0;
+    first_unkept = static_cast<unsigned>(fd) + 1;
+  }
+  closed &= ::close_range(first_unkept, ~0U, 0) == 0;
+  if (closed) return;
   std::vector<int> to_close;
   DIR* directory = ::opendir("/proc/self/fd");
   if (!directory) return;
