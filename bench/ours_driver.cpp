@@ -292,6 +292,9 @@ void run_scale(const DriverArgs& args) {
       .add("hold_seconds", args.duration_s)
       .add("requests_while_holding", after.requests_sent - before.requests_sent)
       .add("heartbeats_while_holding", after.heartbeats_sent - before.heartbeats_sent)
+      // Nothing may be lost on the way: a session declared lost under the load would make every
+      // other figure meaningless.
+      .add("locks_lost", after.locks_lost)
       .add("negotiated_timeout_ms", static_cast<int>(session.negotiated_timeout().count()))
       .print();
   for (auto& lock : held) lock.release();

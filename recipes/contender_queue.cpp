@@ -89,17 +89,23 @@ void Contender::set_phase_locked(Phase next) {
   phase_ = next;
 }
 
-Contender::Contender(std::shared_ptr<SessionCore> core, ContenderRequest request)
-    : core_(std::move(core)), request_(std::move(request)) {}
+Contender::Contender(StartKey, std::shared_ptr<SessionCore> core, ContenderRequest request)
+    : core_(std::move(core)), acquiring_(std::make_unique<Acquiring>(std::move(request))) {}
+
+Contender::Acquiring& Contender::acquiring() const {
+  if (kStateChecks && !acquiring_) state_check_failed("contender phase", to_string(phase_), "acquisition step");
+  return *acquiring_;
+}
 
 Contender::~Contender() {
   if (metrics_ && !completed_) metrics_->abandoned();  // never decided, and no longer waiting
 }
 
 std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
-  auto contender = std::shared_ptr<Contender>(new Contender(std::move(core), std::move(request)));
-  contender->started_at_ = Clock::now();
-  contender->metrics_ = &contender->core_->lock_metrics().series_for(contender->request_.parent);
+  // One allocation for the contender and its reference counts.
+  auto contender = std::make_shared<Contender>(StartKey(), std::move(core), std::move(request));
+  contender->acquiring_->started_at = Clock::now();
+  contender->metrics_ = &contender->core_->lock_metrics().series_for(contender->request().parent);
   contender->metrics_->asked();
   std::unique_lock lock(contender->core_->mutex());
   if (contender->core_->ended()) {
@@ -115,7 +121,10 @@ std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, C
 }
 
 LogContext Contender::log_context_locked() const {
-  return {.session_id = session_id_ != 0 ? session_id_ : core_->session_id(), .path = request_.parent, .node = node_path_};
+  // A holder no longer has its request: its node's path names the recipe's path too.
+  const std::string_view path = acquiring_ ? std::string_view(acquiring_->request.parent)
+                                           : std::string_view(node_path_).substr(0, node_path_.rfind('/'));
+  return {.session_id = session_id_ != 0 ? session_id_ : core_->session_id(), .path = path, .node = node_path_};
 }
 
 std::string Contender::our_name() const {
@@ -131,13 +140,13 @@ void Contender::begin_locked() {
     return;
   }
   generation_ = core_->generation_locked();
-  if (request_.only_generation != 0 && generation_ != request_.only_generation) {
+  if (request().only_generation != 0 && generation_ != request().only_generation) {
     complete_locked(make_error_code(errc::session_lost));
     finish_locked();
     return;
   }
   if (!core_->usable_locked(generation_)) {
-    if (request_.timeout == std::chrono::nanoseconds::zero()) {
+    if (request().timeout == std::chrono::nanoseconds::zero()) {
       // A non-blocking attempt never waits for a session to come back.
       complete_locked(core_->state() == SessionState::lost ? make_error_code(errc::session_lost)
                                                            : make_error_code(zk_errc::connection_loss));
@@ -151,51 +160,55 @@ void Contender::begin_locked() {
   retry_ = Retry::none;
   node_path_.clear();
   own_watch_ = OwnWatch::none;
-  touches_seen_.clear();
+  Acquiring& acquiring = this->acquiring();
+  const ContenderRequest& request = acquiring.request;
+  acquiring.touches_seen.clear();
   first_waiter_touch_sent_ = false;
   blocker_watch_live_ = false;
-  guid_ = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
+  std::string& guid = acquiring.guid;
+  guid = new_guid();  // a fresh GUID per attempt: a late node of an earlier attempt is never mistaken for this one
   const std::uint64_t attempt = ++attempt_;
-  const std::string_view marker = request_.marker ? std::string_view(*request_.marker) : node_marker(request_.policy.role);
+  const std::string_view marker = request.marker ? std::string_view(*request.marker) : node_marker(request.policy.role);
   std::string prefix;
-  if (request_.kazoo_naming) {
-    std::erase(guid_, '-');  // kazoo's uuid4().hex
-    prefix = fmt::format("{}/{}{}", request_.parent, guid_, marker);
+  if (request.kazoo_naming) {
+    std::erase(guid, '-');  // kazoo's uuid4().hex
+    prefix = fmt::format("{}/{}{}", request.parent, guid, marker);
   } else {
-    prefix = fmt::format("{}/_c_{}-{}", request_.parent, guid_, marker);
+    prefix = fmt::format("{}/_c_{}-{}", request.parent, guid, marker);
   }
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->create(generation_, prefix, request_.owner_data,
-                request_.sequential ? CreateMode::ephemeral_sequential : CreateMode::ephemeral, request_.acl,
+  core_->create(generation_, prefix, request.owner_data,
+                request.sequential ? CreateMode::ephemeral_sequential : CreateMode::ephemeral, request.acl,
                 [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
                   if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
                 });
   // A recipe that records data in its parent (a semaphore's limit) reads it in this pipeline. The
   // others expect a parent without data, which the listing's Stat of the parent shows without a
   // request of its own (see on_children); one with data is read then.
-  parent_verified_ = !request_.check_parent;
-  parent_problem_.clear();
-  if (!parent_verified_ && !request_.parent_data.empty()) verify_parent_locked(attempt);
+  parent_verified_ = !request.check_parent;
+  acquiring.parent_problem.clear();
+  if (!parent_verified_ && !request.parent_data.empty()) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
-  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+  core_->get_children(generation_, request.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
     if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
   });
 }
 
 void Contender::ensure_parent_then_create_locked() {
-  if (++parent_retries_ > kMaxParentRetries) {
+  if (++acquiring().parent_retries > kMaxParentRetries) {
     complete_locked(make_error_code(zk_errc::no_node));
     finish_locked();
     return;
   }
   // Create every ancestor as a container (the server removes it once empty), in one pipeline; the
   // server runs them in order, so the last reply means all are settled.
+  const ContenderRequest& request = this->request();
   std::vector<std::string> ancestors;
-  for (std::size_t slash = request_.parent.find('/', 1); slash != std::string::npos;
-       slash = request_.parent.find('/', slash + 1))
-    ancestors.push_back(request_.parent.substr(0, slash));
-  ancestors.push_back(request_.parent);
+  for (std::size_t slash = request.parent.find('/', 1); slash != std::string::npos;
+       slash = request.parent.find('/', slash + 1))
+    ancestors.push_back(request.parent.substr(0, slash));
+  ancestors.push_back(request.parent);
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   // The topmost ancestor's parent is the root, which always exists, unless the connect string
@@ -205,9 +218,9 @@ void Contender::ensure_parent_then_create_locked() {
     const bool first = i == 0, last = i + 1 == ancestors.size();
     // Only the recipe's own node takes its ACL: ancestors may be shared with other recipes and
     // other identities, so they are created open.
-    core_->create(generation_, ancestors[i], last ? request_.parent_data : std::string(),
-                  last ? request_.parent_mode : CreateMode::container,
-                  last ? request_.acl : NodeAcl::open,
+    core_->create(generation_, ancestors[i], last ? request.parent_data : std::string(),
+                  last ? request.parent_mode : CreateMode::container,
+                  last ? request.acl : NodeAcl::open,
                   [self, attempt, first, last, chroot_missing](zk_errc rc, std::string, NodeStat) {
                     if (first && rc == zk_errc::no_node) *chroot_missing = true;
                     if (!last) return;
@@ -265,10 +278,10 @@ void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::
   if (rc == zk_errc::ok && !parent_verified_ && parent.data_length == 0) {
     // Read after our node exists, like the data a getData would bring: none, so check that.
     parent_verified_ = true;
-    parent_problem_ = request_.check_parent(std::string());
+    acquiring().parent_problem = request().check_parent(std::string());
   }
-  if (rc == zk_errc::ok && parent_problem_) {
-    complete_locked(parent_problem_);
+  if (rc == zk_errc::ok && acquiring().parent_problem) {
+    complete_locked(acquiring().parent_problem);
     remove_node_locked();
   } else if (rc == zk_errc::ok && !parent_verified_) {
     check_locked();  // the parent has data (or its read failed for a while): read it, and list again
@@ -288,8 +301,8 @@ void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::
 void Contender::recover_locked() {
   set_phase_locked(Phase::recovering);
   ++attempt_;
-  core_->sync(generation_, request_.parent, [](zk_errc) {});  // the listing behind it reports failures
-  core_->get_children(generation_, request_.parent, for_this_step(Phase::recovering, [](Contender& contender, zk_errc rc, std::vector<std::string> children, NodeStat) {
+  core_->sync(generation_, request().parent, [](zk_errc) {});  // the listing behind it reports failures
+  core_->get_children(generation_, request().parent, for_this_step(Phase::recovering, [](Contender& contender, zk_errc rc, std::vector<std::string> children, NodeStat) {
     if (rc == zk_errc::ok) contender.drops_in_a_row_ = 0;
     if (rc != zk_errc::ok && rc != zk_errc::no_node) {
       if (!contender.handle_session_trouble_locked(rc, Retry::recover)) {
@@ -299,13 +312,13 @@ void Contender::recover_locked() {
       return;
     }
     auto found = std::find_if(children.begin(), children.end(), [&](const std::string& child) {
-      return child.find(contender.guid_) != std::string::npos;
+      return child.find(contender.acquiring().guid) != std::string::npos;
     });
     if (found == children.end()) {
       contender.begin_locked();  // the create never happened
       return;
     }
-    const std::string candidate = contender.request_.parent + "/" + *found;
+    const std::string candidate = contender.request().parent + "/" + *found;
     contender.core_->exists(contender.generation_, candidate, contender.for_this_step(Phase::recovering, [candidate](Contender& again, zk_errc exists_rc, NodeStat stat) {
       if (exists_rc == zk_errc::ok && stat.ephemeral_owner == again.core_->session_id() && again.core_->session_id() != 0) {
         // Ours: created by this very session. Never adopt a node whose owner is another session.
@@ -334,7 +347,7 @@ void Contender::check_locked() {
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
-  core_->get_children(generation_, request_.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+  core_->get_children(generation_, request().parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
     if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
   });
 }
@@ -343,16 +356,16 @@ void Contender::check_locked() {
 // before the listing is evaluated.
 void Contender::verify_parent_locked(std::uint64_t attempt) {
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->get_data(generation_, request_.parent, [self, attempt](zk_errc rc, std::string data, NodeStat) {
+  core_->get_data(generation_, request().parent, [self, attempt](zk_errc rc, std::string data, NodeStat) {
     auto contender = self.lock();
     if (!contender) return;
     std::unique_lock lock(contender->core_->mutex());
-    if (attempt != contender->attempt_) return;
+    if (attempt != contender->attempt_ || !contender->acquiring_) return;
     if (rc == zk_errc::ok) {
       contender->parent_verified_ = true;
-      contender->parent_problem_ = contender->request_.check_parent(data);
+      contender->acquiring_->parent_problem = contender->request().check_parent(data);
     } else if (rc != zk_errc::no_node && !is_connection_trouble(rc) && !is_session_ended(rc)) {
-      contender->parent_problem_ = make_error_code(rc);  // for example no read permission on the parent
+      contender->acquiring_->parent_problem = make_error_code(rc);  // for example no read permission on the parent
     }
     // Otherwise the listing fails the same way and its handling retries.
   });
@@ -363,7 +376,7 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     remove_node_locked();
     return;
   }
-  if (request_.held_once_created) {
+  if (request().held_once_created) {
     if (std::find(children.begin(), children.end(), our_name()) == children.end()) own_node_gone_locked();
     else grant_locked();
     return;
@@ -379,19 +392,19 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     own_node_gone_locked();
     return;
   }
-  if (request_.check_children) {
-    if (auto refusal = request_.check_children(children)) {
+  if (request().check_children) {
+    if (auto refusal = request().check_children(children)) {
       complete_locked(refusal);
       remove_node_locked();
       return;
     }
   }
-  const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request_.policy);
+  const QueueDecision decision = decide(queue, static_cast<std::size_t>(it - queue.begin()), request().policy);
   if (decision.holds) {
     grant_locked();
     return;
   }
-  if (request_.timeout == std::chrono::nanoseconds::zero()) {
+  if (request().timeout == std::chrono::nanoseconds::zero()) {
     complete_locked(make_error_code(errc::would_block));
     remove_node_locked();
     return;
@@ -406,20 +419,20 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   // lock: nodes created since our listing sort after us, and deletions only remove obstacles. That
   // saves re-listing the children on every hand-off.
   const std::size_t our_index = static_cast<std::size_t>(it - queue.begin());
-  std::string blocker = request_.parent + "/" + queue[decision.blocker].name;
+  std::string blocker = request().parent + "/" + queue[decision.blocker].name;
   const std::string second_blocker =
-      decision.watch_second ? request_.parent + "/" + queue[decision.second_blocker].name : std::string();
+      decision.watch_second ? request().parent + "/" + queue[decision.second_blocker].name : std::string();
   queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(decision.blocker));
   blocker_deletion_grants_ =
-      decide(queue, decision.blocker < our_index ? our_index - 1 : our_index, request_.policy).holds;
-  if (blocker_watch_live_ && blocker == blocker_ && !request_.policy.promotes_without_deleting()) {
+      decide(queue, decision.blocker < our_index ? our_index - 1 : our_index, request().policy).holds;
+  if (blocker_watch_live_ && blocker == acquiring().blocker && !request().policy.promotes_without_deleting()) {
     // Looking again (our second watch fired), we find the blocker we already watch: that watch is
     // set and has not fired, so it guards exactly what a new one would, one request sooner. Its
     // deletion now grants us if this listing shows it as our last obstacle.
     blocker_watch_serves_ = attempt_;
     set_phase_locked(Phase::watching);
   } else {
-    blocker_ = std::move(blocker);
+    acquiring().blocker = std::move(blocker);
     watch_locked();
   }
   if (!second_blocker.empty()) watch_second_blocker_locked(second_blocker);
@@ -452,17 +465,17 @@ void Contender::watch_locked() {
   };
   std::weak_ptr<Contender> self = weak_from_this();
   core_->get_data(
-      generation_, blocker_,
+      generation_, acquiring().blocker,
       [self, serves_now](zk_errc rc, std::string, NodeStat stat) {
         auto contender = self.lock();
         if (!contender) return;
         std::unique_lock lock(contender->core_->mutex());
         if (!serves_now(*contender)) return;
-        if (rc == zk_errc::ok && contender->request_.policy.promotes_without_deleting() && stat.version > 0) {
+        if (rc == zk_errc::ok && contender->request().policy.promotes_without_deleting() && stat.version > 0) {
           // A touched predecessor was promoted before our watch was set (see decide()): look
           // again, once per touch, so that a node touched by someone else cannot keep us
           // re-checking.
-          if (contender->first_sight_of_touch_locked(contender->blocker_, stat.version)) contender->check_locked();
+          if (contender->first_sight_of_touch_locked(contender->acquiring().blocker, stat.version)) contender->check_locked();
           return;
         }
         if (rc == zk_errc::ok) {
@@ -506,10 +519,11 @@ void Contender::watch_second_blocker_locked(const std::string& node) {
 }
 
 bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_t version) {
+  auto& touches_seen = acquiring().touches_seen;
   auto seen = std::make_pair(node, version);
-  if (std::find(touches_seen_.begin(), touches_seen_.end(), seen) != touches_seen_.end()) return false;
-  if (touches_seen_.size() >= 8) touches_seen_.erase(touches_seen_.begin());  // only recent ones matter
-  touches_seen_.push_back(std::move(seen));
+  if (std::find(touches_seen.begin(), touches_seen.end(), seen) != touches_seen.end()) return false;
+  if (touches_seen.size() >= 8) touches_seen.erase(touches_seen.begin());  // only recent ones matter
+  touches_seen.push_back(std::move(seen));
   return true;
 }
 
@@ -519,7 +533,7 @@ void Contender::watch_children_locked() {
   set_phase_locked(Phase::watching);
   ++attempt_;
   core_->get_children(
-      generation_, request_.parent,
+      generation_, request().parent,
       for_this_step(Phase::watching,
                     [](Contender& contender, zk_errc rc, std::vector<std::string> children, NodeStat) {
                       if (rc == zk_errc::ok) {
@@ -550,25 +564,29 @@ void Contender::grant_locked() {
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
   ++core_->acquisitions;
-  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - started_at_);
+  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - acquiring().started_at);
   core_->total_wait_ns += wait.count();
   metrics_->granted(wait);
   log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
-  if (request_.policy.promotes_without_deleting()) touch_locked();
+  if (request().policy.promotes_without_deleting()) touch_locked();
   schedule_own_node_watch_locked();
   complete_locked({});
   forget_request_locked();
 }
 
 // A holder never queues again (held leads only to lost, releasing or finished): what only an
-// acquisition reads goes, so that each of many held locks keeps only what holding needs.
+// acquisition reads goes (see Acquiring).
 void Contender::forget_request_locked() {
-  request_.check_parent = nullptr;  // and the refusal words it keeps
-  request_.check_children = nullptr;
-  request_.parent_data = std::string();
-  request_.marker.reset();
-  guid_ = std::string();
-  blocker_ = std::string();
+  if (!request().policy.promotes_without_deleting()) {
+    acquiring_.reset();
+    return;
+  }
+  // A holder that touches its node keeps the owner data and the policy; the rest goes.
+  ContenderRequest kept;
+  kept.parent = std::move(acquiring_->request.parent);
+  kept.policy = acquiring_->request.policy;
+  kept.owner_data = std::move(acquiring_->request.owner_data);
+  acquiring_ = std::make_unique<Acquiring>(std::move(kept));
 }
 
 // The own-node watch only catches an operator deleting a held node; session loss is the monitor's
@@ -613,8 +631,8 @@ void Contender::touch_locked() {
     // the same session is back; a lost session deletes the node, which wakes the successor anyway.
     contender->handle_session_trouble_locked(rc, Retry::touch);
   };
-  core_->set_data(generation_, node_path_, request_.owner_data, 0, on_reply);
-  core_->set_data(generation_, node_path_, request_.owner_data, 1, on_reply);
+  core_->set_data(generation_, node_path_, request().owner_data, 0, on_reply);
+  core_->set_data(generation_, node_path_, request().owner_data, 1, on_reply);
 }
 
 // A semaphore waiter that became the first waiter rewrites its node (to version 1, once): the
@@ -624,7 +642,7 @@ void Contender::touch_as_first_waiter_locked() {
   first_waiter_touch_sent_ = true;
   std::weak_ptr<Contender> self = weak_from_this();
   const std::uint64_t generation = generation_;
-  core_->set_data(generation_, node_path_, request_.owner_data, 0, [self, generation](zk_errc rc, NodeStat) {
+  core_->set_data(generation_, node_path_, request().owner_data, 0, [self, generation](zk_errc rc, NodeStat) {
     if (rc == zk_errc::ok || rc == zk_errc::no_node || rc == zk_errc::bad_version) return;
     auto contender = self.lock();
     if (!contender) return;
@@ -721,8 +739,9 @@ void Contender::lose_locked(LossReason reason) {
   // session mutex or on the monitor's thread.
   auto callbacks = std::move(lost_callbacks_);
   lost_callbacks_.clear();
-  core_->post_callback([self = shared_from_this(), callbacks = std::move(callbacks), reason] {
-    self->lost_source_.request_stop();
+  // Tokens handed out so far are stopped there; one asked for from now on is made stopped.
+  core_->post_callback([callbacks = std::move(callbacks), reason, told = lost_source_]() mutable {
+    told.request_stop();
     // One callback that throws does not keep the loss from the others.
     for (const auto& callback : callbacks) SessionCore::run_user_callback([&] { callback(reason); });
   });
@@ -755,11 +774,11 @@ bool Contender::release(std::function<void(ReleaseOutcome)> on_answer) {
   std::unique_lock lock(core_->mutex());
   switch (phase_) {
     case Phase::held:
-      release_answer_ = std::move(on_answer);
+      if (on_answer) release_answer_ = std::make_unique<std::function<void(ReleaseOutcome)>>(std::move(on_answer));
       remove_node_locked();
       return true;
     case Phase::lost:
-      release_answer_ = std::move(on_answer);
+      if (on_answer) release_answer_ = std::make_unique<std::function<void(ReleaseOutcome)>>(std::move(on_answer));
       finish_locked();  // the node went (or goes) with the session, or was deleted by someone else
       return true;
     case Phase::releasing:
@@ -773,7 +792,7 @@ bool Contender::release(std::function<void(ReleaseOutcome)> on_answer) {
 }
 
 void Contender::answer_release_locked(ReleaseOutcome outcome) {
-  if (auto answer = std::exchange(release_answer_, nullptr)) answer(outcome);
+  if (auto answer = std::exchange(release_answer_, nullptr)) (*answer)(outcome);
 }
 
 // Never deletes anything but this contender's own node, on the session that created it.
@@ -816,9 +835,9 @@ void Contender::complete_locked(std::error_code outcome) {
   completed_ = true;
   metrics_->decided(outcome);
   cancel_timeout();
-  if (!request_.on_done) return;
-  auto done = std::move(request_.on_done);
-  if (request_.on_done_inline) done(outcome, shared_from_this());
+  if (!request().on_done) return;
+  auto done = std::move(request().on_done);
+  if (request().on_done_inline) done(outcome, shared_from_this());
   else core_->post_callback([done = std::move(done), outcome, self = shared_from_this()] { done(outcome, self); });
 }
 
@@ -875,7 +894,7 @@ void Contender::give_up_after_drops_locked() {
   log(LogLevel::error, log_context_locked(),
       "giving up an acquisition under {}: the connection dropped {} times in a row while its requests were in "
       "flight (a request the server refuses, such as one larger than its jute.maxbuffer?)",
-      request_.parent, drops_in_a_row_);
+      request().parent, drops_in_a_row_);
   complete_locked(make_error_code(zk_errc::connection_loss));
   retry_ = Retry::none;
   if (node_path_.empty()) {
@@ -951,10 +970,10 @@ void Contender::on_session_ended(std::error_code why) {
 // ---- timeout ----
 
 void Contender::arm_timeout() {
-  if (request_.timeout <= std::chrono::nanoseconds::zero()) return;
+  if (request().timeout <= std::chrono::nanoseconds::zero()) return;
   timeout_timer_ = std::make_unique<boost::asio::steady_timer>(core_->worker());
   std::weak_ptr<Contender> self = weak_from_this();
-  boost::asio::post(core_->worker(), [self, timeout = request_.timeout] {
+  boost::asio::post(core_->worker(), [self, timeout = request().timeout] {
     auto contender = self.lock();
     if (!contender || !contender->timeout_timer_) return;
     contender->timeout_timer_->expires_after(timeout);
@@ -975,6 +994,16 @@ void Contender::cancel_timeout() {
 }
 
 // ---- queries ----
+
+std::stop_token Contender::lost_token() const {
+  std::lock_guard lock(core_->mutex());
+  if (!lost_source_.stop_possible()) {
+    lost_source_ = std::stop_source();
+    // Nothing is registered on a new source yet, so stopping it here runs no user code.
+    if (loss_reason_) lost_source_.request_stop();
+  }
+  return lost_source_.get_token();
+}
 
 FencingToken Contender::token() const {
   std::lock_guard lock(core_->mutex());

@@ -98,6 +98,11 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     finished,
   };
   static std::shared_ptr<Contender> start(std::shared_ptr<SessionCore> core, ContenderRequest request);
+  // Only start() makes contenders (the key keeps others out; public for make_shared).
+  struct StartKey {
+    explicit StartKey() = default;
+  };
+  Contender(StartKey, std::shared_ptr<SessionCore> core, ContenderRequest request);
   ~Contender() override;
 
   // Gives up waiting: the outcome becomes `why` and our node (if any) is deleted. Returns false if
@@ -114,7 +119,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::uint64_t generation() const;  // the session generation of our node
   bool lost() const;
   std::optional<LossReason> loss_reason() const;
-  std::stop_token lost_token() const { return lost_source_.get_token(); }
+  std::stop_token lost_token() const;
   void on_lost(std::function<void(LossReason)> callback);
   const std::shared_ptr<SessionCore>& core() const { return core_; }
   // What a write fenced by this grant checks: our node, on the session generation that owns it.
@@ -135,8 +140,6 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
 
   // What to resend once the connection is back on the same session.
   enum class Retry { none, recover, check, remove, touch, watch_own };
-
-  Contender(std::shared_ptr<SessionCore> core, ContenderRequest request);
 
   void set_phase_locked(Phase next);  // checked in sanitizer builds (state_check.hpp)
   void begin_locked();
@@ -178,8 +181,28 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::string our_name() const;
   LogContext log_context_locked() const;
 
+  // What only an acquisition reads, in a block of its own that the grant frees: a holder never
+  // queues again (held leads only to lost, releasing or finished), so each of many held locks
+  // keeps only what holding needs. A holder that touches its node (a semaphore's, see
+  // touch_locked) keeps the block for the request's owner data.
+  struct Acquiring {
+    explicit Acquiring(ContenderRequest asked) : request(std::move(asked)) {}
+    ContenderRequest request;
+    std::string guid;                 // of the current attempt
+    std::error_code parent_problem;   // check_parent's refusal, reported once the listing arrives
+    // The touched nodes we watch that sent us to re-check (name, data version): a second look at
+    // the same touch waits on the watch instead of re-checking forever.
+    std::vector<std::pair<std::string, std::int32_t>> touches_seen;
+    std::string blocker;  // the node we wait for, from the latest listing (see watch_locked)
+    Clock::time_point started_at{};
+    int parent_retries = 0;
+  };
+  // The block, which exists until the grant (checked in sanitizer builds).
+  Acquiring& acquiring() const;
+  ContenderRequest& request() const { return acquiring().request; }
+
   const std::shared_ptr<SessionCore> core_;
-  ContenderRequest request_;
+  std::unique_ptr<Acquiring> acquiring_;
 
   // Everything below is guarded by core_->mutex().
   Phase phase_ = Phase::waiting_for_session;
@@ -188,24 +211,18 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   bool completed_ = false;      // on_done has run
   std::uint64_t generation_ = 0;  // the session generation our node belongs to
   std::uint64_t attempt_ = 0;     // bumps on every create attempt and every check
-  int parent_retries_ = 0;
-  std::string guid_;
   std::string node_path_;
   enum class OwnWatch { none, pending, set };
   OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
-  std::function<void(ReleaseOutcome)> release_answer_;  // release()'s on_answer, until it has run
+  // release()'s on_answer, until it has run (on the heap: most releases do not ask).
+  std::unique_ptr<std::function<void(ReleaseOutcome)>> release_answer_;
   bool delete_in_doubt_ = false;  // a delete of ours met a dropped connection: it may have taken effect
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
-  std::error_code parent_problem_;  // check_parent's refusal, reported once the listing arrives
-  // The touched nodes we watch that sent us to re-check (name, data version): a second look at
-  // the same touch waits on the watch instead of re-checking forever.
-  std::vector<std::pair<std::string, std::int32_t>> touches_seen_;
   bool first_waiter_touch_sent_ = false;  // for the current node
-  // The node we wait for (from the latest listing) and whether its deletion alone grants us; the
+  // Whether the deletion alone of the node we wait for (Acquiring::blocker) grants us; the
   // attempt that set our watch on it, the attempt it now serves, and whether it is set and has not
   // fired (see watch_locked).
-  std::string blocker_;
   bool blocker_deletion_grants_ = false;
   bool blocker_watch_live_ = false;
   std::uint64_t blocker_watch_attempt_ = 0;
@@ -218,8 +235,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;
   std::vector<std::function<void(LossReason)>> lost_callbacks_;
-  std::stop_source lost_source_;
-  Clock::time_point started_at_{};
+  // Made by the first lost_token() (its shared state costs an allocation that most holders never
+  // need): stopped on the callback thread with the loss callbacks, or made stopped once lost.
+  mutable std::stop_source lost_source_{std::nostopstate};
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;

@@ -464,27 +464,39 @@ void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_po
 template <typename Callback, typename Issue, typename... FailArgs>
 void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request,
                         FailArgs... fail_args) {
-  auto shared_done = std::make_shared<Callback>(std::move(done));
-  auto fail_later = [this, shared_done, fail_args...](zk_errc rc) {
-    post_to_worker([shared_done, rc, fail_args...] { (*shared_done)(rc, fail_args...); });
+  auto fail_later = [this, fail_args...](Callback failed, zk_errc rc) {
+    post_to_worker([failed = std::move(failed), rc, fail_args...] { failed(rc, fail_args...); });
   };
   if (generation != generation_ || !connection_) {
-    fail_later(zk_errc::invalid_state);
+    fail_later(std::move(done), zk_errc::invalid_state);
     return;
   }
   ++requests_sent_;
   ++in_flight_;
-  const auto sent = BootClock::now();
-  Callback wrapped = [self = weak_from_this(), generation, sent, proof, shared_done](zk_errc rc, auto... results) {
-    auto core = self.lock();
-    if (core && proof == Proof::leader && server_answered(rc)) core->note_leader_proof(generation, sent);
-    (*shared_done)(rc, std::move(results)...);
+  // One allocation per request for what its reply needs. The callback handed to the adapter
+  // carries only the block's address, which std::function stores without an allocation of its
+  // own; it owns the block once the request is queued, the adapter running it exactly once then.
+  struct Pending {
+    Callback done;
+    std::weak_ptr<SessionCore> core;
+    std::uint64_t generation;
+    BootClock::time_point sent;
+    Proof proof;
+  };
+  auto pending = std::make_unique<Pending>(Pending{std::move(done), weak_from_this(), generation, BootClock::now(), proof});
+  Callback reply = [raw = pending.get()](zk_errc rc, auto... results) {
+    const std::unique_ptr<Pending> owned(raw);
+    auto core = owned->core.lock();
+    if (core && owned->proof == Proof::leader && server_answered(rc)) core->note_leader_proof(owned->generation, owned->sent);
+    owned->done(rc, std::move(results)...);
     if (core) core->request_finished();
   };
-  if (zk_errc rc = issue_request(*connection_, std::move(wrapped)); rc != zk_errc::ok) {
+  if (zk_errc rc = issue_request(*connection_, std::move(reply)); rc != zk_errc::ok) {
     request_finished();
-    fail_later(rc);
+    fail_later(std::move(pending->done), rc);
+    return;
   }
+  (void)pending.release();  // the reply owns it now (and may have run already)
 }
 
 void SessionCore::create(std::uint64_t generation, const std::string& path, const std::string& data,
@@ -551,18 +563,33 @@ void SessionCore::request_finished() {
   }
 }
 
-void SessionCore::attach(std::shared_ptr<SessionListener> listener) { listeners_.push_back(std::move(listener)); }
+void SessionCore::attach(std::shared_ptr<SessionListener> listener) {
+  SessionListener* added = listener.get();
+  if (added->attached_self_) return;  // attached already
+  added->attached_self_ = std::move(listener);
+  added->previous_attached_ = last_listener_;
+  added->next_attached_ = nullptr;
+  (last_listener_ ? last_listener_->next_attached_ : first_listener_) = added;
+  last_listener_ = added;
+}
 
 void SessionCore::detach(SessionListener* listener) {
-  auto it = std::find_if(listeners_.begin(), listeners_.end(),
-                         [listener](const auto& l) { return l.get() == listener; });
+  if (!listener->attached_self_) return;
+  (listener->previous_attached_ ? listener->previous_attached_->next_attached_ : first_listener_) =
+      listener->next_attached_;
+  (listener->next_attached_ ? listener->next_attached_->previous_attached_ : last_listener_) =
+      listener->previous_attached_;
+  listener->previous_attached_ = listener->next_attached_ = nullptr;
   // Never the last reference: whoever detaches a contender is running one of its methods.
-  if (it != listeners_.end()) listeners_.erase(it);
+  listener->attached_self_.reset();
 }
 
 // Listeners attach and detach while being notified: iterate over a copy.
 std::vector<std::shared_ptr<SessionListener>> SessionCore::snapshot_listeners_locked() const {
-  return listeners_;
+  std::vector<std::shared_ptr<SessionListener>> listeners;
+  for (SessionListener* listener = first_listener_; listener; listener = listener->next_attached_)
+    listeners.push_back(listener->attached_self_);
+  return listeners;
 }
 
 Subscription SessionCore::on_state_change(std::function<void(SessionState)> listener) {
@@ -717,8 +744,8 @@ void SessionCore::end_session_for_listeners() {
     ++generation_;
     if (state_ != SessionState::auth_failed) set_state_locked(SessionState::closed);
     for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
-    ending_listeners = std::move(listeners_);
-    listeners_.clear();
+    ending_listeners = snapshot_listeners_locked();
+    for (const auto& listener : ending_listeners) detach(listener.get());
   }
   ending_listeners.clear();  // outside the mutex: this may run destructors
 }

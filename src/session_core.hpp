@@ -60,6 +60,14 @@ class SessionListener {
   virtual void on_session_lost(std::uint64_t generation, LossReason reason) = 0;
   // Closed by the owner, or credentials refused: nothing will ever connect again.
   virtual void on_session_ended(std::error_code why) = 0;
+
+ private:
+  friend class SessionCore;
+  // The session's list of attached listeners runs through the listeners themselves: with
+  // thousands of held locks on one session, attaching costs no allocation and detaching no search.
+  std::shared_ptr<SessionListener> attached_self_;  // the session's strong reference while attached
+  SessionListener* previous_attached_ = nullptr;
+  SessionListener* next_attached_ = nullptr;
 };
 
 class SessionCore : public std::enable_shared_from_this<SessionCore> {
@@ -185,8 +193,11 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // Send time of the latest request answered through the leader (or the session's establishment).
   BootClock::time_point last_leader_proof_{};
   std::error_code end_reason_;
-  // Strong references: the session keeps its active contenders alive until they detach.
-  std::vector<std::shared_ptr<SessionListener>> listeners_;
+  // The attached listeners, in attach order (linked through SessionListener). Each holds the
+  // session's strong reference to itself: the session keeps its active contenders alive until
+  // they detach.
+  SessionListener* first_listener_ = nullptr;
+  SessionListener* last_listener_ = nullptr;
   struct StateListener {
     std::uint64_t id;
     std::shared_ptr<std::function<void(SessionState)>> callback;

@@ -860,6 +860,51 @@ TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOr
   EXPECT_EQ(metrics.locks_lost, 1u);
 }
 
+// Every held lock on a session is in the session's list of listeners, and releasing one takes it
+// out wherever it is (first, in the middle, last). A loss then reaches exactly the holders still
+// there, and a loss token works whether it was taken before the loss or only after it.
+TEST_F(QueueInterleaving, ExpiryAfterSomeReleasesTellsExactlyTheRemainingHolders) {
+  constexpr std::size_t kLocks = 5;
+  auto session = open_session();
+  const auto old_session = session->id();
+  std::vector<std::unique_ptr<Lock>> locks;
+  std::vector<HeldLock> held;
+  std::vector<std::promise<LossReason>> lost(kLocks);
+  std::vector<std::future<LossReason>> told;
+  for (std::size_t i = 0; i < kLocks; ++i) {
+    const std::string path = fmt::format("/locks/many-holders/{}", i);
+    server->ensure_path(path);
+    locks.push_back(std::make_unique<Lock>(*session, path));
+    held.push_back(locks.back()->acquire());
+    held.back().on_lost([&lost, i](LossReason reason) { lost[i].set_value(reason); });
+    told.push_back(lost[i].get_future());
+  }
+  // Confirmed: the delete's answer, and with it the detach, is handled before the expiry below.
+  for (std::size_t i : {0u, 2u, 4u})
+    ASSERT_EQ(held[i].release_and_confirm(scaled(10s)), ReleaseOutcome::held_to_the_end) << "holder " << i;
+  std::atomic<bool> stopped_before{false};
+  std::stop_callback on_stop(held[1].lost_token(), [&stopped_before] { stopped_before = true; });
+
+  server->expire_session(old_session);
+  for (std::size_t i : {1u, 3u}) {
+    ASSERT_EQ(told[i].wait_for(scaled(10s)), std::future_status::ready) << "holder " << i;
+    EXPECT_EQ(told[i].get(), LossReason::session_lost);
+    EXPECT_TRUE(held[i].lost());
+  }
+  EXPECT_TRUE(stopped_before) << "a token taken before the loss was not stopped";
+  EXPECT_TRUE(held[3].lost_token().stop_requested()) << "a token taken after the loss is not stopped";
+  for (std::size_t i : {0u, 2u, 4u}) {
+    EXPECT_EQ(told[i].wait_for(0ms), std::future_status::timeout) << "released holder " << i << " told of a loss";
+    EXPECT_FALSE(held[i].lost());
+  }
+  EXPECT_EQ(session->metrics().locks_lost, 2u);
+
+  // The list still takes new listeners after all this: a lock on the new session.
+  HeldLock again = locks[0]->acquire();
+  EXPECT_EQ(again.session_id(), session->id());
+  EXPECT_NE(again.session_id(), old_session);
+}
+
 // The server stops answering (every reply held). The monitor declares the session lost by its own
 // deadline, last proof of life + timeout - margin - forward lag, without waiting for the client library to
 // notice anything, and tells the holder then.
