@@ -438,8 +438,8 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
   if (!second_blocker.empty()) watch_second_blocker_locked(second_blocker);
 }
 
-// The children watch of a semaphore's first two waiters: it only makes them look again, if they
-// still wait on the same attempt.
+// A watch that only makes a waiter look again (a second blocker's, or the children watch of a
+// semaphore's first two waiters), if it still waits on the same attempt.
 NodeWatch Contender::wake_to_check() {
   return for_this_step(Phase::watching, [](Contender& contender, NodeEvent) { contender.check_locked(); },
                        /*is_watch=*/true);
