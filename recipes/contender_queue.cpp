@@ -662,6 +662,9 @@ void Contender::touch_as_first_waiter_locked() {
 void Contender::watch_own_node_locked() {
   if (own_watch_ != OwnWatch::none || node_path_.empty()) return;
   own_watch_ = OwnWatch::pending;
+  // A blocker watch set before this one no longer has the own-node watch ahead of it (see
+  // watch_locked): it is not kept for a later listing, which sends a new one behind this.
+  blocker_watch_live_ = false;
   std::weak_ptr<Contender> self = weak_from_this();
   // Our node is known by its czxid (our token): unique per node, and no copy of its path in a
   // watch that may stay registered as long as the lock is held.

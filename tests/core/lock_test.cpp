@@ -23,6 +23,22 @@ namespace {
 
 class LockTest : public ServerTest {};
 
+// Locks on one path, each on a session of its own, so that each one's requests can be counted.
+struct LocksOnOwnSessions {
+  LocksOnOwnSessions(const std::string& servers, const std::string& path, int count) {
+    for (int i = 0; i < count; ++i) {
+      sessions.push_back(std::make_unique<Session>(session_options(servers)));
+      locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
+    }
+  }
+  std::uint64_t requests_besides_heartbeats(int i) const {
+    const SessionMetrics metrics = sessions[i]->metrics();
+    return metrics.requests_sent - metrics.heartbeats_sent;
+  }
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Lock>> locks;
+};
+
 TEST_F(LockTest, OneHolderAmongTwoClientsAndTokensGrow) {
   Session a(session_options(servers)), b(session_options(servers));
   Lock lock_a(a, path), lock_b(b, path);
@@ -121,16 +137,9 @@ TEST_F(LockTest, OneReleaseGrantsOneOfFiftyWaitersAndWakesOnlyOneMore) {
 // deletion event alone, without a listing in between.
 TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   constexpr int kContenders = 4;
-  std::vector<std::unique_ptr<Session>> sessions;
-  std::vector<std::unique_ptr<Lock>> locks;
-  for (int i = 0; i < kContenders; ++i) {
-    sessions.push_back(std::make_unique<Session>(session_options(servers)));
-    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
-  }
-  auto requests_besides_heartbeats = [&](int i) {
-    const SessionMetrics metrics = sessions[i]->metrics();
-    return metrics.requests_sent - metrics.heartbeats_sent;
-  };
+  LocksOnOwnSessions contenders(servers, path, kContenders);
+  auto& sessions = contenders.sessions;
+  auto& locks = contenders.locks;
   std::mutex mutex;
   std::vector<HeldLock> held(kContenders);
   held[0] = locks[0]->acquire();
@@ -153,7 +162,7 @@ TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   held[0].release();
   ASSERT_TRUE(granted(1));
   std::this_thread::sleep_for(testenv::scaled(300ms));  // the second waiter has listed again
-  const auto requests_before_its_turn = requests_besides_heartbeats(2);
+  const auto requests_before_its_turn = contenders.requests_besides_heartbeats(2);
   const auto wakeups_before_its_turn = sessions[2]->metrics().wakeups;
   {
     std::lock_guard guard(mutex);
@@ -161,7 +170,7 @@ TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   }
   ASSERT_TRUE(granted(2));
   std::this_thread::sleep_for(testenv::scaled(100ms));
-  EXPECT_EQ(requests_besides_heartbeats(2), requests_before_its_turn)
+  EXPECT_EQ(contenders.requests_besides_heartbeats(2), requests_before_its_turn)
       << "the waiter asked the server something between its blocker's release and its grant";
   EXPECT_EQ(sessions[2]->metrics().wakeups - wakeups_before_its_turn, 1u);
   {
@@ -176,12 +185,9 @@ TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
 // The node two places ahead can go without granting anything (a waiter that gave up): the waiter
 // behind looks again, still waits, and is granted only at its turn, still without a request then.
 TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
-  std::vector<std::unique_ptr<Session>> sessions;
-  std::vector<std::unique_ptr<Lock>> locks;
-  for (int i = 0; i < 4; ++i) {
-    sessions.push_back(std::make_unique<Session>(session_options(servers)));
-    locks.push_back(std::make_unique<Lock>(*sessions.back(), path));
-  }
+  LocksOnOwnSessions contenders(servers, path, 4);
+  auto& sessions = contenders.sessions;
+  auto& locks = contenders.locks;
   enum { kHolder, kQuitter, kBlocker, kWaiter };
   HeldLock holder = locks[kHolder]->acquire();
   std::promise<std::optional<HeldLock>> quitter_outcome;
@@ -220,15 +226,62 @@ TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
   ASSERT_TRUE(eventually([&] { return holds(blocker); }));
   std::this_thread::sleep_for(testenv::scaled(300ms));
   EXPECT_FALSE(holds(waiter)) << "granted beside its blocker";
-  const SessionMetrics before_its_turn = sessions[kWaiter]->metrics();
+  const auto requests_before_its_turn = contenders.requests_besides_heartbeats(kWaiter);
   {
     std::lock_guard guard(mutex);
     blocker.release();
   }
   ASSERT_TRUE(eventually([&] { return holds(waiter); }));
-  const SessionMetrics at_its_turn = sessions[kWaiter]->metrics();
-  EXPECT_EQ(at_its_turn.requests_sent - at_its_turn.heartbeats_sent,
-            before_its_turn.requests_sent - before_its_turn.heartbeats_sent);
+  EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter), requests_before_its_turn);
+  std::lock_guard guard(mutex);
+  waiter.release();
+}
+
+// Someone rewrites a waiting node's data: its own-node watch fires and is set again, now behind
+// the watch on its blocker. That blocker watch is then not kept when the waiter lists again: a
+// deletion of its node must reach it before the deletion that would grant it (see watch_locked).
+TEST_F(LockTest, AWaiterWhoseNodeWasRewrittenWatchesItsBlockerAgainBehindItsOwnNode) {
+  LocksOnOwnSessions contenders(servers, path, 3);
+  enum { kHolder, kBlocker, kWaiter };
+  HeldLock holder = contenders.locks[kHolder]->acquire();
+  std::mutex mutex;
+  HeldLock blocker, waiter;
+  contenders.locks[kBlocker]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    blocker = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  contenders.locks[kWaiter]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
+    if (ec) return;
+    std::lock_guard guard(mutex);
+    waiter = std::move(lock);
+  });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
+  auto holds = [&](HeldLock& lock) {
+    std::lock_guard guard(mutex);
+    return static_cast<bool>(lock);
+  };
+  std::this_thread::sleep_for(testenv::scaled(300ms));  // the waiter's watches are set
+
+  const std::string waiter_node = path + "/" + queue().back();
+  const auto before_the_rewrite = contenders.requests_besides_heartbeats(kWaiter);
+  ASSERT_EQ(zoo_set(raw.handle(), waiter_node.c_str(), "x", 1, -1), ZOK);
+  ASSERT_TRUE(eventually([&] { return contenders.requests_besides_heartbeats(kWaiter) == before_the_rewrite + 1; }))
+      << "the own-node watch was not set again";
+
+  const auto before_its_look_ahead = contenders.requests_besides_heartbeats(kWaiter);
+  holder.release();
+  ASSERT_TRUE(eventually([&] { return holds(blocker); }));
+  std::this_thread::sleep_for(testenv::scaled(300ms));
+  EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter) - before_its_look_ahead, 2u)
+      << "the listing, and a new watch on the blocker behind the own-node watch";
+  EXPECT_FALSE(holds(waiter));
+  {
+    std::lock_guard guard(mutex);
+    blocker.release();
+  }
+  ASSERT_TRUE(eventually([&] { return holds(waiter); }));
   std::lock_guard guard(mutex);
   waiter.release();
 }
