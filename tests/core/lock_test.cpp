@@ -35,8 +35,25 @@ struct LocksOnOwnSessions {
     const SessionMetrics metrics = sessions[i]->metrics();
     return metrics.requests_sent - metrics.heartbeats_sent;
   }
+  // Queues lock i; its grant lands in `into`, read through holds() and released through release().
+  void queue(int i, HeldLock& into) {
+    locks[i]->async_acquire(-1ns, [this, &into](std::error_code ec, HeldLock lock) {
+      if (ec) return;  // session_closed for a waiter still queued when the test ends
+      std::lock_guard guard(mutex);
+      into = std::move(lock);
+    });
+  }
+  bool holds(const HeldLock& lock) {
+    std::lock_guard guard(mutex);
+    return static_cast<bool>(lock);
+  }
+  void release(HeldLock& lock) {
+    std::lock_guard guard(mutex);
+    lock.release();
+  }
   std::vector<std::unique_ptr<Session>> sessions;
   std::vector<std::unique_ptr<Lock>> locks;
+  std::mutex mutex;
 };
 
 TEST_F(LockTest, OneHolderAmongTwoClientsAndTokensGrow) {
@@ -138,103 +155,66 @@ TEST_F(LockTest, OneReleaseGrantsOneOfFiftyWaitersAndWakesOnlyOneMore) {
 TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   constexpr int kContenders = 4;
   LocksOnOwnSessions contenders(servers, path, kContenders);
-  auto& sessions = contenders.sessions;
-  auto& locks = contenders.locks;
-  std::mutex mutex;
   std::vector<HeldLock> held(kContenders);
-  held[0] = locks[0]->acquire();
+  held[0] = contenders.locks[0]->acquire();
   for (int i = 1; i < kContenders; ++i) {
-    locks[i]->async_acquire(-1ns, [&, i](std::error_code ec, HeldLock lock) {
-      if (ec) return;  // session_closed for the last waiter when the test ends
-      std::lock_guard guard(mutex);
-      held[i] = std::move(lock);
-    });
+    contenders.queue(i, held[i]);
     ASSERT_TRUE(eventually([&] { return nodes().size() == static_cast<std::size_t>(i + 1); }));
   }
-  auto granted = [&](int i) {
-    return eventually([&] {
-      std::lock_guard guard(mutex);
-      return static_cast<bool>(held[i]);
-    });
-  };
+  auto granted = [&](int i) { return eventually([&] { return contenders.holds(held[i]); }); };
   std::this_thread::sleep_for(testenv::scaled(300ms));  // every waiter has set its watches
 
   held[0].release();
   ASSERT_TRUE(granted(1));
   std::this_thread::sleep_for(testenv::scaled(300ms));  // the second waiter has listed again
   const auto requests_before_its_turn = contenders.requests_besides_heartbeats(2);
-  const auto wakeups_before_its_turn = sessions[2]->metrics().wakeups;
-  {
-    std::lock_guard guard(mutex);
-    held[1].release();
-  }
+  const auto wakeups_before_its_turn = contenders.sessions[2]->metrics().wakeups;
+  contenders.release(held[1]);
   ASSERT_TRUE(granted(2));
   std::this_thread::sleep_for(testenv::scaled(100ms));
   EXPECT_EQ(contenders.requests_besides_heartbeats(2), requests_before_its_turn)
       << "the waiter asked the server something between its blocker's release and its grant";
-  EXPECT_EQ(sessions[2]->metrics().wakeups - wakeups_before_its_turn, 1u);
-  {
-    std::lock_guard guard(mutex);
-    held[2].release();
-  }
+  EXPECT_EQ(contenders.sessions[2]->metrics().wakeups - wakeups_before_its_turn, 1u);
+  contenders.release(held[2]);
   ASSERT_TRUE(granted(3));
-  std::lock_guard guard(mutex);
-  held[3].release();
+  contenders.release(held[3]);
 }
 
 // The node two places ahead can go without granting anything (a waiter that gave up): the waiter
 // behind looks again, still waits, and is granted only at its turn, still without a request then.
 TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
   LocksOnOwnSessions contenders(servers, path, 4);
-  auto& sessions = contenders.sessions;
-  auto& locks = contenders.locks;
   enum { kHolder, kQuitter, kBlocker, kWaiter };
-  HeldLock holder = locks[kHolder]->acquire();
+  HeldLock holder = contenders.locks[kHolder]->acquire();
   std::promise<std::optional<HeldLock>> quitter_outcome;
-  std::thread quitter([&] { quitter_outcome.set_value(locks[kQuitter]->try_acquire_for(testenv::scaled(1500ms))); });
+  std::thread quitter(
+      [&] { quitter_outcome.set_value(contenders.locks[kQuitter]->try_acquire_for(testenv::scaled(1500ms))); });
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-  std::mutex mutex;
   HeldLock blocker, waiter;
-  locks[kBlocker]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
-    if (ec) return;
-    std::lock_guard guard(mutex);
-    blocker = std::move(lock);
-  });
+  contenders.queue(kBlocker, blocker);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
-  locks[kWaiter]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
-    if (ec) return;
-    std::lock_guard guard(mutex);
-    waiter = std::move(lock);
-  });
+  contenders.queue(kWaiter, waiter);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 4; }));
-  auto holds = [&](HeldLock& lock) {
-    std::lock_guard guard(mutex);
-    return static_cast<bool>(lock);
-  };
 
   // The quitter, the waiter's second blocker, gives up while the holder holds.
-  const auto waiter_wakeups = sessions[kWaiter]->metrics().wakeups;
+  const auto waiter_wakeups = contenders.sessions[kWaiter]->metrics().wakeups;
   quitter.join();
   EXPECT_FALSE(quitter_outcome.get_future().get().has_value());
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
-  ASSERT_TRUE(eventually([&] { return sessions[kWaiter]->metrics().wakeups > waiter_wakeups; }));
+  ASSERT_TRUE(eventually([&] { return contenders.sessions[kWaiter]->metrics().wakeups > waiter_wakeups; }));
   std::this_thread::sleep_for(testenv::scaled(300ms));
-  EXPECT_FALSE(holds(blocker));
-  EXPECT_FALSE(holds(waiter));
+  EXPECT_FALSE(contenders.holds(blocker));
+  EXPECT_FALSE(contenders.holds(waiter));
 
   holder.release();
-  ASSERT_TRUE(eventually([&] { return holds(blocker); }));
+  ASSERT_TRUE(eventually([&] { return contenders.holds(blocker); }));
   std::this_thread::sleep_for(testenv::scaled(300ms));
-  EXPECT_FALSE(holds(waiter)) << "granted beside its blocker";
+  EXPECT_FALSE(contenders.holds(waiter)) << "granted beside its blocker";
   const auto requests_before_its_turn = contenders.requests_besides_heartbeats(kWaiter);
-  {
-    std::lock_guard guard(mutex);
-    blocker.release();
-  }
-  ASSERT_TRUE(eventually([&] { return holds(waiter); }));
+  contenders.release(blocker);
+  ASSERT_TRUE(eventually([&] { return contenders.holds(waiter); }));
   EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter), requests_before_its_turn);
-  std::lock_guard guard(mutex);
-  waiter.release();
+  contenders.release(waiter);
 }
 
 // Someone rewrites a waiting node's data: its own-node watch fires and is set again, now behind
@@ -244,24 +224,11 @@ TEST_F(LockTest, AWaiterWhoseNodeWasRewrittenWatchesItsBlockerAgainBehindItsOwnN
   LocksOnOwnSessions contenders(servers, path, 3);
   enum { kHolder, kBlocker, kWaiter };
   HeldLock holder = contenders.locks[kHolder]->acquire();
-  std::mutex mutex;
   HeldLock blocker, waiter;
-  contenders.locks[kBlocker]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
-    if (ec) return;
-    std::lock_guard guard(mutex);
-    blocker = std::move(lock);
-  });
+  contenders.queue(kBlocker, blocker);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-  contenders.locks[kWaiter]->async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
-    if (ec) return;
-    std::lock_guard guard(mutex);
-    waiter = std::move(lock);
-  });
+  contenders.queue(kWaiter, waiter);
   ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
-  auto holds = [&](HeldLock& lock) {
-    std::lock_guard guard(mutex);
-    return static_cast<bool>(lock);
-  };
   std::this_thread::sleep_for(testenv::scaled(300ms));  // the waiter's watches are set
 
   const std::string waiter_node = path + "/" + queue().back();
@@ -272,18 +239,14 @@ TEST_F(LockTest, AWaiterWhoseNodeWasRewrittenWatchesItsBlockerAgainBehindItsOwnN
 
   const auto before_its_look_ahead = contenders.requests_besides_heartbeats(kWaiter);
   holder.release();
-  ASSERT_TRUE(eventually([&] { return holds(blocker); }));
+  ASSERT_TRUE(eventually([&] { return contenders.holds(blocker); }));
   std::this_thread::sleep_for(testenv::scaled(300ms));
   EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter) - before_its_look_ahead, 2u)
       << "the listing, and a new watch on the blocker behind the own-node watch";
-  EXPECT_FALSE(holds(waiter));
-  {
-    std::lock_guard guard(mutex);
-    blocker.release();
-  }
-  ASSERT_TRUE(eventually([&] { return holds(waiter); }));
-  std::lock_guard guard(mutex);
-  waiter.release();
+  EXPECT_FALSE(contenders.holds(waiter));
+  contenders.release(blocker);
+  ASSERT_TRUE(eventually([&] { return contenders.holds(waiter); }));
+  contenders.release(waiter);
 }
 
 TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {
