@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -51,6 +52,16 @@ class Leaders {
   std::vector<std::string> seen_;
 };
 
+// Waits (at most 20 s) until `count` participants are queued in the latch's election.
+bool queued(const zkr::LeaderLatch& latch, std::size_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (latch.participants().size() < count) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +84,9 @@ int main(int argc, char** argv) {
   a.start();
   ok = ok && leaders.wait_for("db-a:5432");
   b.start();
+  // start() only sends db-b's node on its way: resigning before it is queued would let db-a's new
+  // node go first and db-a lead again.
+  ok = ok && queued(a, 2);
   ok = ok && a.wait_for_leadership(0ns) && a.resign();  // db-b takes over; db-a queues again
   ok = ok && leaders.wait_for("db-b:5432");
   b.close();
