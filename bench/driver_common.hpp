@@ -34,7 +34,7 @@ struct DriverArgs {
   std::string driver;       // "ours", "floor": goes into every output line
   std::string connect;      // ZooKeeper connect string (possibly a proxy)
   std::string path;         // lock path, unique per run; the driver owns everything under it
-  std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale
+  std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale | scale_listed
   int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
   int warmup = 100;         // untimed rounds before the timed ones (contended: grants at least)
   double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic
@@ -56,7 +56,7 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
       ("connect", po::value(&args.connect)->required(), "ZooKeeper connect string")
       ("path", po::value(&args.path)->required(), "lock path (the driver owns its subtree)")
       ("scenario", po::value(&args.scenario)->required(),
-       "uncontended | pipelined | contended | herd | loss | scale")
+       "uncontended | pipelined | contended | herd | loss | scale | scale_listed (floor)")
       ("iterations", po::value(&args.iterations), "timed rounds, or locks for scale")
       ("warmup", po::value(&args.warmup), "untimed rounds first")
       ("duration", po::value(&args.duration_s), "seconds to run (contended, scale)")

@@ -7,6 +7,8 @@
 //                rereads the children when it goes: the hand-off delete -> watch fires -> getChildren
 //   herd         one holder, N waiters queued, then the whole queue drains
 //   scale        N ephemeral sequential creates pipelined on one session, under N distinct parents
+//   scale_listed N such creates, each followed at once by getChildren of its parent: the least
+//                any lock sends to learn that it holds
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
@@ -295,7 +297,7 @@ struct ScaleProgress {
   std::atomic<int> errors{0};
 };
 
-void run_scale(const DriverArgs& args) {
+void run_scale(const DriverArgs& args, bool listed) {
   RawHandle handle(args.connect, args.session_timeout_ms);
   handle.ensure_path(args.path);
   ScaleProgress progress;
@@ -305,6 +307,11 @@ void run_scale(const DriverArgs& args) {
     state->outstanding.fetch_sub(1);
   };
   auto on_created = [](int rc, const char*, const Stat*, const void* data) {
+    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
+    if (rc != ZOK) state->errors.fetch_add(1);
+    state->outstanding.fetch_sub(1);
+  };
+  auto on_children = [](int rc, const String_vector*, const void* data) {
     auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
     if (rc != ZOK) state->errors.fetch_add(1);
     state->outstanding.fetch_sub(1);
@@ -324,16 +331,22 @@ void run_scale(const DriverArgs& args) {
                 &progress);
   }
   wait_all("parent creates");
-  std::vector<std::string> prefixes;
-  for (int i = 0; i < args.iterations; ++i)
-    prefixes.push_back(lock_node_prefix(fmt::format("{}/l{:05}", args.path, i)));
+  std::vector<std::string> parents, prefixes;
+  for (int i = 0; i < args.iterations; ++i) {
+    parents.push_back(fmt::format("{}/l{:05}", args.path, i));
+    prefixes.push_back(lock_node_prefix(parents.back()));
+  }
   auto rss_before = resident_bytes();
   auto heap_before = heap_bytes_in_use();
   auto start = Clock::now();
-  for (const auto& prefix : prefixes) {
+  for (int i = 0; i < args.iterations; ++i) {
     progress.outstanding.fetch_add(1);
-    zoo_acreate2(handle.get(), prefix.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
-                 ZOO_EPHEMERAL_SEQUENTIAL, on_created, &progress);
+    zoo_acreate2(handle.get(), prefixes[i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                 on_created, &progress);
+    if (listed) {
+      progress.outstanding.fetch_add(1);
+      zoo_aget_children(handle.get(), parents[i].c_str(), 0, on_children, &progress);
+    }
   }
   wait_all("lock creates");
   double elapsed_ms = micros_between(start, Clock::now()) / 1000;
@@ -359,7 +372,8 @@ int main(int argc, char** argv) {
     else if (args.scenario == "pipelined") run_pipelined(args);
     else if (args.scenario == "contended") run_contended(args);
     else if (args.scenario == "herd") run_herd(args);
-    else if (args.scenario == "scale") run_scale(args);
+    else if (args.scenario == "scale") run_scale(args, false);
+    else if (args.scenario == "scale_listed") run_scale(args, true);
     else fail(fmt::format("floor driver: unknown scenario '{}'", args.scenario));
   } catch (const std::exception& error) {
     fail(fmt::format("floor driver: {}", error.what()));
