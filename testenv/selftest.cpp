@@ -110,6 +110,8 @@ TEST(Cluster, KillingTheLeaderOfThreeElectsAnother) {
 
   cluster.kill(old_leader);
   EXPECT_EQ(cluster.pid(old_leader), 0);
+  // A kill that finds nothing to kill is a mistake in the test, never a silent success.
+  EXPECT_THROW(cluster.kill(old_leader), std::runtime_error);
   ASSERT_TRUE(cluster.wait_for_leader(scaled(30s)));
   const int new_leader = cluster.leader();
   EXPECT_GE(new_leader, 0);

@@ -200,10 +200,13 @@ def stop_server_process(server, grace_s=STOP_GRACE_S):
 
 
 def kill_server_process(server):
-    if signal_if_ours(server, signal.SIGKILL):
-        signal_if_ours(server, signal.SIGCONT)
-        if not wait_gone(server, 5.0):
-            raise EnvError(f"server {server['index']} (pid {server['pid']}) survived SIGKILL")
+    """SIGKILL; killing a server that is not running is an error (a test meant another one)."""
+    if not signal_if_ours(server, signal.SIGKILL):
+        server["pid"] = None
+        raise EnvError(f"server {server['index']} is not running: nothing to kill")
+    signal_if_ours(server, signal.SIGCONT)
+    if not wait_gone(server, 5.0):
+        raise EnvError(f"server {server['index']} (pid {server['pid']}) survived SIGKILL")
     server["pid"] = None
 
 
