@@ -28,9 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     env_servers = argv[1].substr(4);
     argv.erase(argv.begin() + 1);
   }
-  // Option names holding Boost.ProgramOptions' message placeholders ("--x%canonical_option%"),
-  // on which its error formatting would loop forever, are refused by zklock before Boost sees
-  // them: such inputs are fuzzed like any other (corpus: boost_placeholder_hang).
+  // Option names and values holding message placeholders ("--x%canonical_option%") once hung the
+  // options library zklock used; its own parser must refuse or accept them like any other input
+  // (corpus: boost_placeholder_hang, placeholder_in_a_value).
   zklock::CliOptions options;
   try {
     options = zklock::parse_command_line(argv, has_env ? env_servers.c_str() : nullptr);

@@ -149,6 +149,8 @@ cmd_deb() {
   for needed in libzookeeper-mt2 libfmt9 libstdc++6 libc6; do
     grep -qw -- "$needed" <<<"$depends" || fail "Depends lacks $needed: $depends"
   done
+  # zklock parses its own options: nothing in the package needs Boost at run time.
+  if grep -q -- libboost <<<"$depends"; then fail "Depends lists a Boost library nothing needs: $depends"; fi
 
   local contents
   contents=$(dpkg-deb --contents "$deb" | awk '{print $6}')

@@ -1,10 +1,17 @@
 #!/bin/sh
 # check_static_link.sh ZKLOCK: fails if ZKLOCK (built with ZKR_STATIC_ZKLOCK) needs a C++ library
-# at run time: a dependency added later must not quietly bring back the dynamic loader's start-up
-# cost (docs/BENCHMARKS.md, section 7).
+# at run time, or sets up iostreams: a dependency added later must not quietly bring back the
+# dynamic loader's or the C++ runtime's start-up cost (docs/BENCHMARKS.md, section 7).
 needed=$(readelf -d "$1" | grep NEEDED) || { echo "cannot read the dynamic section of $1" >&2; exit 1; }
 echo "$needed"
 if echo "$needed" | grep -E 'lib(stdc\+\+|gcc_s|fmt|boost|zookeeper)'; then
   echo "$1 needs the shared libraries above; zklock is meant to link them statically (ZKR_STATIC_ZKLOCK)" >&2
+  exit 1
+fi
+# Nor may iostreams come back: their set-up (std::ios_base::Init, the standard streams and their
+# locale) runs before main() in every zklock, and zklock prints through stdio and fmt.
+symbols=$(nm "$1" 2>/dev/null) || { echo "cannot read the symbols of $1" >&2; exit 1; }
+if echo "$symbols" | grep -E ' T _ZNSt8ios_base4InitC[12]Ev$'; then
+  echo "$1 sets up iostreams at start (std::ios_base::Init above): some code it links uses <iostream>" >&2
   exit 1
 fi

@@ -186,15 +186,43 @@ TEST(ZklockOptions, BadValuesNameTheOption) {
   EXPECT_THAT(usage_error({"--kill-after"}), HasSubstr("kill-after"));
 }
 
-// Boost.ProgramOptions 1.74 would loop forever formatting the error for these names (its own
-// message placeholders); zklock refuses them first, naming the argument.
+// Boost.ProgramOptions 1.74, which zklock once used, looped forever formatting the error for these
+// names (its own message placeholders); they are refused like any unknown option, naming it.
 TEST(ZklockOptions, OptionNamesHoldingPlaceholdersAreRefused) {
   EXPECT_THAT(usage_error({"--x%canonical_option%", "/a", "true"}), HasSubstr("unrecognised option '--x%canonical_option%'"));
   EXPECT_THAT(usage_error({"--%option%=1", "/a", "true"}), HasSubstr("unrecognised option"));
   EXPECT_THAT(usage_error({"-n%value%", "/a", "true"}), HasSubstr("unrecognised option '-n%value%'"));
-  // Values may hold them: they never reach an error message of Boost's.
+  // Values may hold them.
   EXPECT_EQ(parse({"--owner=%canonical_option%", "/a", "true"}).owner, "%canonical_option%");
   EXPECT_THAT(usage_error({"--json=%canonical_option%", "/a", "true"}), HasSubstr("'--json' does not take"));
+}
+
+// The option syntax itself: what each form means, and each mistake named.
+TEST(ZklockOptions, OptionSyntax) {
+  // Short switches cluster, and a cluster may end with an option that takes a value.
+  const CliOptions clustered = parse({"-nvz", "h:1", "/a", "true"});
+  EXPECT_TRUE(clustered.nonblocking());
+  EXPECT_TRUE(clustered.verbose());
+  EXPECT_EQ(clustered.servers, "h:1");
+  EXPECT_EQ(parse({"-vw3", "/a", "true"}).wait_timeout, 3s);
+  // The argument after an option that takes one is its value, even if it starts with '-'.
+  EXPECT_EQ(parse({"--owner", "-me-", "/a", "true"}).owner, "-me-");
+  EXPECT_EQ(parse({"--owner=", "/a", "true"}).owner, "");
+  EXPECT_THAT(usage_error({"-k", "-1", "/a", "true"}), HasSubstr("invalid value '-1' for --kill-after"));
+  // Each option once, under any of its names.
+  EXPECT_THAT(usage_error({"-w", "1", "--timeout", "2", "/a", "true"}),
+              HasSubstr("option '--wait' cannot be specified more than once"));
+  EXPECT_THAT(usage_error({"-v", "--verbose", "/a", "true"}),
+              HasSubstr("option '--verbose' cannot be specified more than once"));
+  EXPECT_THAT(usage_error({"-nn", "/a", "true"}), HasSubstr("option '--nonblock' cannot be specified more than once"));
+  // A value missing at the end, in either form.
+  EXPECT_THAT(usage_error({"--zk"}), HasSubstr("the required argument for option '--zk' is missing"));
+  EXPECT_THAT(usage_error({"-nz"}), HasSubstr("the required argument for option '--zk' is missing"));
+  // Exact names only: no abbreviations, and switches take no value.
+  EXPECT_THAT(usage_error({"--non", "/a", "true"}), HasSubstr("unrecognised option '--non'"));
+  EXPECT_THAT(usage_error({"--nonblock=yes", "/a", "true"}), HasSubstr("option '--nonblock' does not take any arguments"));
+  EXPECT_THAT(usage_error({"-ny", "/a", "true"}), HasSubstr("unrecognised option '-ny'"));
+  EXPECT_THAT(usage_error({"--=1", "/a", "true"}), HasSubstr("unrecognised option '--'"));
 }
 
 // Of several mistakes, the same one is reported first, whatever order they were given in.

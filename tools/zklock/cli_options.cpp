@@ -6,61 +6,74 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <map>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 namespace zklock {
-namespace po = boost::program_options;
 
 namespace {
 
 constexpr std::string_view default_servers = "127.0.0.1:2181";
 constexpr double max_seconds = 86'400.0;  // a day: longer values are typos, and overflow nothing
 
-po::options_description option_table() {
-  po::options_description table;
-  // Every value is taken as text and parsed here, so that each error names the option and says
-  // what was expected.
-  auto text = [] { return po::value<std::string>(); };
-  table.add_options()
-      ("zk,z", text())
-      ("nonblock,n", po::bool_switch())
-      ("wait,timeout,w", text())
-      ("conflict-exit-code,E", text())
-      ("shared,s", po::bool_switch())
-      ("exclusive,x", po::bool_switch())
-      ("slots,N", text())
-      ("once-per", text())
-      ("session-timeout", text())
-      ("connect-timeout", text())
-      ("tick-time", text())
-      ("kill-after,k", text())
-      ("kill-signal", text())
-      ("lost-exit-code,L", text())
-      ("owner", text())
-      ("auth-file", text())
-      ("verbose,v", po::bool_switch())
-      ("quiet,q", po::bool_switch())
-      ("list", text())
-      ("break", text())
-      ("node", text())
-      ("force", po::bool_switch())
-      ("json", po::bool_switch())
-      ("watch", po::bool_switch())
-      ("help,h", po::bool_switch())
-      ("version,V", po::bool_switch());
-  return table;
+// zklock's options. Parsed here rather than by an options library: the parser is small, its
+// errors name the option as zklock spells it, and zklock starts without setting up iostreams
+// (a measurable part of a one-shot command's start, docs/BENCHMARKS.md section 7).
+struct OptionSpec {
+  std::string_view name;  // long name, and the key values are looked up by
+  char short_name;        // '\0' if none
+  bool takes_value;       // else a switch
+  std::string_view alias = {};  // another long name for the same option
+};
+
+constexpr OptionSpec option_table[] = {
+    {"zk", 'z', true},
+    {"nonblock", 'n', false},
+    {"wait", 'w', true, "timeout"},
+    {"conflict-exit-code", 'E', true},
+    {"shared", 's', false},
+    {"exclusive", 'x', false},
+    {"slots", 'N', true},
+    {"once-per", '\0', true},
+    {"session-timeout", '\0', true},
+    {"connect-timeout", '\0', true},
+    {"tick-time", '\0', true},
+    {"kill-after", 'k', true},
+    {"kill-signal", '\0', true},
+    {"lost-exit-code", 'L', true},
+    {"owner", '\0', true},
+    {"auth-file", '\0', true},
+    {"verbose", 'v', false},
+    {"quiet", 'q', false},
+    {"list", '\0', true},
+    {"break", '\0', true},
+    {"node", '\0', true},
+    {"force", '\0', false},
+    {"json", '\0', false},
+    {"watch", '\0', false},
+    {"help", 'h', false},
+    {"version", 'V', false},
+};
+
+// Exact names only: an abbreviation must not start to mean another option once one is added.
+const OptionSpec* find_long_option(std::string_view name) {
+  for (const OptionSpec& option : option_table) {
+    if (name == option.name || (!option.alias.empty() && name == option.alias)) return &option;
+  }
+  return nullptr;
 }
 
-bool takes_value(const po::option_description* option) {
-  return option && option->semantic()->max_tokens() > 0;
+const OptionSpec* find_short_option(char name) {
+  for (const OptionSpec& option : option_table) {
+    if (option.short_name != '\0' && name == option.short_name) return &option;
+  }
+  return nullptr;
 }
 
 // Index of LOCKPATH in argv (the first argument that is neither an option nor an option's value),
 // or argv.size() if there is none. Sets `saw_double_dash` if "--" stood before it.
-std::size_t find_lock_path(const std::vector<std::string>& argv, const po::options_description& table,
-                           bool& saw_double_dash) {
+std::size_t find_lock_path(const std::vector<std::string>& argv, bool& saw_double_dash) {
   saw_double_dash = false;
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
@@ -75,18 +88,14 @@ std::size_t find_lock_path(const std::vector<std::string>& argv, const po::optio
     if (arg[1] == '-') {
       if (arg.find('=') != std::string::npos) continue;
       // Unknown names are reported by the parser proper; here they take no value.
-      const po::option_description* option = nullptr;
-      try {
-        option = table.find_nothrow(arg.substr(2), false);
-      } catch (const po::error&) {
-      }
-      if (takes_value(option)) ++i;
+      const OptionSpec* option = find_long_option(std::string_view(arg).substr(2));
+      if (option && option->takes_value) ++i;
       continue;
     }
     // A cluster of short options ("-nv", "-w5", "-w 5").
     for (std::size_t c = 1; c < arg.size(); ++c) {
-      const po::option_description* option = table.find_nothrow(std::string{'-', arg[c]}, false);
-      if (takes_value(option)) {
+      const OptionSpec* option = find_short_option(arg[c]);
+      if (option && option->takes_value) {
         if (c + 1 == arg.size()) ++i;  // the value is the next argument
         break;                          // else the rest of the cluster is the value
       }
@@ -198,81 +207,74 @@ struct SplitArguments {
   std::vector<std::string> operands;  // LOCKPATH, then the command ("--" before it kept) or -c
 };
 
-SplitArguments split_at_lock_path(const std::vector<std::string>& argv, const po::options_description& table) {
+SplitArguments split_at_lock_path(const std::vector<std::string>& argv) {
   bool saw_double_dash = false;
-  const std::size_t lock_path_index = std::min(find_lock_path(argv, table, saw_double_dash), argv.size());
+  const std::size_t lock_path_index = std::min(find_lock_path(argv, saw_double_dash), argv.size());
   const std::size_t options_end = lock_path_index - (saw_double_dash ? 1 : 0);
   return {std::vector<std::string>(argv.begin() + std::min<std::size_t>(1, options_end), argv.begin() + options_end),
           std::vector<std::string>(argv.begin() + lock_path_index, argv.end())};
 }
 
-// Boost.ProgramOptions 1.74 loops forever formatting the error for an unknown long option whose
-// name holds one of its message placeholders ("--x%canonical_option%"): refuse odd names first.
-void refuse_odd_option_names(const std::vector<std::string>& option_args) {
-  for (const std::string& arg : option_args) {
-    // Short options: no value of zklock's short options holds a '%' either.
-    if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' && arg.find('%') != std::string::npos)
-      throw UsageError(fmt::format("unrecognised option '{}'", arg));
-    if (!arg.starts_with("--") || arg.size() == 2) continue;
-    const std::string_view name = std::string_view(arg).substr(2, arg.find('=') == std::string::npos
-                                                                      ? std::string::npos
-                                                                      : arg.find('=') - 2);
-    if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
-        std::string_view::npos)
-      throw UsageError(fmt::format("unrecognised option '{}'", arg));
-  }
-}
-
-// Boost.ProgramOptions 1.74 builds what() by replacing placeholders in the message until none is
-// left, and loops for ever when the offending argument itself holds one (its name or its value:
-// `--session='%canonical_option%'`). Its messages are therefore written here, from the option's
-// name alone, without ever calling what().
-std::string describe(const po::error_with_option_name& error) {
-  const std::string name = error.get_option_name();
-  if (dynamic_cast<const po::unknown_option*>(&error)) return fmt::format("unrecognised option '{}'", name);
-  if (dynamic_cast<const po::ambiguous_option*>(&error)) return fmt::format("ambiguous option '{}'", name);
-  if (dynamic_cast<const po::multiple_occurrences*>(&error))
-    return fmt::format("option '{}' cannot be specified more than once", name);
-  if (const auto* syntax = dynamic_cast<const po::invalid_command_line_syntax*>(&error)) {
-    switch (syntax->kind()) {
-      case po::invalid_syntax::missing_parameter:
-        return fmt::format("the required argument for option '{}' is missing", name);
-      case po::invalid_syntax::extra_parameter:
-        return fmt::format("option '{}' does not take any arguments", name);
-      default: return fmt::format("invalid syntax for option '{}'", name);
-    }
-  }
-  return fmt::format("invalid option '{}'", name);
-}
-
-// The options as given, by name; Boost's errors become UsageErrors.
+// The options as given, by name. Long options take their value as "--name=VALUE" or
+// "--name VALUE", short ones as "-wVALUE" or "-w VALUE"; switches cluster ("-nv"). The argument
+// after an option that takes a value is its value, whatever it looks like ("-k -1" is refused by
+// --kill-after, naming it). Each option may be given once.
 class GivenOptions {
  public:
-  GivenOptions(const std::vector<std::string>& option_args, const po::options_description& table) {
-    refuse_odd_option_names(option_args);
-    try {
-      // No guessing: an abbreviation must not start to mean another option once one is added.
-      po::store(po::command_line_parser(option_args)
-                    .options(table)
-                    .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
-                    .run(),
-                values_);
-      po::notify(values_);
-    } catch (const po::error_with_option_name& error) {
-      throw UsageError(describe(error));
-    } catch (const po::error& error) {
-      throw UsageError(error.what());
+  explicit GivenOptions(const std::vector<std::string>& option_args) {
+    for (std::size_t i = 0; i < option_args.size(); ++i) {
+      const std::string& arg = option_args[i];
+      const auto next_value = [&](const OptionSpec& option) -> const std::string& {
+        if (i + 1 == option_args.size()) {
+          throw UsageError(fmt::format("the required argument for option '--{}' is missing", option.name));
+        }
+        return option_args[++i];
+      };
+      if (arg.starts_with("--")) {
+        const std::size_t equals = arg.find('=');
+        const std::string_view name = std::string_view(arg).substr(2, equals == std::string::npos ? std::string::npos
+                                                                                                   : equals - 2);
+        const OptionSpec* option = find_long_option(name);
+        if (!option) throw UsageError(fmt::format("unrecognised option '--{}'", name));
+        if (!option->takes_value) {
+          if (equals != std::string::npos) {
+            throw UsageError(fmt::format("option '--{}' does not take any arguments", option->name));
+          }
+          store(*option, {});
+        } else {
+          store(*option, equals != std::string::npos ? arg.substr(equals + 1) : next_value(*option));
+        }
+        continue;
+      }
+      if (arg.size() < 2 || arg[0] != '-') throw UsageError(fmt::format("unexpected argument '{}'", arg));
+      for (std::size_t c = 1; c < arg.size(); ++c) {
+        const OptionSpec* option = find_short_option(arg[c]);
+        if (!option) throw UsageError(fmt::format("unrecognised option '{}'", arg));
+        if (!option->takes_value) {
+          store(*option, {});
+          continue;
+        }
+        store(*option, c + 1 < arg.size() ? arg.substr(c + 1) : next_value(*option));
+        break;
+      }
     }
   }
 
-  std::optional<std::string> text(const char* name) const {
-    if (!values_.count(name)) return std::nullopt;
-    return values_[name].as<std::string>();
+  std::optional<std::string> text(std::string_view name) const {
+    const auto found = values_.find(name);
+    if (found == values_.end()) return std::nullopt;
+    return found->second;
   }
-  bool flag(const char* name) const { return values_.count(name) && values_[name].as<bool>(); }
+  bool flag(std::string_view name) const { return values_.contains(name); }
 
  private:
-  po::variables_map values_;
+  void store(const OptionSpec& option, std::string value) {
+    if (!values_.emplace(option.name, std::move(value)).second) {
+      throw UsageError(fmt::format("option '--{}' cannot be specified more than once", option.name));
+    }
+  }
+
+  std::map<std::string_view, std::string> values_;  // keys point into option_table
 };
 
 // A duration option that must be above zero, in whole milliseconds.
@@ -425,9 +427,8 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
 // The checks run in this order, so that of several mistakes the same one is reported first.
 CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
                               const char* env_tick_time) {
-  const po::options_description table = option_table();
-  SplitArguments arguments = split_at_lock_path(argv, table);
-  const GivenOptions given(arguments.options, table);
+  SplitArguments arguments = split_at_lock_path(argv);
+  const GivenOptions given(arguments.options);
 
   CliOptions options;
   if (given.flag("help")) {

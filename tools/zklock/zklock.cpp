@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +54,19 @@ using Clock = std::chrono::steady_clock;
 // How long a cancelled lock wait may take to end; passing it means something is badly wrong, and
 // zklock gives up rather than hang.
 constexpr auto cancel_bound = 30s;
+
+// One line of standard input without its newline, or nothing at the end of input. Through stdio,
+// as the prompt before it: zklock sets up no iostreams (see cli_options.cpp).
+std::optional<std::string> read_stdin_line() {
+  char* line = nullptr;
+  std::size_t capacity = 0;
+  const ssize_t length = ::getline(&line, &capacity, stdin);
+  std::optional<std::string> text;
+  if (length >= 0) text.emplace(line, static_cast<std::size_t>(length));
+  std::free(line);
+  if (text && text->ends_with('\n')) text->pop_back();
+  return text;
+}
 
 // Thrown to leave with an exit code once the reason has been printed. Never thrown while a job
 // runs (the supervisor returns its exit code).
@@ -615,8 +627,8 @@ int Zklock::break_lock() {
     std::fprintf(stderr, "zklock: break %s: delete the node %s of %s, token %lld? [y/N] ", options_.lock_path.c_str(),
                  node.c_str(), who.c_str(), static_cast<long long>(holder.token.value()));
     std::fflush(stderr);
-    std::string answer;
-    if (!std::getline(std::cin, answer) || (answer != "y" && answer != "Y" && answer != "yes")) {
+    const std::optional<std::string> answer = read_stdin_line();
+    if (!answer || (*answer != "y" && *answer != "Y" && *answer != "yes")) {
       say("not broken");
       return 1;
     }
