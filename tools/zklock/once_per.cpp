@@ -45,6 +45,15 @@ void add_clock_probe(Ops& ops, std::string_view lock_path) {
 
 std::string run_record_path(std::string_view lock_path) { return child_path(lock_path, run_record_name); }
 
+std::optional<zkr::NodeData> read_run_record_node(zkr::Session& session, std::string_view lock_path) {
+  try {
+    return session.get(run_record_path(lock_path));
+  } catch (const zkr::Error& error) {
+    if (error.code() == zkr::zk_errc::no_node) return std::nullopt;
+    throw;
+  }
+}
+
 std::string encode_run_record(const RunRecord& record) {
   std::string text = fmt::format("{}\nstarted_ms={}\nowner={}\ntoken={}\nsession={}\n", record_header,
                                  record.started_ms, escape_for_terminal(record.owner), record.token, record.session);
@@ -120,14 +129,6 @@ std::string OncePerGate::describe_window(std::int64_t epoch_ms) const {
   return fmt::format("{} - {}", utc_text(start), utc_text(start + period_.count()));
 }
 
-std::optional<zkr::NodeData> OncePerGate::read_record() {
-  try {
-    return session_.get(record_path_);
-  } catch (const zkr::Error& error) {
-    if (error.code() == zkr::zk_errc::no_node) return std::nullopt;
-    throw;
-  }
-}
 
 OncePerGate::Verdict OncePerGate::judge(const std::optional<zkr::NodeData>& node, std::int64_t now_ms) const {
   Verdict verdict;
@@ -147,7 +148,7 @@ OncePerGate::Verdict OncePerGate::judge(const std::optional<zkr::NodeData>& node
 }
 
 OncePerGate::Verdict OncePerGate::look() {
-  const auto node = read_record();
+  const auto node = read_run_record_node(session_, lock_path_);
   if (!node) return {};
   zkr::Transaction probe;
   add_clock_probe(probe, lock_path_);
@@ -156,7 +157,7 @@ OncePerGate::Verdict OncePerGate::look() {
 }
 
 OncePerGate::Verdict OncePerGate::claim(const zkr::HeldLock& held, std::string_view owner, zkr::NodeAcl acl) {
-  const auto node = read_record();
+  const auto node = read_run_record_node(session_, lock_path_);
   zkr::FencedTransaction probe(held);
   add_clock_probe(probe, lock_path_);
   const std::int64_t now_ms = probe.commit().at(clock_stamp_result).stat.mtime_ms;

@@ -26,6 +26,8 @@ namespace zklock {
 
 inline constexpr std::string_view run_record_name = "zklock.last-run";
 std::string run_record_path(std::string_view lock_path);
+// The record's node under `lock_path`, or nothing if there is none. Throws zkr::Error.
+std::optional<zkr::NodeData> read_run_record_node(zkr::Session& session, std::string_view lock_path);
 
 // What the record says of the last run.
 struct RunRecord {
@@ -77,7 +79,6 @@ class OncePerGate {
   std::string describe_window(std::int64_t epoch_ms) const;
 
  private:
-  std::optional<zkr::NodeData> read_record();
   Verdict judge(const std::optional<zkr::NodeData>& node, std::int64_t now_ms) const;
 
   zkr::Session& session_;

@@ -488,15 +488,10 @@ std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
   auto& others = listing.not_contenders;
   const auto record = std::find(others.begin(), others.end(), run_record_name);
   if (record == others.end()) return std::nullopt;
+  const auto node = read_run_record_node(*session_, options_.lock_path);
+  if (!node) return std::nullopt;  // removed since the listing
   std::string problem;
-  zkr::NodeData node;
-  try {
-    node = session_->get(run_record_path(options_.lock_path));
-  } catch (const zkr::Error& error) {
-    if (error.code() == zkr::zk_errc::no_node) return std::nullopt;  // removed since the listing
-    throw;
-  }
-  auto last_run = run_record_from(node, problem);
+  auto last_run = run_record_from(*node, problem);
   if (!last_run) return std::nullopt;
   others.erase(record);
   return last_run;
