@@ -4,7 +4,8 @@
  *
  *   zkr_bench_connect_once CONNECT_STRING LOCK_PATH
  *
- * The lock path must exist. Exit status 0 on success, 1 with a message on stderr otherwise. */
+ * The lock path's parent must exist (the path itself is made if missing). Exit status 0 on success,
+ * 1 with a message on stderr otherwise. */
 #include <zookeeper/zookeeper.h>
 
 #include <pthread.h>
@@ -74,6 +75,14 @@ int main(int argc, char **argv) {
   struct Stat stat;
   int rc = zoo_create2(zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created,
                        sizeof created, &stat);
+  if (rc == ZNONODE) {
+    /* zklock makes the lock path a container, which the server removes once it has stood empty for
+     * a while (between two runs, say): make it again, as zklock would, and try once more. */
+    rc = zoo_create(zh, argv[2], "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, NULL, 0);
+    if (rc == ZOK || rc == ZNODEEXISTS)
+      rc = zoo_create2(zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created,
+                       sizeof created, &stat);
+  }
   int job_failed = 0;
   if (rc == ZOK) {
     job_failed = run_true() != 0;
