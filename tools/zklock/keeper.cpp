@@ -58,8 +58,8 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
   ::_exit(1);
 }
 
-// Runs in the keeper's forked child: async-signal-safe calls only (the keeper has one thread, but
-// the habit costs nothing).
+// Runs in the keeper's vfork child, which shares the keeper's memory until its execve: system calls
+// only, no allocation, nothing written but its own stack and errno, and it never returns.
 [[noreturn]] void exec_job(const char* path, char* const argv[], char* const envp[], bool take_terminal, pid_t keeper,
                            int report_fd) {
   ::setpgid(0, 0);
@@ -140,7 +140,11 @@ int keep(int socket, JobSpec spec) {
     return exit_code::internal;
   }
   const pid_t keeper = ::getpid();
-  const pid_t job = ::fork();
+  // vfork: the keeper is a copy of zklock, and a fork would copy its page tables only for the job
+  // to exec at once (about 1 ms of CPU and wall on the 2-core benchmark machine; docs/BENCHMARKS.md
+  // section 7). The keeper is single-threaded and blocks every signal, so no handler can run in the
+  // child on the shared memory, and it waits here until the job has exec'd or failed to.
+  const pid_t job = ::vfork();
   if (job < 0) {
     report(socket, KeeperReport::exec_failed, errno);
     return exit_code::internal;
