@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -58,23 +60,51 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
   ::_exit(1);
 }
 
-// Runs in the keeper's vfork child, which shares the keeper's memory until its execve: system calls
-// only, no allocation, nothing written but its own stack and errno, and it never returns.
-[[noreturn]] void exec_job(const char* path, char* const argv[], char* const envp[], bool take_terminal, pid_t keeper,
-                           int report_fd) {
+// What the job's process needs until its execve.
+struct JobLaunch {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  bool take_terminal;
+  pid_t keeper;
+  int report_read_fd;   // the keeper's end: closed in the job
+  int report_write_fd;  // the execve's errno, if it fails
+};
+
+// The job's process until its execve. It shares the keeper's memory (see start_job), so: system
+// calls only, no allocation, nothing written but its own stack and errno, and it never returns.
+int exec_job(void* argument) {
+  const JobLaunch& launch = *static_cast<const JobLaunch*>(argument);
+  ::close(launch.report_read_fd);
   ::setpgid(0, 0);
   // SIGTTOU is still blocked (the keeper blocks everything), so this cannot stop us.
-  if (take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
+  if (launch.take_terminal) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
   // If the keeper itself is killed, the job goes with it; its own children come to zklock.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != keeper) ::_exit(exit_code::signal_base + SIGKILL);
+  if (::getppid() != launch.keeper) ::_exit(exit_code::signal_base + SIGKILL);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execve(path, argv, envp);
+  ::execve(launch.path, launch.argv, launch.envp);
   const int error = errno;
-  [[maybe_unused]] auto written = ::write(report_fd, &error, sizeof error);
+  [[maybe_unused]] auto written = ::write(launch.report_write_fd, &error, sizeof error);
   ::_exit(exit_code::not_found);
+}
+
+// Starts the job's process as posix_spawn does: it shares the keeper's memory, on a stack of its
+// own, and the keeper waits until it has exec'd (or exited). The keeper is a copy of zklock, and a
+// fork would copy its page tables only for the job to exec at once: about 1 ms of CPU and of wall
+// time on the 2-core benchmark machine (docs/BENCHMARKS.md, section 7). posix_spawn itself cannot
+// set the parent-death signal. Safe because the keeper is single-threaded and blocks every signal:
+// no handler can run in the child on the shared memory. Returns the pid, or -1 with errno.
+pid_t start_job(const JobLaunch& launch) {
+  // Far more than a few system calls need; not zeroed, so only the pages the child uses are touched.
+  // Freed on return: by then the child has exec'd or exited.
+  constexpr std::size_t stack_size = 64 * 1024;
+  const auto stack = std::make_unique_for_overwrite<char[]>(stack_size);
+  const auto top = reinterpret_cast<std::uintptr_t>(stack.get() + stack_size) & ~std::uintptr_t{15};  // grows down
+  return ::clone(exec_job, reinterpret_cast<void*>(top), CLONE_VM | CLONE_VFORK | SIGCHLD,
+                 const_cast<JobLaunch*>(&launch));
 }
 
 // Closes what zklock opened for itself and did not mark close-on-exec: only what zklock was
@@ -139,19 +169,12 @@ int keep(int socket, JobSpec spec) {
     report(socket, KeeperReport::exec_failed, errno);
     return exit_code::internal;
   }
-  const pid_t keeper = ::getpid();
-  // vfork: the keeper is a copy of zklock, and a fork would copy its page tables only for the job
-  // to exec at once (about 1 ms of CPU and wall on the 2-core benchmark machine; docs/BENCHMARKS.md
-  // section 7). The keeper is single-threaded and blocks every signal, so no handler can run in the
-  // child on the shared memory, and it waits here until the job has exec'd or failed to.
-  const pid_t job = ::vfork();
+  const JobLaunch launch{spec.path.c_str(), job_argv.data(), job_environment.data(), take_terminal, ::getpid(),
+                         exec_report[0],   exec_report[1]};
+  const pid_t job = start_job(launch);
   if (job < 0) {
     report(socket, KeeperReport::exec_failed, errno);
     return exit_code::internal;
-  }
-  if (job == 0) {
-    ::close(exec_report[0]);
-    exec_job(spec.path.c_str(), job_argv.data(), job_environment.data(), take_terminal, keeper, exec_report[1]);
   }
   ::close(exec_report[1]);
   // Both sides set the group, so that it exists before either signals it.
