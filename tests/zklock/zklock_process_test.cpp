@@ -789,6 +789,25 @@ TEST_F(ZklockTest, ZklockKilledTakesTheJobsWholeTreeWithIt) {
   }
 }
 
+// The keeper killed under a running job while zklock cannot act (stopped): the job goes with the
+// keeper all the same, by the parent-death signal set in the process the keeper starts it in. Once
+// zklock runs again, its job gone, it ends and lets the lock go.
+TEST_F(ZklockTest, KeeperKilledTakesTheJobWithIt) {
+  Process holder(zklock({path_, "-c", "echo job $$; exec sleep 600"}), merged_output());
+  const auto line = holder.wait_for_line("job ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*line, "job "))};
+  const std::vector<pid_t> keepers = zklock::children_of(holder.pid());
+  ASSERT_EQ(keepers.size(), 1u) << "zklock has its keeper, and nothing else, as a child";
+  ASSERT_EQ(read_file(fmt::format("/proc/{}/comm", keepers[0])), "zklock-keeper\n");
+  ::kill(holder.pid(), SIGSTOP);  // zklock itself, not its group: the job must not be stopped
+  ::kill(keepers[0], SIGKILL);
+  EXPECT_TRUE(eventually([&] { return process_ended(job.pid); }, 10s)) << "the job outlived its keeper";
+  ::kill(holder.pid(), SIGCONT);
+  EXPECT_TRUE(holder.wait(scaled(30s))) << "zklock kept running without its job";
+  EXPECT_TRUE(eventually([&] { return contender_count() == 0; }, 30s));
+}
+
 // Signals zklock neither forwards nor expects must not end it (and so orphan the job's lock).
 TEST_F(ZklockTest, OtherFatalSignalsDoNotEndZklock) {
   Process holder(zklock({path_, "-c", "echo ready; while :; do sleep 0.05; done"}), merged_output());
