@@ -129,7 +129,6 @@ std::string OncePerGate::describe_window(std::int64_t epoch_ms) const {
   return fmt::format("{} - {}", utc_text(start), utc_text(start + period_.count()));
 }
 
-
 OncePerGate::Verdict OncePerGate::judge(const std::optional<zkr::NodeData>& node, std::int64_t now_ms) const {
   Verdict verdict;
   verdict.now_ms = now_ms;
