@@ -71,39 +71,6 @@ const OptionSpec* find_short_option(char name) {
   return nullptr;
 }
 
-// Index of LOCKPATH in argv (the first argument that is neither an option nor an option's value),
-// or argv.size() if there is none. Sets `saw_double_dash` if "--" stood before it.
-std::size_t find_lock_path(const std::vector<std::string>& argv, bool& saw_double_dash) {
-  saw_double_dash = false;
-  for (std::size_t i = 1; i < argv.size(); ++i) {
-    const std::string& arg = argv[i];
-    if (arg == "--") {
-      saw_double_dash = true;
-      return i + 1;
-    }
-    if (arg.size() < 2 || arg[0] != '-') return i;  // includes "-" alone
-    if (arg == "-c" || arg == "--command") {
-      throw UsageError("-c must follow LOCKPATH: zklock [options] LOCKPATH -c 'SHELL COMMAND'");
-    }
-    if (arg[1] == '-') {
-      if (arg.find('=') != std::string::npos) continue;
-      // Unknown names are reported by the parser proper; here they take no value.
-      const OptionSpec* option = find_long_option(std::string_view(arg).substr(2));
-      if (option && option->takes_value) ++i;
-      continue;
-    }
-    // A cluster of short options ("-nv", "-w5", "-w 5").
-    for (std::size_t c = 1; c < arg.size(); ++c) {
-      const OptionSpec* option = find_short_option(arg[c]);
-      if (option && option->takes_value) {
-        if (c + 1 == arg.size()) ++i;  // the value is the next argument
-        break;                          // else the rest of the cluster is the value
-      }
-    }
-  }
-  return argv.size();
-}
-
 std::string_view trim_seconds_suffix(std::string_view text) {
   if (!text.empty() && text.back() == 's') text.remove_suffix(1);
   return text;
@@ -201,34 +168,30 @@ std::string format_duration(std::chrono::nanoseconds duration) {
 
 namespace {
 
-// argv split at LOCKPATH: the options before it, LOCKPATH and what follows it.
-struct SplitArguments {
-  std::vector<std::string> options;
-  std::vector<std::string> operands;  // LOCKPATH, then the command ("--" before it kept) or -c
-};
-
-SplitArguments split_at_lock_path(const std::vector<std::string>& argv) {
-  bool saw_double_dash = false;
-  const std::size_t lock_path_index = std::min(find_lock_path(argv, saw_double_dash), argv.size());
-  const std::size_t options_end = lock_path_index - (saw_double_dash ? 1 : 0);
-  return {std::vector<std::string>(argv.begin() + std::min<std::size_t>(1, options_end), argv.begin() + options_end),
-          std::vector<std::string>(argv.begin() + lock_path_index, argv.end())};
-}
-
-// The options as given, by name. Long options take their value as "--name=VALUE" or
-// "--name VALUE", short ones as "-wVALUE" or "-w VALUE"; switches cluster ("-nv"). The argument
-// after an option that takes a value is its value, whatever it looks like ("-k -1" is refused by
-// --kill-after, naming it). Each option may be given once.
+// zklock's arguments: the options, by name, up to LOCKPATH (the first argument that is neither
+// an option nor an option's value; "--" may stand before it), and what follows them. Long options
+// take their value as "--name=VALUE" or "--name VALUE", short ones as "-wVALUE" or "-w VALUE";
+// switches cluster ("-nv"). The argument after an option that takes a value is its value, whatever
+// it looks like ("-k -1" is refused by --kill-after, naming it). Each option may be given once.
 class GivenOptions {
  public:
-  explicit GivenOptions(const std::vector<std::string>& option_args) {
-    for (std::size_t i = 0; i < option_args.size(); ++i) {
-      const std::string& arg = option_args[i];
+  explicit GivenOptions(const std::vector<std::string>& argv) {
+    std::size_t i = 1;
+    for (; i < argv.size(); ++i) {
+      const std::string& arg = argv[i];
+      if (arg == "--") {
+        ++i;
+        break;
+      }
+      if (arg.size() < 2 || arg[0] != '-') break;  // LOCKPATH (and "-" alone)
+      if (arg == "-c" || arg == "--command") {
+        throw UsageError("-c must follow LOCKPATH: zklock [options] LOCKPATH -c 'SHELL COMMAND'");
+      }
       const auto next_value = [&](const OptionSpec& option) -> const std::string& {
-        if (i + 1 == option_args.size()) {
+        if (i + 1 == argv.size()) {
           throw UsageError(fmt::format("the required argument for option '--{}' is missing", option.name));
         }
-        return option_args[++i];
+        return argv[++i];
       };
       if (arg.starts_with("--")) {
         const std::size_t equals = arg.find('=');
@@ -246,7 +209,6 @@ class GivenOptions {
         }
         continue;
       }
-      if (arg.size() < 2 || arg[0] != '-') throw UsageError(fmt::format("unexpected argument '{}'", arg));
       for (std::size_t c = 1; c < arg.size(); ++c) {
         const OptionSpec* option = find_short_option(arg[c]);
         if (!option) throw UsageError(fmt::format("unrecognised option '{}'", arg));
@@ -258,7 +220,11 @@ class GivenOptions {
         break;
       }
     }
+    operands_.assign(argv.begin() + static_cast<std::ptrdiff_t>(std::min(i, argv.size())), argv.end());
   }
+
+  // LOCKPATH, then the command ("--" before it kept) or -c.
+  std::vector<std::string> take_operands() { return std::move(operands_); }
 
   std::optional<std::string> text(std::string_view name) const {
     const auto found = values_.find(name);
@@ -275,6 +241,7 @@ class GivenOptions {
   }
 
   std::map<std::string_view, std::string> values_;  // keys point into option_table
+  std::vector<std::string> operands_;
 };
 
 // A duration option that must be above zero, in whole milliseconds.
@@ -427,8 +394,7 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
 // The checks run in this order, so that of several mistakes the same one is reported first.
 CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
                               const char* env_tick_time) {
-  SplitArguments arguments = split_at_lock_path(argv);
-  const GivenOptions given(arguments.options);
+  GivenOptions given(argv);
 
   CliOptions options;
   if (given.flag("help")) {
@@ -445,7 +411,7 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   read_session_timing(given, env_tick_time, options);
   read_job_stop_and_node(given, options);
   read_once_per(given, options);
-  read_operands(given, std::move(arguments.operands), options);
+  read_operands(given, given.take_operands(), options);
   return options;
 }
 
