@@ -295,6 +295,13 @@ void run_herd(const DriverArgs& args) {
 struct ScaleProgress {
   std::atomic<int> outstanding{0};
   std::atomic<int> errors{0};
+
+  // One reply in: `data` is the ScaleProgress the request was sent with.
+  static void count_reply(const void* data, bool failed) {
+    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
+    if (failed) state->errors.fetch_add(1);
+    state->outstanding.fetch_sub(1);
+  }
 };
 
 void run_scale(const DriverArgs& args, bool listed) {
@@ -302,19 +309,13 @@ void run_scale(const DriverArgs& args, bool listed) {
   handle.ensure_path(args.path);
   ScaleProgress progress;
   auto on_done = [](int rc, const char*, const void* data) {
-    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
-    if (rc != ZOK && rc != ZNODEEXISTS) state->errors.fetch_add(1);
-    state->outstanding.fetch_sub(1);
+    ScaleProgress::count_reply(data, rc != ZOK && rc != ZNODEEXISTS);
   };
   auto on_created = [](int rc, const char*, const Stat*, const void* data) {
-    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
-    if (rc != ZOK) state->errors.fetch_add(1);
-    state->outstanding.fetch_sub(1);
+    ScaleProgress::count_reply(data, rc != ZOK);
   };
   auto on_children = [](int rc, const String_vector*, const void* data) {
-    auto* state = static_cast<ScaleProgress*>(const_cast<void*>(data));
-    if (rc != ZOK) state->errors.fetch_add(1);
-    state->outstanding.fetch_sub(1);
+    ScaleProgress::count_reply(data, rc != ZOK);
   };
   auto wait_all = [&](const char* what) {
     for (int spins = 0; progress.outstanding.load() > 0; ++spins) {
