@@ -440,7 +440,9 @@ before the lock is released; processes it leaves behind when it exits are stoppe
 keeper process (zklock-keeper) stays between zklock and the job: if zklock is killed, it kills the
 whole job.
 
-Options (they stop at LOCKPATH; '--' may stand before COMMAND):
+Options (they stop at LOCKPATH; '--' may stand before COMMAND). A value follows its option or is
+joined to it (--wait=5, -w5); short switches group (-nq); long names are spelled out in full, and
+each option is given at most once:
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
                                 (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
   -n, --nonblock                fail at once if the lock is held
