@@ -30,6 +30,15 @@ constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
+// The acquisitions an open AcquisitionBatch takes in: those started without waiting (a blocking
+// one on the batch's thread would wait for a send only its own return can make), of a lock, a
+// read/write lock or an election. Not a semaphore's: it records its limit in the parent and
+// touches its nodes, and its leases hold on creation.
+bool joins_batches(const ContenderRequest& request) {
+  return !request.on_done_inline && request.sequential && !request.held_once_created &&
+         request.only_generation == 0 && request.parent_data.empty() && !request.policy.promotes_without_deleting();
+}
+
 std::string new_guid() {
   thread_local boost::uuids::random_generator generator;
   return boost::uuids::to_string(generator());
@@ -160,6 +169,7 @@ void Contender::begin_locked() {
   retry_ = Retry::none;
   node_path_.clear();
   own_watch_ = OwnWatch::none;
+  path_watch_live_ = false;
   Acquiring& acquiring = this->acquiring();
   const ContenderRequest& request = acquiring.request;
   acquiring.touches_seen.clear();
@@ -177,11 +187,17 @@ void Contender::begin_locked() {
     prefix = fmt::format("{}/_c_{}-{}", request.parent, guid, marker);
   }
   std::weak_ptr<Contender> self = weak_from_this();
-  core_->create(generation_, prefix, request.owner_data,
-                request.sequential ? CreateMode::ephemeral_sequential : CreateMode::ephemeral, request.acl,
-                [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
-                  if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
-                });
+  auto on_created = [self, attempt](zk_errc rc, std::string path, NodeStat stat) {
+    if (auto contender = self.lock()) contender->on_created(attempt, rc, std::move(path), stat);
+  };
+  const bool batched = joins_batches(request) && core_->batch_open_here_locked();
+  if (batched)
+    core_->create_in_batch_locked(generation_, request.parent, std::move(prefix), request.owner_data, request.acl,
+                                  std::move(on_created));
+  else
+    core_->create(generation_, prefix, request.owner_data,
+                  request.sequential ? CreateMode::ephemeral_sequential : CreateMode::ephemeral, request.acl,
+                  std::move(on_created));
   // A recipe that records data in its parent (a semaphore's limit) reads it in this pipeline. The
   // others expect a parent without data, which the listing's Stat of the parent shows without a
   // request of its own (see on_children); one with data is read then.
@@ -190,9 +206,26 @@ void Contender::begin_locked() {
   if (!parent_verified_ && !request.parent_data.empty()) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
-  core_->get_children(generation_, request.parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
-  });
+  auto on_children = [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, false);
+  };
+  if (!batched) {
+    core_->get_children(generation_, request.parent, std::move(on_children));
+    return;
+  }
+  // A batched listing also watches the path's children (see path_watch_live_): one request fewer
+  // per lock held without anyone else coming.
+  core_->get_children_in_batch_locked(
+      generation_, request.parent,
+      [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+        if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, true);
+      },
+      [self](NodeEvent) {
+        auto contender = self.lock();
+        if (!contender) return;
+        std::unique_lock lock(contender->core_->mutex());
+        contender->on_path_changed_locked();
+      });
 }
 
 void Contender::ensure_parent_then_create_locked() {
@@ -260,6 +293,11 @@ void Contender::on_created(std::uint64_t attempt, zk_errc rc, std::string path, 
     if (abandon_) remove_node_locked();
     return;  // the pipelined listing decides
   }
+  if (rc == zk_errc::runtime_inconsistency) {
+    // A batched create, rolled back with its multi-op for another op's sake: nothing was created.
+    begin_locked();
+    return;
+  }
   if (rc == zk_errc::no_node) {
     ensure_parent_then_create_locked();
     return;
@@ -269,10 +307,12 @@ void Contender::on_created(std::uint64_t attempt, zk_errc rc, std::string path, 
   finish_locked();
 }
 
-void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+void Contender::on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent,
+                            bool listing_watches_path) {
   std::unique_lock lock(core_->mutex());
   if (attempt != attempt_ || (phase_ != Phase::creating && phase_ != Phase::checking)) return;
   if (node_path_.empty()) return;  // the create failed; on_created decided what happens
+  if (rc == zk_errc::ok && listing_watches_path) path_watch_live_ = true;  // registered with this reply
   set_phase_locked(Phase::checking);
   if (rc == zk_errc::ok) drops_in_a_row_ = 0;
   if (rc == zk_errc::ok && !parent_verified_ && parent.data_length == 0) {
@@ -348,7 +388,7 @@ void Contender::check_locked() {
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
   core_->get_children(generation_, request().parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent);
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, false);
   });
 }
 
@@ -569,7 +609,7 @@ void Contender::grant_locked() {
   metrics_->granted(wait);
   log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
   if (request().policy.promotes_without_deleting()) touch_locked();
-  schedule_own_node_watch_locked();
+  if (!path_watch_live_) schedule_own_node_watch_locked();
   complete_locked({});
   forget_request_locked();
 }
@@ -611,6 +651,15 @@ void Contender::schedule_own_node_watch_locked() {
       again->own_watch_timer_.reset();
     });
   });
+}
+
+// A batched listing's children watch (see begin_locked) stands in for the own-node watch until
+// the path's children first change: our node's deletion is such a change. At that change a holder
+// sets its own-node watch, whose reply also tells if the node is gone already.
+void Contender::on_path_changed_locked() {
+  if (!path_watch_live_) return;
+  path_watch_live_ = false;
+  if (phase_ == Phase::held) watch_own_node_locked();
 }
 
 // Rewrites our node's data so that the data watches of the waiters behind us fire: a promotion

@@ -145,7 +145,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void begin_locked();
   void ensure_parent_then_create_locked();
   void on_created(std::uint64_t attempt, zk_errc rc, std::string path, NodeStat stat);
-  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent);
+  void on_children(std::uint64_t attempt, zk_errc rc, std::vector<std::string> children, NodeStat parent,
+                   bool listing_watches_path);
+  void on_path_changed_locked();
   void recover_locked();
   void check_locked();
   void verify_parent_locked(std::uint64_t attempt);
@@ -214,6 +216,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::string node_path_;
   enum class OwnWatch { none, pending, set };
   OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
+  // A children watch on our parent, registered by a batched listing of our current node, that
+  // has not fired: no child came or went since, so our node is still there (on_path_changed_locked).
+  bool path_watch_live_ = false;
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
   // release()'s on_answer, until it has run (on the heap: most releases do not ask).
   std::unique_ptr<std::function<void(ReleaseOutcome)>> release_answer_;

@@ -230,6 +230,27 @@ std::vector<ContenderInfo> Lock::contenders() const {
   return detail::list_contenders(core_, path_, 1);
 }
 
+// ---- AcquisitionBatch ----
+
+AcquisitionBatch::AcquisitionBatch(Session& session) : core_(detail::Internals::core(session)) {
+  std::lock_guard lock(core_->mutex());
+  open_ = core_->open_batch_locked();
+}
+
+AcquisitionBatch::~AcquisitionBatch() {
+  try {
+    send();
+  } catch (...) {
+    // Out of memory while sending: the acquisitions not sent fail with the session's end.
+  }
+}
+
+void AcquisitionBatch::send() {
+  if (!std::exchange(open_, false)) return;
+  std::lock_guard lock(core_->mutex());
+  core_->send_batch_locked();
+}
+
 // ---- ReadWriteLock ----
 
 ReadWriteLock::ReadWriteLock(Session& session, std::string path, LockOptions options)

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <future>
+#include <string_view>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
@@ -21,6 +23,11 @@ namespace {
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
+// Creates per multi-op in an acquisition batch: a few tens of kilobytes of request, far below the
+// server's 1 MB limit, and few enough that a refused multi costs little to redo one by one.
+constexpr std::size_t kCreatesPerMulti = 100;
+// The node each batched multi-op creates, sets and deletes again (see send_batched_creates_locked).
+constexpr std::string_view kBatchStampName = "zkr-batch-stamp";
 
 }  // namespace
 
@@ -554,6 +561,94 @@ void SessionCore::sync(std::uint64_t generation, const std::string& path, Result
   issue(
       generation, Proof::leader, std::move(done),
       [&](ZooKeeperConnection& c, ResultCallback cb) { return c.sync(path, std::move(cb)); });
+}
+
+bool SessionCore::open_batch_locked() {
+  if (batch_) return false;
+  batch_ = std::make_unique<AcquisitionBatchState>();
+  batch_->owner = std::this_thread::get_id();
+  return true;
+}
+
+bool SessionCore::batch_open_here_locked() const {
+  return batch_ && batch_->owner == std::this_thread::get_id();
+}
+
+void SessionCore::create_in_batch_locked(std::uint64_t generation, std::string parent, std::string path_prefix,
+                                         std::string data, NodeAcl acl, CreateCallback done) {
+  batch_->creates.push_back({generation, std::move(parent), std::move(path_prefix), std::move(data), acl, std::move(done)});
+}
+
+void SessionCore::get_children_in_batch_locked(std::uint64_t generation, std::string path, ChildrenCallback done,
+                                               NodeWatch watch) {
+  batch_->listings.push_back({generation, std::move(path), std::move(done), std::move(watch)});
+}
+
+// Every create goes out before every listing: each listing then sees the node created for it
+// (the server answers one session's requests in order), and no listing depends on anything else.
+void SessionCore::send_batch_locked() {
+  if (!batch_) return;
+  const std::unique_ptr<AcquisitionBatchState> batch = std::move(batch_);
+  // A multi-op takes each parent once: the nodes it creates share its zxid, which is their
+  // token, and two grants of one lock must never share a token.
+  std::vector<BatchedCreate> chunk;
+  std::vector<std::string_view> chunk_parents;
+  for (auto& create : batch->creates) {
+    const bool parent_taken =
+        std::find(chunk_parents.begin(), chunk_parents.end(), create.parent) != chunk_parents.end();
+    if (!chunk.empty() && (parent_taken || chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation)) {
+      chunk_parents.clear();
+      send_batched_creates_locked(std::exchange(chunk, {}));
+    }
+    chunk.push_back(std::move(create));
+    chunk_parents.push_back(chunk.back().parent);
+  }
+  if (!chunk.empty()) send_batched_creates_locked(std::move(chunk));
+  for (auto& listing : batch->listings)
+    get_children(listing.generation, listing.path, std::move(listing.done), std::move(listing.watch));
+}
+
+// One multi-op creates the nodes. It does not report a create's Stat (the C client offers no
+// create2 inside a multi), and the token is the node's czxid: so the multi also creates a stamp
+// node under the first parent, sets it (a set reports its Stat: mzxid is the multi's zxid, which
+// is the czxid of every node the multi creates) and deletes it again. Nobody ever sees the stamp;
+// its parent's sequence counter moves by two. A refused multi applied nothing: each create it
+// held answers with its own code, or with runtime_inconsistency when another op was the cause.
+void SessionCore::send_batched_creates_locked(std::vector<BatchedCreate> creates) {
+  const std::uint64_t generation = creates.front().generation;
+  if (creates.size() == 1) {
+    auto& only = creates.front();
+    create(generation, only.path_prefix, only.data, CreateMode::ephemeral_sequential, only.acl, std::move(only.done));
+    return;
+  }
+  const std::string stamp = fmt::format("{}/{}", creates.front().parent, kBatchStampName);
+  std::vector<MultiOp> ops;
+  ops.reserve(creates.size() + 3);
+  ops.push_back({.kind = MultiOp::Kind::create, .path = stamp, .data = {}, .mode = CreateMode::ephemeral,
+                 .acl = creates.front().acl});
+  ops.push_back({.kind = MultiOp::Kind::set, .path = stamp, .data = {}});
+  std::vector<CreateCallback> replies;
+  replies.reserve(creates.size());
+  for (auto& create : creates) {
+    ops.push_back({.kind = MultiOp::Kind::create, .path = std::move(create.path_prefix), .data = std::move(create.data),
+                   .mode = CreateMode::ephemeral_sequential, .acl = create.acl});
+    replies.push_back(std::move(create.done));
+  }
+  ops.push_back({.kind = MultiOp::Kind::remove, .path = stamp, .data = {}});
+  constexpr std::size_t kFirstCreate = 2;
+  multi(generation, ops, [replies = std::move(replies)](zk_errc rc, std::vector<MultiOpOutcome> outcomes) {
+    NodeStat created;
+    if (rc == zk_errc::ok) created.czxid = outcomes[1].stat.mzxid;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (rc == zk_errc::ok) {
+        replies[i](rc, std::move(outcomes[kFirstCreate + i].created_path), created);
+        continue;
+      }
+      zk_errc own = outcomes.empty() ? rc : outcomes[kFirstCreate + i].rc;  // no outcomes: no answer at all
+      if (!outcomes.empty() && own == zk_errc::ok) own = zk_errc::runtime_inconsistency;  // rolled back
+      replies[i](own, std::string(), NodeStat{});
+    }
+  });
 }
 
 void SessionCore::request_finished() {

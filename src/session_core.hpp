@@ -129,6 +129,22 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void remove(std::uint64_t generation, const std::string& path, int version, ResultCallback done);
   void multi(std::uint64_t generation, const std::vector<MultiOp>& ops, MultiCallback done);
 
+  // ---- acquisition batches (zkr::AcquisitionBatch; caller holds mutex()) ----
+  // While a batch is open, the creates and listings of the acquisitions its thread starts wait
+  // for send_batch_locked: it sends the creates first, merged into multi-ops (see
+  // send_batched_creates_locked), then the listings in the order they were asked for. A request
+  // that is not an acquisition's create or listing, or comes from another thread, goes out as
+  // always. False if a batch is open already: the new one merges nothing and its send does nothing.
+  bool open_batch_locked();
+  void send_batch_locked();
+  bool batch_open_here_locked() const;
+  // An ephemeral sequential create of `path_prefix` under `parent`. The reply's NodeStat carries
+  // only the czxid: the multi-op that made the node reports no Stat of its creates.
+  void create_in_batch_locked(std::uint64_t generation, std::string parent, std::string path_prefix,
+                              std::string data, NodeAcl acl, CreateCallback done);
+  void get_children_in_batch_locked(std::uint64_t generation, std::string path, ChildrenCallback done,
+                                    NodeWatch watch);
+
   // ---- listeners (caller holds mutex()) ----
   void attach(std::shared_ptr<SessionListener> listener);
   void detach(SessionListener* listener);
@@ -176,6 +192,13 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void note_leader_proof(std::uint64_t generation, BootClock::time_point sent);
   void request_finished();
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
+  struct BatchedCreate {
+    std::uint64_t generation;
+    std::string parent, path_prefix, data;
+    NodeAcl acl;
+    CreateCallback done;
+  };
+  void send_batched_creates_locked(std::vector<BatchedCreate> creates);
 
   const SessionOptions options_;
   const ConnectionFactory connection_factory_;
@@ -204,6 +227,20 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   };
   std::vector<StateListener> state_listeners_;
   std::uint64_t next_listener_id_ = 1;
+
+  // The open acquisition batch, if any (guarded by mutex_).
+  struct AcquisitionBatchState {
+    std::thread::id owner;
+    std::vector<BatchedCreate> creates;
+    struct Listing {
+      std::uint64_t generation;
+      std::string path;
+      ChildrenCallback done;
+      NodeWatch watch;
+    };
+    std::vector<Listing> listings;
+  };
+  std::unique_ptr<AcquisitionBatchState> batch_;
 
   // metrics (under mutex_ or atomic)
   SessionMetrics session_metrics_;

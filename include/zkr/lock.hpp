@@ -209,4 +209,41 @@ class Lock {
   ContenderRole role_ = ContenderRole::exclusive;
 };
 
+// Takes many locks at once on one session (a service taking the locks of all its shards at start):
+//
+//   zkr::AcquisitionBatch batch(session);
+//   for (auto& lock : shard_locks) lock.async_acquire(timeout, handler);
+//   batch.send();
+//
+// While it is open, the acquisitions this thread starts without waiting on the session
+// (Lock::async_acquire, also of a ReadWriteLock's locks, Election::async_wait_for_leadership) send
+// nothing. send(), or the destructor, sends them:
+// their node creates merged, up to 100 a request, into ZooKeeper multi-ops (one transaction
+// each; locks on one path go into separate multi-ops, so that no two grants of a lock share a
+// token), then their listings. Each acquisition then runs as if started alone: same nodes, same
+// queue order, same tokens (the node's czxid; the nodes of one multi-op share it). Two
+// differences: the listing also watches the path's children, which tells a holder of its node's
+// deletion until someone else comes or goes, so that a holder nobody contends with sends no
+// request of its own after the grant (a holder then watches its node as usual); and a multi-op
+// refused for one create's sake (its path's parent is missing, say) applies none, and its other
+// acquisitions start again on their own. The server sees an extra node created and deleted in
+// each multi-op ("zkr-batch-stamp" under the path of its first lock), which nobody can observe;
+// the sequence numbers on that path skip two.
+//
+// Blocking acquisitions, semaphores, other threads' calls and other sessions' locks are not
+// batched: they go out at once. A second batch opened on the session while one is open (on any
+// thread) batches nothing. Nothing waits for send() but the batched acquisitions themselves.
+class AcquisitionBatch {
+ public:
+  explicit AcquisitionBatch(Session& session);
+  ~AcquisitionBatch();  // send(), if not sent yet
+  AcquisitionBatch(const AcquisitionBatch&) = delete;
+  AcquisitionBatch& operator=(const AcquisitionBatch&) = delete;
+  void send();
+
+ private:
+  std::shared_ptr<detail::SessionCore> core_;
+  bool open_ = false;
+};
+
 }  // namespace zkr

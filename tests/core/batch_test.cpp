@@ -1,0 +1,237 @@
+// AcquisitionBatch against a real server: batched grants are the same grants (one holder, the
+// node's czxid as token, tokens growing on one path), a refused multi-op loses nobody, and a
+// holder that sent nothing after its grant still hears of its node's deletion.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <zkr/lock.hpp>
+
+#include "test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+class AcquisitionBatchTest : public ServerTest {
+ protected:
+  // Lock i is on path()/l<i>.
+  std::string lock_path(int i) const { return fmt::format("{}/l{}", path, i); }
+  // Creates `node` and its missing ancestors (persistent, empty). ZOK if it now exists.
+  int make(const std::string& node) {
+    for (std::size_t slash = node.find('/', 1);; slash = node.find('/', slash + 1)) {
+      const int rc = raw.create(node.substr(0, slash));
+      if (rc != ZOK && rc != ZNODEEXISTS) return rc;
+      if (slash == std::string::npos) return ZOK;
+    }
+  }
+};
+
+// Grants collected from async_acquire, waited for with a bound.
+struct Grants {
+  explicit Grants(std::size_t count) : held(count), errors(count) {}
+  void take(Lock& lock, std::size_t i) {
+    lock.async_acquire(-1ns, [this, i](std::error_code ec, HeldLock granted) {
+      std::lock_guard guard(mutex);
+      errors[i] = ec;
+      held[i] = std::move(granted);
+      ++answered;
+      changed.notify_all();
+    });
+  }
+  bool wait_for(std::size_t count) {
+    std::unique_lock guard(mutex);
+    return changed.wait_for(guard, testenv::scaled(30s), [&] { return answered >= count; });
+  }
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<HeldLock> held;
+  std::vector<std::error_code> errors;
+  std::size_t answered = 0;
+};
+
+std::uint64_t requests_besides_heartbeats(const Session& session) {
+  const SessionMetrics metrics = session.metrics();
+  return metrics.requests_sent - metrics.heartbeats_sent;
+}
+
+TEST_F(AcquisitionBatchTest, GrantsEveryLockWithItsNodesCzxidAsToken) {
+  constexpr int kLocks = 250;  // three multi-ops
+  ASSERT_EQ(make(path), ZOK);
+  for (int i = 0; i < kLocks; ++i) ASSERT_EQ(raw.create(lock_path(i)), ZOK);
+  Session session(session_options(servers));
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
+  const std::uint64_t requests_before = requests_besides_heartbeats(session);
+  Grants grants(kLocks);
+  {
+    AcquisitionBatch batch(session);
+    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
+    // Nothing went out yet: the batch holds the creates and listings back.
+    EXPECT_EQ(requests_besides_heartbeats(session), requests_before);
+  }
+  ASSERT_TRUE(grants.wait_for(kLocks));
+  for (int i = 0; i < kLocks; ++i) {
+    ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
+    ASSERT_TRUE(grants.held[i]) << i;
+    const Stat stat = raw.stat(grants.held[i].node_path());
+    EXPECT_EQ(grants.held[i].token().value(), stat.czxid) << grants.held[i].node_path();
+    EXPECT_EQ(stat.ephemeralOwner, session.id());
+    EXPECT_EQ(raw.children(lock_path(i)).size(), 1u) << "only the lock's node: the stamp is gone";
+  }
+  // Three multi-ops and one listing per lock. Past the moment a holder would set its own-node
+  // watch, nothing more went out: the listings' children watches stand in for it.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 3u + kLocks);
+  for (auto& held : grants.held) held.release();
+  for (int i = 0; i < kLocks; ++i) EXPECT_TRUE(eventually([&] { return raw.children(lock_path(i)).empty(); }));
+}
+
+// Two grants of one lock never share a token, though the nodes of one multi-op share a czxid:
+// locks on one path go into separate multi-ops.
+TEST_F(AcquisitionBatchTest, LocksOnOnePathGetGrowingTokens) {
+  constexpr int kSamePath = 3;
+  Session session(session_options(servers));
+  ASSERT_EQ(make(path), ZOK);
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kSamePath; ++i) locks.push_back(std::make_unique<Lock>(session, path));
+  Lock other(session, lock_path(0));
+  ASSERT_EQ(raw.create(lock_path(0)), ZOK);
+  Grants grants(kSamePath + 1);
+  {
+    AcquisitionBatch batch(session);
+    for (int i = 0; i < kSamePath; ++i) grants.take(*locks[i], i);
+    grants.take(other, kSamePath);
+  }
+  std::vector<FencingToken> tokens;
+  std::vector<bool> released(kSamePath, false);
+  for (int turn = 0; turn < kSamePath; ++turn) {
+    ASSERT_TRUE(grants.wait_for(static_cast<std::size_t>(turn) + 2)) << "turn " << turn;
+    std::lock_guard guard(grants.mutex);
+    int holders = 0;
+    for (int i = 0; i < kSamePath; ++i) {
+      if (!grants.held[i] || released[i]) continue;
+      ++holders;
+      released[i] = true;
+      tokens.push_back(grants.held[i].token());
+      EXPECT_EQ(grants.held[i].token().value(), raw.stat(grants.held[i].node_path()).czxid);
+      grants.held[i].release();
+    }
+    EXPECT_EQ(holders, 1) << "turn " << turn;
+  }
+  ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kSamePath));
+  EXPECT_LT(tokens[0], tokens[1]);
+  EXPECT_LT(tokens[1], tokens[2]);
+  std::lock_guard guard(grants.mutex);
+  EXPECT_TRUE(grants.held[kSamePath]);
+}
+
+// A multi-op refused for one create's sake (its parent is missing) applies nothing; every
+// acquisition it held starts again alone, and the one whose parent was missing makes it.
+TEST_F(AcquisitionBatchTest, ARefusedMultiOpLosesNobody) {
+  constexpr int kLocks = 10, kMissing = 5;
+  ASSERT_EQ(make(path), ZOK);
+  for (int i = 0; i < kLocks; ++i) {
+    if (i == kMissing) continue;
+    ASSERT_EQ(raw.create(lock_path(i)), ZOK);
+  }
+  Session session(session_options(servers));
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
+  Grants grants(kLocks);
+  {
+    AcquisitionBatch batch(session);
+    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
+  }
+  ASSERT_TRUE(grants.wait_for(kLocks));
+  for (int i = 0; i < kLocks; ++i) {
+    ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
+    EXPECT_EQ(grants.held[i].token().value(), raw.stat(grants.held[i].node_path()).czxid);
+    EXPECT_EQ(raw.children(lock_path(i)).size(), 1u) << "no orphaned node under " << lock_path(i);
+  }
+}
+
+// A holder nobody contends with sent nothing after its grant: its listing's children watch must
+// still tell it that an operator deleted its node.
+TEST_F(AcquisitionBatchTest, AHolderThatSentNothingHearsOfItsNodesDeletion) {
+  ASSERT_EQ(make(path), ZOK);
+  ASSERT_EQ(raw.create(lock_path(0)), ZOK);
+  ASSERT_EQ(raw.create(lock_path(1)), ZOK);
+  Session session(session_options(servers));
+  Lock first(session, lock_path(0)), second(session, lock_path(1));
+  Grants grants(2);
+  {
+    AcquisitionBatch batch(session);
+    grants.take(first, 0);
+    grants.take(second, 1);
+  }
+  ASSERT_TRUE(grants.wait_for(2));
+  const std::uint64_t settled = requests_besides_heartbeats(session);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(requests_besides_heartbeats(session), settled) << "no own-node watch was needed";
+  ASSERT_EQ(raw.remove(grants.held[0].node_path()), ZOK);
+  ASSERT_TRUE(eventually([&] { return grants.held[0].lost(); }));
+  EXPECT_EQ(grants.held[0].loss_reason(), LossReason::node_deleted);
+  EXPECT_FALSE(grants.held[1].lost());
+}
+
+// Once someone else queues on the path, the holder watches its own node as any holder does: a
+// later deletion of its node is still a loss, and the waiter is granted with a larger token.
+TEST_F(AcquisitionBatchTest, AHolderWatchesItsNodeOnceSomeoneQueues) {
+  ASSERT_EQ(make(path), ZOK);  // else the create goes out again alone, after making the path
+  Session session(session_options(servers)), other_session(session_options(servers));
+  Lock lock(session, path);
+  Grants grants(1);
+  {
+    AcquisitionBatch batch(session);
+    grants.take(lock, 0);
+  }
+  ASSERT_TRUE(grants.wait_for(1));
+  ASSERT_FALSE(grants.errors[0]) << grants.errors[0].message();
+  const std::uint64_t settled = requests_besides_heartbeats(session);
+  Lock waiting(other_session, path);
+  auto waiter = std::async(std::launch::async, [&] { return waiting.acquire(); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  // The waiter's node changed the path's children: the holder set its own-node watch.
+  ASSERT_TRUE(eventually([&] { return requests_besides_heartbeats(session) == settled + 1; }));
+  ASSERT_EQ(raw.remove(grants.held[0].node_path()), ZOK);
+  ASSERT_TRUE(eventually([&] { return grants.held[0].lost(); }));
+  EXPECT_EQ(grants.held[0].loss_reason(), LossReason::node_deleted);
+  ASSERT_EQ(waiter.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_GT(waiter.get().token(), grants.held[0].token());
+}
+
+// A blocking acquisition on the batch's own thread is not held back (it would wait for a send
+// that only its own return could make), and a second batch opened meanwhile batches nothing.
+TEST_F(AcquisitionBatchTest, BlockingCallsAndSecondBatchesGoOutAtOnce) {
+  Session session(session_options(servers));
+  Lock blocking(session, lock_path(0)), queued(session, lock_path(1)), in_second(session, lock_path(2));
+  Grants grants(2);
+  AcquisitionBatch batch(session);
+  auto held = blocking.try_acquire_for(testenv::scaled(10s));
+  ASSERT_TRUE(held);
+  grants.take(queued, 0);
+  std::thread([&] {
+    AcquisitionBatch second(session);  // on another thread, while the first is open
+    grants.take(in_second, 1);
+    std::this_thread::sleep_for(10ms);
+  }).join();
+  {
+    std::unique_lock guard(grants.mutex);
+    ASSERT_TRUE(grants.changed.wait_for(guard, testenv::scaled(10s), [&] { return static_cast<bool>(grants.held[1]); }))
+        << "the second batch held its acquisition back";
+    EXPECT_FALSE(grants.held[0]) << "the open batch sent its acquisition early";
+  }
+  batch.send();
+  ASSERT_TRUE(grants.wait_for(2));
+  EXPECT_FALSE(grants.errors[0]) << grants.errors[0].message();
+  held->release();
+}
+
+}  // namespace
+}  // namespace zkr::test
