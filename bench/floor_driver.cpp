@@ -302,66 +302,92 @@ struct ScaleProgress {
     if (failed) state->errors.fetch_add(1);
     state->outstanding.fetch_sub(1);
   }
+
+  // Returns once every request sent is answered; fails the driver if one failed.
+  void wait_all(const char* what) const {
+    for (int spins = 0; outstanding.load() > 0; ++spins) {
+      if (spins > 120'000) fail(fmt::format("scale: {} not done within 120 s", what));
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    if (errors.load() != 0) fail(fmt::format("scale: {} failed {} times", what, errors.load()));
+  }
+};
+
+// What the scale scenarios share: one parent per lock, made before the clock starts (the library
+// driver does the same), and the session that then takes the locks.
+struct ScaleSetUp {
+  RawHandle handle;
+  std::vector<std::string> parents;
+  std::vector<std::string> prefixes;  // each parent's lock node prefix
+
+  explicit ScaleSetUp(const DriverArgs& args) : handle(args.connect, args.session_timeout_ms) {
+    handle.ensure_path(args.path);
+    ScaleProgress progress;
+    for (int i = 0; i < args.iterations; ++i) {
+      parents.push_back(fmt::format("{}/l{:05}", args.path, i));
+      prefixes.push_back(lock_node_prefix(parents.back()));
+    }
+    for (const auto& parent : parents) {
+      progress.outstanding.fetch_add(1);
+      zoo_acreate(handle.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                  [](int rc, const char*, const void* data) {
+                    ScaleProgress::count_reply(data, rc != ZOK && rc != ZNODEEXISTS);
+                  },
+                  &progress);
+    }
+    progress.wait_all("parent creates");
+  }
+
+  void remove_tree(const DriverArgs& args) {
+    handle.close();  // the ephemeral nodes go with the session
+    RawHandle cleanup(args.connect, args.session_timeout_ms);
+    cleanup.delete_tree(args.path);
+  }
+};
+
+// The clock and the memory in use when the locks start being taken.
+struct ScaleMeter {
+  std::int64_t rss_before = resident_bytes();
+  std::int64_t heap_before = heap_bytes_in_use();
+  Clock::time_point start = Clock::now();
+
+  double elapsed_ms() const { return micros_between(start, Clock::now()) / 1000; }
+
+  void print(const DriverArgs& args, double elapsed) const {
+    JsonLine line(args);
+    line.add("locks", args.iterations)
+        .add("time_ms", elapsed)
+        .add("rss_per_lock_bytes",
+             static_cast<double>(resident_bytes() - rss_before) / args.iterations)
+        .add("heap_per_lock_bytes",
+             static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations)
+        .print();
+  }
 };
 
 void run_scale(const DriverArgs& args, bool listed) {
-  RawHandle handle(args.connect, args.session_timeout_ms);
-  handle.ensure_path(args.path);
+  ScaleSetUp set_up(args);
+  zhandle_t* handle = set_up.handle.get();
   ScaleProgress progress;
-  auto on_done = [](int rc, const char*, const void* data) {
-    ScaleProgress::count_reply(data, rc != ZOK && rc != ZNODEEXISTS);
-  };
   auto on_created = [](int rc, const char*, const Stat*, const void* data) {
     ScaleProgress::count_reply(data, rc != ZOK);
   };
   auto on_children = [](int rc, const String_vector*, const void* data) {
     ScaleProgress::count_reply(data, rc != ZOK);
   };
-  auto wait_all = [&](const char* what) {
-    for (int spins = 0; progress.outstanding.load() > 0; ++spins) {
-      if (spins > 120'000) fail(fmt::format("scale: {} not done within 120 s", what));
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    if (progress.errors.load() != 0) fail(fmt::format("scale: {} failed {} times", what, progress.errors.load()));
-  };
-  // One parent per lock, made before the clock starts (the library driver does the same).
-  for (int i = 0; i < args.iterations; ++i) {
-    std::string parent = fmt::format("{}/l{:05}", args.path, i);
-    progress.outstanding.fetch_add(1);
-    zoo_acreate(handle.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, on_done,
-                &progress);
-  }
-  wait_all("parent creates");
-  std::vector<std::string> parents, prefixes;
-  for (int i = 0; i < args.iterations; ++i) {
-    parents.push_back(fmt::format("{}/l{:05}", args.path, i));
-    prefixes.push_back(lock_node_prefix(parents.back()));
-  }
-  auto rss_before = resident_bytes();
-  auto heap_before = heap_bytes_in_use();
-  auto start = Clock::now();
+  ScaleMeter meter;
   for (int i = 0; i < args.iterations; ++i) {
     progress.outstanding.fetch_add(1);
-    zoo_acreate2(handle.get(), prefixes[i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                 on_created, &progress);
+    zoo_acreate2(handle, set_up.prefixes[i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                 ZOO_EPHEMERAL_SEQUENTIAL, on_created, &progress);
     if (listed) {
       progress.outstanding.fetch_add(1);
-      zoo_aget_children(handle.get(), parents[i].c_str(), 0, on_children, &progress);
+      zoo_aget_children(handle, set_up.parents[i].c_str(), 0, on_children, &progress);
     }
   }
-  wait_all("lock creates");
-  double elapsed_ms = micros_between(start, Clock::now()) / 1000;
-  JsonLine line(args);
-  line.add("locks", args.iterations)
-      .add("time_ms", elapsed_ms)
-      .add("rss_per_lock_bytes",
-           static_cast<double>(resident_bytes() - rss_before) / args.iterations)
-      .add("heap_per_lock_bytes",
-           static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations)
-      .print();
-  handle.close();  // the ephemeral nodes go with the session
-  RawHandle cleanup(args.connect, args.session_timeout_ms);
-  cleanup.delete_tree(args.path);
+  progress.wait_all("lock creates");
+  meter.print(args, meter.elapsed_ms());
+  set_up.remove_tree(args);
 }
 
 }  // namespace
