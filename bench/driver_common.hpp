@@ -34,7 +34,8 @@ struct DriverArgs {
   std::string driver;       // "ours", "floor": goes into every output line
   std::string connect;      // ZooKeeper connect string (possibly a proxy)
   std::string path;         // lock path, unique per run; the driver owns everything under it
-  std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale | scale_listed
+  std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale | scale_listed |
+                            // scale_batched
   int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
   int warmup = 100;         // untimed rounds before the timed ones (contended: grants at least)
   double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic

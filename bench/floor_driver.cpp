@@ -9,8 +9,13 @@
 //   scale        N ephemeral sequential creates pipelined on one session, under N distinct parents
 //   scale_listed N such creates, each followed at once by getChildren of its parent: the least
 //                any lock sends to learn that it holds
+//   scale_batched the same N locks as a batching lock takes them: creates merged 100 to a
+//                multi-op with a stamp node whose zxid is the fencing token, each lock's parent
+//                listed with a watch right after its multi is sent
 #include <zookeeper/zookeeper.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -302,66 +307,174 @@ struct ScaleProgress {
     if (failed) state->errors.fetch_add(1);
     state->outstanding.fetch_sub(1);
   }
+
+  // Returns once every request sent is answered; fails the driver if one failed.
+  void wait_all(const char* what) const {
+    for (int spins = 0; outstanding.load() > 0; ++spins) {
+      if (spins > 120'000) fail(fmt::format("scale: {} not done within 120 s", what));
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    if (errors.load() != 0) fail(fmt::format("scale: {} failed {} times", what, errors.load()));
+  }
+};
+
+// What the scale scenarios share: one parent per lock, made before the clock starts (the library
+// driver does the same), and the session that then takes the locks.
+struct ScaleSetUp {
+  RawHandle handle;
+  std::vector<std::string> parents;
+  std::vector<std::string> prefixes;  // each parent's lock node prefix
+
+  explicit ScaleSetUp(const DriverArgs& args) : handle(args.connect, args.session_timeout_ms) {
+    handle.ensure_path(args.path);
+    ScaleProgress progress;
+    for (int i = 0; i < args.iterations; ++i) {
+      parents.push_back(fmt::format("{}/l{:05}", args.path, i));
+      prefixes.push_back(lock_node_prefix(parents.back()));
+    }
+    for (const auto& parent : parents) {
+      progress.outstanding.fetch_add(1);
+      zoo_acreate(handle.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                  [](int rc, const char*, const void* data) {
+                    ScaleProgress::count_reply(data, rc != ZOK && rc != ZNODEEXISTS);
+                  },
+                  &progress);
+    }
+    progress.wait_all("parent creates");
+  }
+
+  void remove_tree(const DriverArgs& args) {
+    handle.close();  // the ephemeral nodes go with the session
+    RawHandle cleanup(args.connect, args.session_timeout_ms);
+    cleanup.delete_tree(args.path);
+  }
+};
+
+// The clock and the memory in use when the locks start being taken.
+struct ScaleMeter {
+  std::int64_t rss_before = resident_bytes();
+  std::int64_t heap_before = heap_bytes_in_use();
+  Clock::time_point start = Clock::now();
+
+  double elapsed_ms() const { return micros_between(start, Clock::now()) / 1000; }
+
+  void print(const DriverArgs& args, double elapsed) const {
+    JsonLine line(args);
+    line.add("locks", args.iterations)
+        .add("time_ms", elapsed)
+        .add("rss_per_lock_bytes",
+             static_cast<double>(resident_bytes() - rss_before) / args.iterations)
+        .add("heap_per_lock_bytes",
+             static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations)
+        .print();
+  }
 };
 
 void run_scale(const DriverArgs& args, bool listed) {
-  RawHandle handle(args.connect, args.session_timeout_ms);
-  handle.ensure_path(args.path);
+  ScaleSetUp set_up(args);
+  zhandle_t* handle = set_up.handle.get();
   ScaleProgress progress;
-  auto on_done = [](int rc, const char*, const void* data) {
-    ScaleProgress::count_reply(data, rc != ZOK && rc != ZNODEEXISTS);
-  };
   auto on_created = [](int rc, const char*, const Stat*, const void* data) {
     ScaleProgress::count_reply(data, rc != ZOK);
   };
   auto on_children = [](int rc, const String_vector*, const void* data) {
     ScaleProgress::count_reply(data, rc != ZOK);
   };
-  auto wait_all = [&](const char* what) {
-    for (int spins = 0; progress.outstanding.load() > 0; ++spins) {
-      if (spins > 120'000) fail(fmt::format("scale: {} not done within 120 s", what));
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    if (progress.errors.load() != 0) fail(fmt::format("scale: {} failed {} times", what, progress.errors.load()));
-  };
-  // One parent per lock, made before the clock starts (the library driver does the same).
-  for (int i = 0; i < args.iterations; ++i) {
-    std::string parent = fmt::format("{}/l{:05}", args.path, i);
-    progress.outstanding.fetch_add(1);
-    zoo_acreate(handle.get(), parent.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, on_done,
-                &progress);
-  }
-  wait_all("parent creates");
-  std::vector<std::string> parents, prefixes;
-  for (int i = 0; i < args.iterations; ++i) {
-    parents.push_back(fmt::format("{}/l{:05}", args.path, i));
-    prefixes.push_back(lock_node_prefix(parents.back()));
-  }
-  auto rss_before = resident_bytes();
-  auto heap_before = heap_bytes_in_use();
-  auto start = Clock::now();
+  ScaleMeter meter;
   for (int i = 0; i < args.iterations; ++i) {
     progress.outstanding.fetch_add(1);
-    zoo_acreate2(handle.get(), prefixes[i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                 on_created, &progress);
+    zoo_acreate2(handle, set_up.prefixes[i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                 ZOO_EPHEMERAL_SEQUENTIAL, on_created, &progress);
     if (listed) {
       progress.outstanding.fetch_add(1);
-      zoo_aget_children(handle.get(), parents[i].c_str(), 0, on_children, &progress);
+      zoo_aget_children(handle, set_up.parents[i].c_str(), 0, on_children, &progress);
     }
   }
-  wait_all("lock creates");
-  double elapsed_ms = micros_between(start, Clock::now()) / 1000;
-  JsonLine line(args);
-  line.add("locks", args.iterations)
-      .add("time_ms", elapsed_ms)
-      .add("rss_per_lock_bytes",
-           static_cast<double>(resident_bytes() - rss_before) / args.iterations)
-      .add("heap_per_lock_bytes",
-           static_cast<double>(heap_bytes_in_use() - heap_before) / args.iterations)
-      .print();
-  handle.close();  // the ephemeral nodes go with the session
-  RawHandle cleanup(args.connect, args.session_timeout_ms);
-  cleanup.delete_tree(args.path);
+  progress.wait_all("lock creates");
+  meter.print(args, meter.elapsed_ms());
+  set_up.remove_tree(args);
+}
+
+// One multi-op of scale_batched: the stamp's create and set, the chunk's lock creates, the stamp's
+// delete. Everything the client writes the replies into lives here until the reply is in.
+struct BatchChunk {
+  static constexpr int kLocks = 100;
+  static constexpr int kStampOpsBefore = 2;  // create and set; the delete comes last
+
+  ScaleProgress* progress = nullptr;
+  std::string stamp_path;
+  std::vector<zoo_op_t> ops;
+  std::vector<zoo_op_result_t> results;
+  std::vector<std::array<char, 512>> created;  // each lock needs its node's name to hold it
+  Stat stamp_stat{};  // its mzxid is the multi's zxid: every lock node's czxid, the fencing token
+
+  static void on_reply(int rc, const void* data) {
+    auto* chunk = static_cast<BatchChunk*>(const_cast<void*>(data));
+    bool failed = rc != ZOK;
+    for (const auto& result : chunk->results) failed = failed || result.err != ZOK;
+    ScaleProgress::count_reply(chunk->progress, failed);
+  }
+};
+
+// Stands in for the watch a holder keeps on its own node; nothing fires it during the run.
+void ignore_event(zhandle_t*, int, int, const char*, void*) {}
+
+// The least a batching lock sends: creates merged into multi-ops, each stamped so that the multi's
+// zxid comes back, and each lock's parent listed with a watch as soon as its multi is sent.
+void run_scale_batched(const DriverArgs& args) {
+  ScaleSetUp set_up(args);
+  zhandle_t* handle = set_up.handle.get();
+  ScaleProgress progress;
+  auto on_children = [](int rc, const String_vector*, const Stat*, const void* data) {
+    ScaleProgress::count_reply(data, rc != ZOK);
+  };
+  // The replies' storage is made before the meter starts, as the node prefixes are.
+  const int chunk_count = (args.iterations + BatchChunk::kLocks - 1) / BatchChunk::kLocks;
+  std::vector<BatchChunk> chunks(chunk_count);
+  for (int c = 0; c < chunk_count; ++c) {
+    int locks = std::min(BatchChunk::kLocks, args.iterations - c * BatchChunk::kLocks);
+    chunks[c].progress = &progress;
+    chunks[c].stamp_path = set_up.parents[c * BatchChunk::kLocks] + "/zkr-batch-stamp";
+    chunks[c].ops.resize(locks + BatchChunk::kStampOpsBefore + 1);
+    chunks[c].results.resize(chunks[c].ops.size());
+    chunks[c].created.resize(locks);
+  }
+  ScaleMeter meter;
+  for (int c = 0; c < chunk_count; ++c) {
+    BatchChunk& chunk = chunks[c];
+    const int first = c * BatchChunk::kLocks;
+    const int locks = static_cast<int>(chunk.created.size());
+    zoo_op_t* op = chunk.ops.data();
+    zoo_create_op_init(op++, chunk.stamp_path.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
+                       nullptr, 0);
+    zoo_set_op_init(op++, chunk.stamp_path.c_str(), "", 0, -1, &chunk.stamp_stat);
+    for (int i = 0; i < locks; ++i)
+      zoo_create_op_init(op++, set_up.prefixes[first + i].c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_EPHEMERAL_SEQUENTIAL, chunk.created[i].data(),
+                         static_cast<int>(chunk.created[i].size()));
+    zoo_delete_op_init(op, chunk.stamp_path.c_str(), -1);
+    progress.outstanding.fetch_add(1);
+    int rc = zoo_amulti(handle, static_cast<int>(chunk.ops.size()), chunk.ops.data(),
+                        chunk.results.data(), &BatchChunk::on_reply, &chunk);
+    if (rc != ZOK) fail(fmt::format("scale_batched: multi not sent: {}", zerror(rc)));
+    for (int i = first; i < first + locks; ++i) {
+      progress.outstanding.fetch_add(1);
+      zoo_awget_children2(handle, set_up.parents[i].c_str(), &ignore_event, nullptr, on_children,
+                          &progress);
+    }
+  }
+  progress.wait_all("batched creates and listings");
+  const double elapsed = meter.elapsed_ms();
+  // After the clock: the stamp's zxid must be the fencing token the first chunk's locks carry.
+  Stat lock_stat{};
+  const char* first_lock = chunks[0].created[0].data();
+  int rc = zoo_exists(handle, first_lock, 0, &lock_stat);
+  if (rc != ZOK) fail(fmt::format("scale_batched: exists {}: {}", first_lock, zerror(rc)));
+  if (lock_stat.czxid != chunks[0].stamp_stat.mzxid)
+    fail(fmt::format("scale_batched: {} has czxid {:#x}, the stamp's mzxid is {:#x}", first_lock,
+                     lock_stat.czxid, chunks[0].stamp_stat.mzxid));
+  meter.print(args, elapsed);
+  set_up.remove_tree(args);
 }
 
 }  // namespace
@@ -375,6 +488,7 @@ int main(int argc, char** argv) {
     else if (args.scenario == "herd") run_herd(args);
     else if (args.scenario == "scale") run_scale(args, false);
     else if (args.scenario == "scale_listed") run_scale(args, true);
+    else if (args.scenario == "scale_batched") run_scale_batched(args);
     else fail(fmt::format("floor driver: unknown scenario '{}'", args.scenario));
   } catch (const std::exception& error) {
     fail(fmt::format("floor driver: {}", error.what()));
