@@ -576,6 +576,10 @@ bool SessionCore::batch_open_here_locked() const {
 
 void SessionCore::create_in_batch_locked(std::uint64_t generation, std::string parent, std::string path_prefix,
                                          std::string data, NodeAcl acl, CreateCallback done) {
+  // A full multi-op's worth goes out at once, with the listings asked for so far (each one's
+  // create is among them: an acquisition asks for both together), so that the server works while
+  // the batch is still being filled.
+  if (batch_->creates.size() >= kCreatesPerMulti) send_batched_requests_locked(*batch_);
   batch_->creates.push_back({generation, std::move(parent), std::move(path_prefix), std::move(data), acl, std::move(done)});
 }
 
@@ -584,16 +588,20 @@ void SessionCore::get_children_in_batch_locked(std::uint64_t generation, std::st
   batch_->listings.push_back({generation, std::move(path), std::move(done), std::move(watch)});
 }
 
-// Every create goes out before every listing: each listing then sees the node created for it
-// (the server answers one session's requests in order), and no listing depends on anything else.
 void SessionCore::send_batch_locked() {
   if (!batch_) return;
   const std::unique_ptr<AcquisitionBatchState> batch = std::move(batch_);
+  send_batched_requests_locked(*batch);
+}
+
+// The creates go out before the listings: each listing then sees the node created for it (the
+// server answers one session's requests in order), and no listing depends on anything else.
+void SessionCore::send_batched_requests_locked(AcquisitionBatchState& batch) {
   // A multi-op takes each parent once: the nodes it creates share its zxid, which is their
   // token, and two grants of one lock must never share a token.
   std::vector<BatchedCreate> chunk;
   std::vector<std::string_view> chunk_parents;
-  for (auto& create : batch->creates) {
+  for (auto& create : batch.creates) {
     const bool parent_taken =
         std::find(chunk_parents.begin(), chunk_parents.end(), create.parent) != chunk_parents.end();
     if (!chunk.empty() && (parent_taken || chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation)) {
@@ -604,8 +612,10 @@ void SessionCore::send_batch_locked() {
     chunk_parents.push_back(chunk.back().parent);
   }
   if (!chunk.empty()) send_batched_creates_locked(std::move(chunk));
-  for (auto& listing : batch->listings)
+  for (auto& listing : batch.listings)
     get_children(listing.generation, listing.path, std::move(listing.done), std::move(listing.watch));
+  batch.creates.clear();
+  batch.listings.clear();
 }
 
 // One multi-op creates the nodes. It does not report a create's Stat (the C client offers no

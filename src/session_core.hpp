@@ -131,8 +131,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
 
   // ---- acquisition batches (zkr::AcquisitionBatch; caller holds mutex()) ----
   // While a batch is open, the creates and listings of the acquisitions its thread starts wait
-  // for send_batch_locked: it sends the creates first, merged into multi-ops (see
-  // send_batched_creates_locked), then the listings in the order they were asked for. A request
+  // until a multi-op's worth of creates is pending, or for send_batch_locked: then the creates go
+  // first, merged into multi-ops (see send_batched_creates_locked), then the listings in the order
+  // they were asked for. A request
   // that is not an acquisition's create or listing, or comes from another thread, goes out as
   // always. False if a batch is open already: the new one merges nothing and its send does nothing.
   bool open_batch_locked();
@@ -199,6 +200,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     CreateCallback done;
   };
   void send_batched_creates_locked(std::vector<BatchedCreate> creates);
+  struct AcquisitionBatchState;
+  void send_batched_requests_locked(AcquisitionBatchState& batch);
 
   const SessionOptions options_;
   const ConnectionFactory connection_factory_;

@@ -216,11 +216,10 @@ class Lock {
 //   batch.send();
 //
 // While it is open, the acquisitions this thread starts without waiting on the session
-// (Lock::async_acquire, also of a ReadWriteLock's locks, Election::async_wait_for_leadership) send
-// nothing. send(), or the destructor, sends them:
-// their node creates merged, up to 100 a request, into ZooKeeper multi-ops (one transaction
-// each; locks on one path go into separate multi-ops, so that no two grants of a lock share a
-// token), then their listings. Each acquisition then runs as if started alone: same nodes, same
+// (Lock::async_acquire, also of a ReadWriteLock's locks, Election::async_wait_for_leadership) are
+// held back and sent a hundred at a time, the rest by send() or the destructor: their node
+// creates merged into ZooKeeper multi-ops (one transaction each; locks on one path go into
+// separate multi-ops, so that no two grants of a lock share a token), then their listings. Each acquisition then runs as if started alone: same nodes, same
 // queue order, same tokens (the node's czxid; the nodes of one multi-op share it). Two
 // differences: the listing also watches the path's children, which tells a holder of its node's
 // deletion until someone else comes or goes, so that a holder nobody contends with sends no
