@@ -600,16 +600,12 @@ void SessionCore::send_batched_requests_locked(AcquisitionBatchState& batch) {
   // A multi-op takes each parent once: the nodes it creates share its zxid, which is their
   // token, and two grants of one lock must never share a token.
   std::vector<BatchedCreate> chunk;
-  std::vector<std::string_view> chunk_parents;
   for (auto& create : batch.creates) {
-    const bool parent_taken =
-        std::find(chunk_parents.begin(), chunk_parents.end(), create.parent) != chunk_parents.end();
-    if (!chunk.empty() && (parent_taken || chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation)) {
-      chunk_parents.clear();
+    const bool parent_taken = std::any_of(chunk.begin(), chunk.end(),
+                                          [&](const BatchedCreate& taken) { return taken.parent == create.parent; });
+    if (!chunk.empty() && (parent_taken || chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation))
       send_batched_creates_locked(std::exchange(chunk, {}));
-    }
     chunk.push_back(std::move(create));
-    chunk_parents.push_back(chunk.back().parent);
   }
   if (!chunk.empty()) send_batched_creates_locked(std::move(chunk));
   for (auto& listing : batch.listings)
@@ -622,7 +618,7 @@ void SessionCore::send_batched_requests_locked(AcquisitionBatchState& batch) {
 // create2 inside a multi), and the token is the node's czxid: so the multi also creates a stamp
 // node under the first parent, sets it (a set reports its Stat: mzxid is the multi's zxid, which
 // is the czxid of every node the multi creates) and deletes it again. Nobody ever sees the stamp;
-// its parent's sequence counter moves by two. A refused multi applied nothing: each create it
+// its parent's sequence counter moves by one more. A refused multi applied nothing: each create it
 // held answers with its own code, or with runtime_inconsistency when another op was the cause.
 void SessionCore::send_batched_creates_locked(std::vector<BatchedCreate> creates) {
   const std::uint64_t generation = creates.front().generation;

@@ -216,7 +216,7 @@ class Lock {
 //   batch.send();
 //
 // While it is open, the acquisitions this thread starts without waiting on the session
-// (Lock::async_acquire, also of a ReadWriteLock's locks, Election::async_wait_for_leadership) are
+// (Lock::async_acquire, also of a ReadWriteLock's locks, LeaderLatch::start) are
 // held back and sent a hundred at a time, the rest by send() or the destructor: their node
 // creates merged into ZooKeeper multi-ops (one transaction each; locks on one path go into
 // separate multi-ops, so that no two grants of a lock share a token), then their listings. Each acquisition then runs as if started alone: same nodes, same
@@ -227,7 +227,7 @@ class Lock {
 // refused for one create's sake (its path's parent is missing, say) applies none, and its other
 // acquisitions start again on their own. The server sees an extra node created and deleted in
 // each multi-op ("zkr-batch-stamp" under the path of its first lock), which nobody can observe;
-// the sequence numbers on that path skip two.
+// the sequence numbers on that path skip one.
 //
 // Blocking acquisitions, semaphores, other threads' calls and other sessions' locks are not
 // batched: they go out at once. A second batch opened on the session while one is open (on any

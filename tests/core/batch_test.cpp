@@ -11,7 +11,9 @@
 
 #include <fmt/format.h>
 
+#include <zkr/election.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
 
 #include "test_support.hpp"
 
@@ -75,8 +77,11 @@ TEST_F(AcquisitionBatchTest, GrantsEveryLockWithItsNodesCzxidAsToken) {
       grants.take(*locks[i], i);
       // The batch holds creates and listings back until a multi-op's worth is there.
       const std::uint64_t sent = requests_besides_heartbeats(session) - requests_before;
-      if (i == 99) EXPECT_EQ(sent, 0u);
-      if (i == 100) EXPECT_EQ(sent, 1u + 100u);  // one multi-op, then its hundred listings
+      if (i == 99) {
+        EXPECT_EQ(sent, 0u);
+      } else if (i == 100) {
+        EXPECT_EQ(sent, 1u + 100u);  // one multi-op, then its hundred listings
+      }
     }
   }
   ASSERT_TRUE(grants.wait_for(kLocks));
@@ -160,6 +165,35 @@ TEST_F(AcquisitionBatchTest, ARefusedMultiOpLosesNobody) {
   }
 }
 
+// The multi-op took effect but its reply was lost with the connection: each acquisition finds its
+// node by its GUID, as after a lost create, takes the node's czxid as its token, and leaves no
+// orphan.
+TEST_F(AcquisitionBatchTest, ALostMultiOpReplyFindsEveryNode) {
+  constexpr int kLocks = 5;
+  ASSERT_EQ(make(path), ZOK);
+  for (int i = 0; i < kLocks; ++i) ASSERT_EQ(make(lock_path(i)), ZOK);
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), 8000ms));
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
+  proxy.drop_next_reply({14});  // multi
+  Grants grants(kLocks);
+  {
+    AcquisitionBatch batch(session);
+    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
+  }
+  ASSERT_TRUE(grants.wait_for(kLocks));
+  EXPECT_EQ(proxy.dropped_replies(), 1);
+  for (int i = 0; i < kLocks; ++i) {
+    ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
+    const auto children = raw.children(lock_path(i));
+    ASSERT_EQ(children.size(), 1u) << "an orphaned node under " << lock_path(i);
+    EXPECT_EQ(lock_path(i) + "/" + children[0], grants.held[i].node_path());
+    EXPECT_EQ(grants.held[i].token().value(), raw.stat(grants.held[i].node_path()).czxid);
+  }
+  EXPECT_EQ(session.metrics().sessions_lost, 0u);
+}
+
 // A holder nobody contends with sent nothing after its grant: its listing's children watch must
 // still tell it that an operator deleted its node.
 TEST_F(AcquisitionBatchTest, AHolderThatSentNothingHearsOfItsNodesDeletion) {
@@ -208,6 +242,31 @@ TEST_F(AcquisitionBatchTest, AHolderWatchesItsNodeOnceSomeoneQueues) {
   EXPECT_EQ(grants.held[0].loss_reason(), LossReason::node_deleted);
   ASSERT_EQ(waiter.wait_for(testenv::scaled(10s)), std::future_status::ready);
   EXPECT_GT(waiter.get().token(), grants.held[0].token());
+}
+
+// A ReadWriteLock's locks and a LeaderLatch join a batch as a Lock does: one multi-op for the three.
+TEST_F(AcquisitionBatchTest, ReadWriteLocksAndLatchesJoinTheBatch) {
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(make(lock_path(i)), ZOK);
+  Session session(session_options(servers));
+  ReadWriteLock read_write(session, lock_path(0));
+  Lock plain(session, lock_path(1));
+  LeaderLatch latch(session, lock_path(2));
+  const std::uint64_t requests_before = requests_besides_heartbeats(session);
+  Grants grants(2);
+  {
+    AcquisitionBatch batch(session);
+    grants.take(read_write.read_lock(), 0);
+    grants.take(plain, 1);
+    latch.start();
+    EXPECT_EQ(requests_besides_heartbeats(session), requests_before);
+  }
+  ASSERT_TRUE(grants.wait_for(2));
+  const auto term = latch.wait_for_leadership(testenv::scaled(10s));
+  ASSERT_TRUE(term);
+  EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 1u + 3u);  // a multi-op, three listings
+  for (const Grant* grant : {static_cast<const Grant*>(&grants.held[0]), static_cast<const Grant*>(&grants.held[1]),
+                             static_cast<const Grant*>(&*term)})
+    EXPECT_EQ(grant->token().value(), raw.stat(grant->node_path()).czxid) << grant->node_path();
 }
 
 // A blocking acquisition on the batch's own thread is not held back (it would wait for a send
