@@ -617,7 +617,7 @@ void SessionCore::send_batched_requests_locked(AcquisitionBatchState& batch) {
 // One multi-op creates the nodes. It does not report a create's Stat (the C client offers no
 // create2 inside a multi), and the token is the node's czxid: so the multi also creates a stamp
 // node under the first parent, sets it (a set reports its Stat: mzxid is the multi's zxid, which
-// is the czxid of every node the multi creates) and deletes it again. Nobody ever sees the stamp;
+// is the czxid of every node the multi creates) and deletes it again. No read ever shows the stamp;
 // its parent's sequence counter moves by one more. A refused multi applied nothing: each create it
 // held answers with its own code, or with runtime_inconsistency when another op was the cause.
 void SessionCore::send_batched_creates_locked(std::vector<BatchedCreate> creates) {

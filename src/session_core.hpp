@@ -133,9 +133,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // While a batch is open, the creates and listings of the acquisitions its thread starts wait
   // until a multi-op's worth of creates is pending, or for send_batch_locked: then the creates go
   // first, merged into multi-ops (see send_batched_creates_locked), then the listings in the order
-  // they were asked for. A request
-  // that is not an acquisition's create or listing, or comes from another thread, goes out as
-  // always. False if a batch is open already: the new one merges nothing and its send does nothing.
+  // they were asked for. A request that is not an acquisition's create or listing, or comes from
+  // another thread, goes out as always. open_batch_locked is false if a batch is open already:
+  // the new one merges nothing and its send does nothing.
   bool open_batch_locked();
   void send_batch_locked();
   bool batch_open_here_locked() const;

@@ -216,18 +216,20 @@ class Lock {
 //   batch.send();
 //
 // While it is open, the acquisitions this thread starts without waiting on the session
-// (Lock::async_acquire, also of a ReadWriteLock's locks, LeaderLatch::start) are
-// held back and sent a hundred at a time, the rest by send() or the destructor: their node
-// creates merged into ZooKeeper multi-ops (one transaction each; locks on one path go into
-// separate multi-ops, so that no two grants of a lock share a token), then their listings. Each acquisition then runs as if started alone: same nodes, same
-// queue order, same tokens (the node's czxid; the nodes of one multi-op share it). Two
-// differences: the listing also watches the path's children, which tells a holder of its node's
-// deletion until someone else comes or goes, so that a holder nobody contends with sends no
-// request of its own after the grant (a holder then watches its node as usual); and a multi-op
-// refused for one create's sake (its path's parent is missing, say) applies none, and its other
-// acquisitions start again on their own. The server sees an extra node created and deleted in
-// each multi-op ("zkr-batch-stamp" under the path of its first lock), which nobody can observe;
-// the sequence numbers on that path skip one.
+// (Lock::async_acquire, also of a ReadWriteLock's locks, LeaderLatch::start) are held back and
+// sent a hundred at a time, the rest by send() or the destructor: their node creates merged into
+// ZooKeeper multi-ops (one transaction each; locks on one path go into separate multi-ops, so that
+// no two grants of a lock share a token), then their listings. Each acquisition then runs as if
+// started alone: same nodes, same queue order, same tokens (the node's czxid; the nodes of one
+// multi-op share it). Two differences: the listing also watches the path's children, which tells
+// a holder of its node's deletion until someone else comes or goes (one round trip later than a
+// watch on the node would), so that a holder nobody contends with sends no request of its own
+// after the grant (a holder then watches its node as usual); and a multi-op refused for one
+// create's sake (its path's parent is missing, say) applies none, and its other acquisitions start
+// again on their own. The server sees an extra node created and deleted in each multi-op
+// ("zkr-batch-stamp" under the path of its first lock), which no read ever shows (a persistent
+// recursive watch on the path hears it created and deleted); the sequence numbers on that path
+// skip one.
 //
 // Blocking acquisitions, semaphores, other threads' calls and other sessions' locks are not
 // batched: they go out at once. A second batch opened on the session while one is open (on any
