@@ -2,6 +2,7 @@
 // node's czxid as token, tokens growing on one path), a refused multi-op loses nobody, and a
 // holder that sent nothing after its grant still hears of its node's deletion.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <future>
@@ -267,6 +268,35 @@ TEST_F(AcquisitionBatchTest, ReadWriteLocksAndLatchesJoinTheBatch) {
   for (const Grant* grant : {static_cast<const Grant*>(&grants.held[0]), static_cast<const Grant*>(&grants.held[1]),
                              static_cast<const Grant*>(&*term)})
     EXPECT_EQ(grant->token().value(), raw.stat(grant->node_path()).czxid) << grant->node_path();
+}
+
+// Paths short enough to live inside their std::string (no heap buffer): the multi-op's one-per-path
+// check compared views into a vector that grew under them (caught by the sanitizer build).
+TEST_F(AcquisitionBatchTest, ShortPathsShareAMultiOp) {
+  constexpr int kLocks = 5;
+  std::vector<std::string> paths;
+  for (int i = 0; i < kLocks; ++i) paths.push_back(fmt::format("/zb{}-{}", ::getpid() % 100000, i));
+  for (const auto& short_path : paths) ASSERT_EQ(make(short_path), ZOK) << short_path;
+  Session session(session_options(servers));
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (const auto& short_path : paths) locks.push_back(std::make_unique<Lock>(session, short_path));
+  const std::uint64_t requests_before = requests_besides_heartbeats(session);
+  Grants grants(kLocks);
+  {
+    AcquisitionBatch batch(session);
+    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
+  }
+  ASSERT_TRUE(grants.wait_for(kLocks));
+  EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 1u + kLocks);  // one multi-op
+  for (int i = 0; i < kLocks; ++i) {
+    ASSERT_FALSE(grants.errors[i]) << grants.errors[i].message();
+    EXPECT_EQ(grants.held[i].token().value(), raw.stat(grants.held[i].node_path()).czxid);
+    grants.held[i].release();
+  }
+  for (const auto& short_path : paths) {
+    EXPECT_TRUE(eventually([&] { return raw.children(short_path).empty(); }));
+    raw.remove(short_path);
+  }
 }
 
 // A blocking acquisition on the batch's own thread is not held back (it would wait for a send
