@@ -126,11 +126,13 @@ std::error_code validate_path(std::string_view path) noexcept {
 
 namespace {
 
-bool valid_port(std::string_view text) {
-  if (text.empty() || text.size() > 5) return false;
+// The port as a number, or nothing if `text` is not a decimal port (1-65535).
+std::optional<unsigned> parse_port(std::string_view text) {
+  if (text.empty() || text.size() > 5) return std::nullopt;
   unsigned port = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  return ec == std::errc{} && end == text.data() + text.size() && port >= 1 && port <= 65535;
+  if (ec != std::errc{} || end != text.data() + text.size() || port < 1 || port > 65535) return std::nullopt;
+  return port;
 }
 
 bool valid_hostname(std::string_view host) {
@@ -155,8 +157,9 @@ std::string host_problem(std::string_view entry, std::string& normalised) {
       if (rest.front() != ':') return fmt::format("has junk after ']' in '{}'", entry);
       port = rest.substr(1);
     }
-    if (!valid_port(port)) return fmt::format("has an invalid port in '{}'", entry);
-    normalised = fmt::format("[{}]:{}", host, port);
+    const auto number = parse_port(port);
+    if (!number) return fmt::format("has an invalid port in '{}'", entry);
+    normalised = fmt::format("[{}]:{}", host, *number);
     return {};
   }
   auto colon = entry.rfind(':');
@@ -165,8 +168,10 @@ std::string host_problem(std::string_view entry, std::string& normalised) {
     port = entry.substr(colon + 1);
   }
   if (!valid_hostname(host)) return fmt::format("has an invalid host name in '{}'", entry);
-  if (!valid_port(port)) return fmt::format("has an invalid port in '{}' (1-65535)", entry);
-  normalised = fmt::format("{}:{}", host, port);
+  const auto number = parse_port(port);
+  if (!number) return fmt::format("has an invalid port in '{}' (1-65535)", entry);
+  // The port as a plain decimal number: "02181" would otherwise reach a parser that reads octal.
+  normalised = fmt::format("{}:{}", host, *number);
   return {};
 }
 
@@ -176,7 +181,8 @@ std::string servers_problem(std::string_view servers, ServerList* out) {
   if (auto slash = servers.find('/'); slash != std::string_view::npos) {
     hosts = servers.substr(0, slash);
     chroot = servers.substr(slash);
-    if (auto problem = path_problem(chroot); !problem.empty())
+    if (chroot == "/") chroot = {};  // the root itself: no chroot (as the Java client reads it)
+    else if (auto problem = path_problem(chroot); !problem.empty())
       return fmt::format("has a chroot '{}' that {}", chroot, problem);
   }
   ServerList list;

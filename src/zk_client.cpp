@@ -417,6 +417,23 @@ std::string describe_unresolvable_hosts(const std::string& servers) {
   return problems;
 }
 
+std::string client_connect_string(const std::string& servers) {
+  std::error_code ec;
+  const auto list = parse_servers(servers, ec);
+  if (!list) return servers;  // refused before a session is made; let the client say what it says
+  std::string hosts;
+  for (const std::string& host_port : list->hosts) {
+    if (!hosts.empty()) hosts += ',';
+    if (host_port.starts_with('[')) {
+      const auto close = host_port.find(']');
+      hosts += host_port.substr(1, close - 1) + host_port.substr(close + 1);
+    } else {
+      hosts += host_port;
+    }
+  }
+  return hosts + list->chroot;
+}
+
 std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& servers,
                                                        std::chrono::milliseconds session_timeout,
                                                        ConnectionEventHandler on_event,
@@ -424,8 +441,9 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
   configure_client_logging_once();
   auto context = std::make_unique<HandleContext>();
   context->on_event = std::move(on_event);
+  const std::string client_servers = client_connect_string(servers);
   // The session watcher may run before zookeeper_init2 returns: the context is complete already.
-  zhandle_t* handle = zookeeper_init2(servers.c_str(), session_watcher, static_cast<int>(session_timeout.count()),
+  zhandle_t* handle = zookeeper_init2(client_servers.c_str(), session_watcher, static_cast<int>(session_timeout.count()),
                                       nullptr, context.get(), 0, forward_client_log);
   if (handle == nullptr) {
     ec = std::error_code(errno ? errno : EINVAL, std::generic_category());

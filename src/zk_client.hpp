@@ -115,6 +115,13 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
                                                        ConnectionEventHandler on_event,
                                                        std::error_code& ec);
 
+// The connect string as the C client reads it. It requires a port on every host (it adds no
+// default) and splits a host from its port at the last ':', handing the rest to the resolver as it
+// is: so every host gets its port (2181 where none was given), as a plain decimal number (the
+// client reads "02181" as octal), and an IPv6 address loses its brackets ("[::1]:2181" becomes
+// "::1:2181"). The chroot follows unchanged.
+std::string client_connect_string(const std::string& servers);
+
 // Why the hosts of a connect string cannot be resolved ("zk1.example: Name or service not known"),
 // or "" if at least one resolves: zookeeper_init fails on a name it cannot resolve, without saying
 // which or why.

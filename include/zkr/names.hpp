@@ -21,10 +21,11 @@ std::error_code validate_path(std::string_view path) noexcept;
 std::string path_problem(std::string_view path);
 
 struct ServerList {
-  std::vector<std::string> hosts;  // "host:port"
+  std::vector<std::string> hosts;  // "host:port" or "[v6 address]:port", the port always given
   std::string chroot;              // "" or "/a/b"
 };
-// Parses "host:port[,host:port...][/chroot]". A host without a port gets 2181.
+// Parses "host[:port][,host[:port]...][/chroot]". A host without a port gets 2181 (also when the
+// session connects); an IPv6 address is written in brackets, "[::1]:2181" or "[::1]".
 std::optional<ServerList> parse_servers(std::string_view servers, std::error_code& ec);
 std::string describe_servers_problem(std::string_view servers);
 

@@ -89,10 +89,29 @@ TEST(ConnectStrings, ParsesHostsPortsAndChroot) {
   list = zkr::parse_servers("[::1]:2181", ec);
   ASSERT_TRUE(list);
   EXPECT_EQ(list->hosts.front(), "[::1]:2181");
+  list = zkr::parse_servers("[::1],zk1:02182", ec);
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->hosts, (std::vector<std::string>{"[::1]:2181", "zk1:2182"}));
+  // A chroot of "/" alone is the root, as the Java client and kazoo read it.
+  list = zkr::parse_servers("zk1:2181/", ec);
+  ASSERT_TRUE(list) << ec.message();
+  EXPECT_EQ(list->hosts, (std::vector<std::string>{"zk1:2181"}));
+  EXPECT_EQ(list->chroot, "");
+}
+
+// What the C client is handed: it adds no default port (a host without one fails the whole
+// handle), splits at the last ':' (so no brackets) and reads the port with base 0 (so no leading 0).
+TEST(ConnectStrings, TheClientGetsEveryHostWithAPlainPort) {
+  using zkr::detail::client_connect_string;
+  EXPECT_EQ(client_connect_string("127.0.0.1"), "127.0.0.1:2181");
+  EXPECT_EQ(client_connect_string("zk1,zk2,zk3/app"), "zk1:2181,zk2:2181,zk3:2181/app");
+  EXPECT_EQ(client_connect_string("localhost,127.0.0.1:2182"), "localhost:2181,127.0.0.1:2182");
+  EXPECT_EQ(client_connect_string("[::1]:2181,[fe80::1]"), "::1:2181,fe80::1:2181");
+  EXPECT_EQ(client_connect_string("zk1:02181/"), "zk1:2181");
 }
 
 TEST(ConnectStrings, RefusesMalformedOnesWithAReason) {
-  for (std::string_view bad : {"", ",", "host:", "host:0", "host:70000", "host:12ab", "ho st:1", "h:1,", "h:1/",
+  for (std::string_view bad : {"", ",", "host:", "host:0", "host:70000", "host:12ab", "ho st:1", "h:1,", "h:1//",
                                "h:1/a/", "[::1", "[zz]:1"}) {
     std::error_code ec;
     EXPECT_FALSE(zkr::parse_servers(bad, ec)) << bad;

@@ -321,5 +321,60 @@ TEST_F(NameResolutionTest, ALostSessionIsReplacedOnceItsNameResolvesAgain) {
   EXPECT_NE(*replaced, *first);
 }
 
+// Connect strings as users write them: a host without a port means port 2181, as the docs and
+// every `-z zk1,zk2,zk3/...` example say. The lab's servers listen on 2181 of their own address,
+// so a port-less host is tested for real without clashing with anything on the machine.
+class ConnectStringTest : public PartitionTest {};
+
+// A session (zkr_test_session) in the lab must connect with `servers`.
+void expect_connects(const NetLab& lab, const std::string& host, const std::string& servers) {
+  Process::Options options;
+  options.pipe_stdin = true;
+  auto session = lab.spawn_on(host, {ZKR_TEST_SESSION, servers, "4000", "200", "20000"}, options);
+  const auto line = session->read_line(scaled(25s));
+  ASSERT_TRUE(line) << "no answer from a session to '" << servers << "'";
+  EXPECT_TRUE(line->starts_with("STATE connected")) << "servers '" << servers << "': " << *line;
+}
+
+TEST_F(ConnectStringTest, AHostWithoutAPortConnectsOnPort2181) {
+  NetLab lab({.servers = 1, .clients = 1, .tick_ms = 200, .sync_limit = 5});
+  LabResolver resolver(lab, "c0");
+  const std::string address = address_only(lab.server_address(0));
+  resolver.set_hosts({{"zk-lab", address}});
+  expect_connects(lab, "c0", address);
+  expect_connects(lab, "c0", "zk-lab");
+  expect_connects(lab, "c0", address + "/chroot-a");
+  // A port-less entry beside one with a port: neither may spoil the other.
+  expect_connects(lab, "c0", address + "," + lab.server_address(0));
+  expect_connects(lab, "c0", lab.server_address(0) + ",zk-lab/chroot-b");
+  // On the server's own host, as an operator's first try there: the loopback names.
+  expect_connects(lab, "s0", "127.0.0.1");
+  expect_connects(lab, "s0", "localhost");
+  expect_connects(lab, "s0", "[::1]");
+  expect_connects(lab, "s0", "[::1]:2181/");
+}
+
+#ifdef ZKLOCK_BINARY
+// The README's first zklock line, literally: `zklock -z HOST LOCKPATH COMMAND`.
+TEST_F(ConnectStringTest, ZklockWithAPortlessHostRunsItsJob) {
+  NetLab lab({.servers = 1, .clients = 1, .tick_ms = 200, .sync_limit = 5});
+  const std::string address = address_only(lab.server_address(0));
+  for (const std::string& servers : {address, address + "," + lab.server_address(0), std::string("localhost")}) {
+    Process::Options options;
+    options.merge_stderr = true;
+    auto zklock = lab.spawn_on(servers == "localhost" ? "s0" : "c0",
+                               {ZKLOCK_BINARY, "-z", servers, "--connect-timeout", "15", "--tick-time", "0.2",
+                                "--session-timeout", "4", "--kill-after", "0.5", unique_path("portless"),
+                                "echo", "ran under the lock"},
+                               options);
+    const auto line = zklock->read_line(scaled(20s));
+    const auto status = zklock->wait(scaled(20s));
+    ASSERT_TRUE(status) << servers;
+    EXPECT_EQ(*status, 0) << "-z " << servers << ": " << line.value_or("(no output)");
+    EXPECT_EQ(line.value_or(""), "ran under the lock") << "-z " << servers;
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace zkr::testenv
