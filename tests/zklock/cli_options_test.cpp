@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_options.hpp"
+#include "nesting.hpp"
 
 namespace zklock {
 namespace {
@@ -122,6 +123,17 @@ TEST(ZklockOptions, ListMode) {
   EXPECT_EQ(parse({"--json", "--list", "/a"}).mode, Mode::list);
   EXPECT_THAT(usage_error({"--list", "/a", "echo"}), HasSubstr("--list takes no command"));
   EXPECT_THAT(usage_error({"--json", "/a", "true"}), HasSubstr("--json"));
+  // No command follows --list: options stand before or after LOCKPATH, as getopt users expect.
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {"--list", "--json", "/a"}, {"--list", "/a", "--json"}, {"--list=/a", "--json"}, {"--json", "--list", "--", "/a"}}) {
+    const CliOptions any_order = parse(argv);
+    EXPECT_EQ(any_order.mode, Mode::list) << argv.front();
+    EXPECT_EQ(any_order.lock_path, "/a") << argv.front();
+    EXPECT_TRUE(any_order.json) << argv.front();
+  }
+  EXPECT_THAT(usage_error({"--list"}), HasSubstr("--list needs LOCKPATH"));
+  EXPECT_THAT(usage_error({"--list", "--json"}), HasSubstr("--list needs LOCKPATH"));
+  EXPECT_THAT(usage_error({"--list", "/a", "-c", "echo"}), HasSubstr("--list takes no command (found '-c')"));
 }
 
 TEST(ZklockOptions, SlotsTakeASemaphore) {
@@ -147,19 +159,31 @@ TEST(ZklockOptions, BreakTakesAPathAndOptionallyANode) {
   EXPECT_FALSE(parse({"--break", "/jobs/x"}).force);
   EXPECT_THAT(usage_error({"--force", "/jobs/x", "true"}), HasSubstr("--node and --force apply only to --break"));
   EXPECT_THAT(usage_error({"--break", "/jobs/x", "true"}), HasSubstr("--break takes no command"));
+  const CliOptions forced_first = parse({"--break", "--force", "--node", "_c_a-lock-0000000001", "/jobs/x"});
+  EXPECT_EQ(forced_first.mode, Mode::break_lock);
+  EXPECT_EQ(forced_first.lock_path, "/jobs/x");
+  EXPECT_TRUE(forced_first.force);
   EXPECT_THAT(usage_error({"--break", "/jobs/x", "--list", "/jobs/y"}), HasSubstr("--list and --break exclude each other"));
 }
 
-TEST(ZklockOptions, NestedRunOnTheParentsLockIsRefused) {
-  const CliOptions nested = parse({"--zk", "z1:2181/app", "/jobs/x", "true"});
-  const auto refusal = nested_on_parents_lock(nested, "/jobs/x", "z1:2181/app");
-  ASSERT_TRUE(refusal);
-  EXPECT_THAT(*refusal, HasSubstr("/jobs/x is held by the zklock that runs this command"));
-  // Another path, another ensemble (or chroot), no parent, or only listing: nothing to refuse.
-  EXPECT_FALSE(nested_on_parents_lock(nested, "/jobs/y", "z1:2181/app"));
-  EXPECT_FALSE(nested_on_parents_lock(nested, "/jobs/x", "z1:2181/other"));
-  EXPECT_FALSE(nested_on_parents_lock(nested, nullptr, nullptr));
-  EXPECT_FALSE(nested_on_parents_lock(parse({"--zk", "z1:2181/app", "--list", "/jobs/x"}), "/jobs/x", "z1:2181/app"));
+// Which nested zklock would wait for its parent's node (the node itself is found on the ensemble).
+TEST(ZklockNesting, RefusesOnlyAWaitForTheParent) {
+  using zkr::ContenderRole;
+  EXPECT_TRUE(waits_for_parent(parse({"/jobs/x", "true"}), ContenderRole::exclusive, std::nullopt));
+  EXPECT_TRUE(waits_for_parent(parse({"-s", "/jobs/x", "true"}), ContenderRole::write, std::nullopt));
+  EXPECT_TRUE(waits_for_parent(parse({"-x", "/jobs/x", "true"}), ContenderRole::read, std::nullopt));
+  EXPECT_FALSE(waits_for_parent(parse({"-s", "/jobs/x", "true"}), ContenderRole::read, std::nullopt));
+  EXPECT_FALSE(waits_for_parent(parse({"-N", "3", "/jobs/x", "true"}), ContenderRole::exclusive, 3));
+  EXPECT_TRUE(waits_for_parent(parse({"-N", "1", "/jobs/x", "true"}), ContenderRole::exclusive, 1));
+}
+
+TEST(ZklockNesting, FindsTheParentsNodeThroughEitherChroot) {
+  const ParentGrant parent{"/jobs/x/_c_a-lock-0000000001", "/app", 1, 2};
+  EXPECT_EQ(parent_node_seen_from(parent, ""), "/app/jobs/x/_c_a-lock-0000000001");
+  EXPECT_EQ(parent_node_seen_from(parent, "/app"), "/jobs/x/_c_a-lock-0000000001");
+  EXPECT_EQ(parent_node_seen_from(parent, "/app/jobs"), "/x/_c_a-lock-0000000001");
+  EXPECT_FALSE(parent_node_seen_from(parent, "/other"));
+  EXPECT_FALSE(parent_node_seen_from(parent, "/ap"));
 }
 
 TEST(ZklockOptions, HelpAndVersion) {

@@ -36,6 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using zkr::testenv::Cluster;
 using zkr::testenv::Process;
 using zkr::testenv::TempDir;
 using zkr::testenv::scaled;
@@ -142,10 +143,11 @@ class ZklockTest : public ::testing::Test {
   }
 
   // Starts a zklock whose job prints "held <token> <job pgid>" and then sleeps; waits for the line.
-  std::unique_ptr<Process> start_holder(std::vector<std::string> options = {}, std::string* held_line = nullptr) {
+  std::unique_ptr<Process> start_holder(std::vector<std::string> options = {}, std::string* held_line = nullptr,
+                                        std::string servers = {}) {
     std::vector<std::string> argv = std::move(options);
     argv.insert(argv.end(), {path_, "sh", "-c", "echo \"held $ZKLOCK_FENCING_TOKEN $$\"; exec sleep 600"});
-    auto holder = std::make_unique<Process>(zklock(argv), merged_output());
+    auto holder = std::make_unique<Process>(zklock(argv, servers), merged_output());
     auto line = holder->wait_for_line("held ", scaled(30s));
     EXPECT_TRUE(line) << "the holder never got the lock";
     if (line && held_line) *held_line = *line;
@@ -195,6 +197,42 @@ TEST_F(ZklockTest, NestedZklockOnTheParentsLockIsRefusedAtOnce) {
   const Outcome other = run_to_end(zklock({path_, zklock_binary, "-w", "3", path_ + "-inner", "-c", "echo inner ran"}));
   EXPECT_EQ(other.exit_code, 0) << other.output;
   EXPECT_THAT(other.output, HasSubstr("inner ran"));
+}
+
+// The same ensemble written another way is the same ensemble: the parent's node is what is found.
+// And only a wait for the parent is refused: a reader in a reader, a slot in a semaphore with
+// slots to spare, run.
+TEST_F(ZklockTest, NestedZklockIsRefusedOnlyWhenItWouldWaitForItsParent) {
+  ASSERT_TRUE(servers_.starts_with("127.0.0.1:")) << servers_;
+  const std::string as_localhost = "localhost" + servers_.substr(servers_.find(':'));
+  const Outcome respelled =
+      run_to_end(zklock({path_, zklock_binary, "--zk", as_localhost, "-w", "3", path_, "true"}));
+  EXPECT_EQ(respelled.exit_code, 64) << respelled.output;
+  EXPECT_THAT(respelled.output, HasSubstr(path_ + " is held by the zklock that runs this command"));
+
+  const Outcome readers = run_to_end(zklock({"-s", path_, zklock_binary, "-s", "-w", "3", path_, "-c", "echo reader ran"}));
+  EXPECT_EQ(readers.exit_code, 0) << readers.output;
+  EXPECT_THAT(readers.output, HasSubstr("reader ran"));
+  const Outcome slots = run_to_end(zklock({"-N", "3", path_ + "-slots", zklock_binary, "-N", "3", "-w", "3",
+                                           path_ + "-slots", "-c", "echo slot ran"}));
+  EXPECT_EQ(slots.exit_code, 0) << slots.output;
+  EXPECT_THAT(slots.output, HasSubstr("slot ran"));
+
+  // A writer queued behind the parent reader: a nested reader would queue behind that writer.
+  const TempDir dir("zklock-nested");
+  const auto go = dir.file("go");
+  Process parent(zklock({"-s", path_, "-c",
+                         fmt::format("echo parent holds; while [ ! -e '{}' ]; do sleep 0.05; done; "
+                                     "exec '{}' -s -w 3 '{}' -c 'echo nested reader ran'",
+                                     go.string(), zklock_binary, path_)}),
+                 merged_output());
+  ASSERT_TRUE(parent.wait_for_line("parent holds", scaled(30s)));
+  Process writer(zklock({"-x", path_, "true"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  std::ofstream(go.string()) << "go\n";
+  EXPECT_EQ(parent.wait(scaled(30s)), 64);
+  EXPECT_THAT(parent.read_all(scaled(5s)), HasSubstr("a writer waits behind it"));
+  EXPECT_EQ(writer.wait(scaled(30s)), 0);
 }
 
 TEST_F(ZklockTest, CommandKilledBySignalGives128PlusN) {
@@ -368,6 +406,9 @@ TEST_F(ZklockTest, BreakDeletesTheHoldersNodeAndItsJobStops) {
   const auto at = listing.output.find("\"node\":\"");
   ASSERT_NE(at, std::string::npos) << listing.output;
   const std::string node = listing.output.substr(at + 8, listing.output.find('"', at + 8) - (at + 8));
+  // Each holder on a line of its own, named as --node takes it.
+  EXPECT_THAT(which.output, Not(HasSubstr("\\x0a"))) << which.output;
+  EXPECT_THAT(which.output, HasSubstr("\nzklock:   " + node + " (")) << which.output;
   const Outcome one = run_to_end(zklock({"--break", semaphore_path, "--node", node, "--force"}));
   EXPECT_EQ(one.exit_code, 0) << one.output;
   EXPECT_EQ(contender_count(semaphore_path), 1);
@@ -1178,6 +1219,41 @@ TEST_F(ZklockTest, ListOfAPathOrChrootThatDoesNotExistSaysSo) {
   EXPECT_EQ(free.exit_code, 0) << free.output;
   EXPECT_THAT(free.output, HasSubstr(R"("exists":true)"));
   EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
+}
+
+// --list --watch runs until INT, TERM or HUP: a server frozen past the session timeout (the
+// session lost, then replaced) is waited through, and the watch is set again on the new session.
+TEST_F(ZklockTest, ListWatchOutlivesALostSession) {
+  Cluster cluster;
+  const std::string servers = cluster.connect_string();
+  // A connect timeout shorter than the outage: each read during it gives up.
+  Process watcher(zklock({"--connect-timeout", "1", "--list", path_, "--json", "--watch"}, servers), merged_output());
+  KillAtEnd stop_watcher{watcher.pid(), true};
+  const auto missing = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(missing);
+  EXPECT_THAT(*missing, HasSubstr(R"("exists":false)"));
+
+  cluster.freeze(0);
+  std::this_thread::sleep_for(scaled(6s));  // more than the 2 s session: lost on the client's side
+  cluster.thaw(0);
+  std::this_thread::sleep_for(scaled(3s));
+  ASSERT_FALSE(watcher.wait(0ms)) << "--list --watch ended on a lost session: " << watcher.read_all(scaled(5s));
+
+  // Still watching: a holder on the new session's watch shows up.
+  auto holder = start_holder({"--owner", "after-the-outage"}, nullptr, servers);
+  bool seen = false;
+  std::string output;
+  for (int line = 0; line < 20 && !seen; ++line) {
+    const auto next = watcher.read_line(scaled(30s));
+    if (!next) break;
+    output += *next + "\n";
+    seen = next->find("after-the-outage") != std::string::npos;
+  }
+  EXPECT_TRUE(seen) << "no line for a holder after the outage:\n" << output;
+  holder->signal(SIGTERM);
+  holder->wait(scaled(30s));
+  watcher.signal(SIGTERM);
+  EXPECT_EQ(watcher.wait(scaled(30s)), 0);
 }
 
 // --list --watch: one JSON line now, and one each time the holders change (not when a waiter

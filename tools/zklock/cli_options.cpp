@@ -25,6 +25,9 @@ struct OptionSpec {
   char short_name;        // '\0' if none
   bool takes_value;       // else a switch
   std::string_view alias = {};  // another long name for the same option
+  // A mode that runs no command (--list, --break): its LOCKPATH may stand anywhere among the
+  // options ("--list --json /a", "--list /a --json"), or be attached ("--list=/a").
+  bool commandless_mode = false;
 };
 
 constexpr OptionSpec option_table[] = {
@@ -46,8 +49,8 @@ constexpr OptionSpec option_table[] = {
     {"auth-file", '\0', true},
     {"verbose", 'v', false},
     {"quiet", 'q', false},
-    {"list", '\0', true},
-    {"break", '\0', true},
+    {"list", '\0', false, {}, true},
+    {"break", '\0', false, {}, true},
     {"node", '\0', true},
     {"force", '\0', false},
     {"json", '\0', false},
@@ -173,18 +176,29 @@ namespace {
 // take their value as "--name=VALUE" or "--name VALUE", short ones as "-wVALUE" or "-w VALUE";
 // switches cluster ("-nv"). The argument after an option that takes a value is its value, whatever
 // it looks like ("-k -1" is refused by --kill-after, naming it). Each option may be given once.
+// After a mode that runs no command (--list, --break) nothing is a command: options may follow
+// LOCKPATH, as getopt users expect.
 class GivenOptions {
  public:
   explicit GivenOptions(const std::vector<std::string>& argv) {
     std::size_t i = 1;
+    bool commandless = false;
     for (; i < argv.size(); ++i) {
       const std::string& arg = argv[i];
       if (arg == "--") {
         ++i;
         break;
       }
-      if (arg.size() < 2 || arg[0] != '-') break;  // LOCKPATH (and "-" alone)
+      if (arg.size() < 2 || arg[0] != '-') {  // LOCKPATH (and "-" alone)
+        if (!commandless) break;
+        operands_.push_back(arg);
+        continue;
+      }
       if (arg == "-c" || arg == "--command") {
+        if (commandless) {  // refused by the mode, naming it
+          operands_.push_back(arg);
+          continue;
+        }
         throw UsageError("-c must follow LOCKPATH: zklock [options] LOCKPATH -c 'SHELL COMMAND'");
       }
       const auto next_value = [&](const OptionSpec& option) -> const std::string& {
@@ -199,7 +213,11 @@ class GivenOptions {
                                                                                                    : equals - 2);
         const OptionSpec* option = find_long_option(name);
         if (!option) throw UsageError(fmt::format("unrecognised option '--{}'", name));
-        if (!option->takes_value) {
+        if (option->commandless_mode) {
+          commandless = true;
+          store(*option, {});
+          if (equals != std::string::npos) operands_.push_back(arg.substr(equals + 1));
+        } else if (!option->takes_value) {
           if (equals != std::string::npos) {
             throw UsageError(fmt::format("option '--{}' does not take any arguments", option->name));
           }
@@ -220,7 +238,7 @@ class GivenOptions {
         break;
       }
     }
-    operands_.assign(argv.begin() + static_cast<std::ptrdiff_t>(std::min(i, argv.size())), argv.end());
+    operands_.insert(operands_.end(), argv.begin() + static_cast<std::ptrdiff_t>(std::min(i, argv.size())), argv.end());
   }
 
   // LOCKPATH, then the command ("--" before it kept) or -c.
@@ -340,25 +358,29 @@ void read_once_per(const GivenOptions& given, CliOptions& options) {
 // What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
 // command ("--" may stand before it).
 void read_operands(const GivenOptions& given, std::vector<std::string> rest, CliOptions& options) {
-  const bool breaking = given.text("break").has_value();
+  const bool breaking = given.flag("break");
   if (!breaking && (given.text("node") || given.flag("force"))) throw UsageError("--node and --force apply only to --break");
+  // --list and --break: exactly one LOCKPATH, wherever it stands among the options.
+  const auto commandless_path = [&rest](std::string_view mode) {
+    if (rest.empty()) throw UsageError(fmt::format("{} needs LOCKPATH", mode));
+    if (rest.size() > 1) throw UsageError(fmt::format("{} takes no command (found '{}')", mode, rest[1]));
+    return rest.front();
+  };
   if (breaking) {
-    if (given.text("list")) throw UsageError("--list and --break exclude each other");
+    if (given.flag("list")) throw UsageError("--list and --break exclude each other");
     options.mode = Mode::break_lock;
-    options.lock_path = *given.text("break");
+    options.lock_path = commandless_path("--break");
     if (auto node = given.text("node")) options.break_node = *node;
     options.force = given.flag("force");
-    if (!rest.empty()) throw UsageError(fmt::format("--break takes no command (found '{}')", rest.front()));
     if (options.json) throw UsageError("--json applies only to --list");
     if (options.kind == LockKind::semaphore) throw UsageError("--break reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--once-per applies only to running a command");
     if (options.watch) throw UsageError("--watch applies only to --list");
     return;
   }
-  if (auto list_path = given.text("list")) {
+  if (given.flag("list")) {
     options.mode = Mode::list;
-    options.lock_path = *list_path;
-    if (!rest.empty()) throw UsageError(fmt::format("--list takes no command (found '{}')", rest.front()));
+    options.lock_path = commandless_path("--list");
     if (options.kind == LockKind::semaphore) throw UsageError("--list reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--list shows the path's last --once-per run by itself: drop --once-per");
     return;
@@ -413,15 +435,6 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   read_once_per(given, options);
   read_operands(given, given.take_operands(), options);
   return options;
-}
-
-std::optional<std::string> nested_on_parents_lock(const CliOptions& options, const char* env_lock_path,
-                                                  const char* env_servers) {
-  if (options.mode != Mode::run || !env_lock_path || !env_servers) return std::nullopt;
-  if (options.lock_path != env_lock_path || options.servers != env_servers) return std::nullopt;
-  return fmt::format("{} is held by the zklock that runs this command ($ZKLOCK_PATH); a nested zklock on "
-                     "it would wait for itself for ever",
-                     options.lock_path);
 }
 
 std::string help_text() {
@@ -493,7 +506,8 @@ The command's environment gets:
   ZKLOCK_NODE            the full path of the lock node
   ZKLOCK_PATH            LOCKPATH
   ZKLOCK_SERVERS         the ensemble (--zk), so that a zklock in the job reaches the same one;
-                         a zklock in the job on the same LOCKPATH refuses (exit 64)
+                         a zklock in the job that would wait for its parent's lock refuses
+                         (exit 64); -s inside -s and -N K inside -N K (K > 1) run
   ZKLOCK_SESSION_ID      the ZooKeeper session id, as --list and the logs write it (0x...)
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits

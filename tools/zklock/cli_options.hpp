@@ -72,13 +72,6 @@ class UsageError : public std::runtime_error {
 CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
                               const char* env_tick_time = nullptr);
 
-// A zklock run by a zklock's job on the lock its parent holds (the parent's $ZKLOCK_PATH and
-// $ZKLOCK_SERVERS name the same path and ensemble) would queue behind its own parent and wait for
-// ever. Returns the one-line refusal for that case, nothing otherwise. Only Mode::run is refused:
-// --list of the held path is fine.
-std::optional<std::string> nested_on_parents_lock(const CliOptions& options, const char* env_lock_path,
-                                                  const char* env_servers);
-
 // "2", "0.5", "1.25s": non-negative seconds, at most a day. Throws UsageError naming `option`.
 std::chrono::nanoseconds parse_seconds(std::string_view text, std::string_view option);
 // "30m", "1h", "1d", "2w": a whole number and a unit (s, m, h, d, w), from 1s to 366 days.

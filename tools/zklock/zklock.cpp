@@ -41,6 +41,7 @@
 #include "job.hpp"
 #include "keeper.hpp"
 #include "messages.hpp"
+#include "nesting.hpp"
 #include "once_per.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
@@ -91,7 +92,9 @@ class Zklock {
     std::optional<int> slots;
     std::optional<RunRecord> last_run;
   };
-  Listing read_listing();
+  Listing read_listing();           // fails (exits) on an error
+  Listing read_listing_or_throw();  // throws zkr::Error
+  bool passing_outage(const std::error_code& code) const;
   std::string format_listing(const Listing& listing) const;
   std::optional<RunRecord> read_last_run(zkr::PathListing& listing);
   int break_lock();
@@ -103,6 +106,7 @@ class Zklock {
  private:
   zkr::SessionOptions session_options() const;
   void connect();
+  void refuse_a_wait_for_the_parent();
   std::chrono::milliseconds lead_time_needed() const;
   void require_lead_time() const;
   std::string owner_data() const;
@@ -235,6 +239,21 @@ void Zklock::connect() {
         zkr::session_id_text(session_->id()), format_duration(session_->negotiated_timeout()),
         format_duration(session_->lead_time()));
   }
+}
+
+// Run by the job of a zklock that holds this very lock (found on the ensemble, see nesting.hpp):
+// refused when this zklock would wait for its parent, which waits for it.
+void Zklock::refuse_a_wait_for_the_parent() {
+  std::optional<std::string> refusal;
+  try {
+    refusal = nested_wait_refusal(*session_, options_);
+  } catch (const zkr::Error& error) {
+    fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
+  }
+  if (!refusal) return;
+  say("{}", *refusal);
+  session_->close();
+  throw ExitRequest{exit_code::usage};
 }
 
 // Stopping the job takes up to --kill-after, and 1 s more for zklock to see it gone.
@@ -408,6 +427,7 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
 int Zklock::run() {
   connect();
   require_lead_time();
+  refuse_a_wait_for_the_parent();
   std::optional<OncePerGate> once_per;
   if (options_.once_per) {
     once_per.emplace(*session_, options_.lock_path, *options_.once_per);
@@ -497,17 +517,29 @@ std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
   return last_run;
 }
 
-Zklock::Listing Zklock::read_listing() {
+Zklock::Listing Zklock::read_listing_or_throw() {
   Listing listing;
+  // A semaphore's path records its slots: its first N contenders hold, not only the first.
+  listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+  listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
+  listing.last_run = read_last_run(listing.contenders);
+  return listing;
+}
+
+Zklock::Listing Zklock::read_listing() {
   try {
-    // A semaphore's path records its slots: its first N contenders hold, not only the first.
-    listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-    listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
-    listing.last_run = read_last_run(listing.contenders);
+    return read_listing_or_throw();
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
-  return listing;
+}
+
+// An outage a watcher waits through: the ensemble out of reach, or the session lost and being
+// replaced. Only a session zklock closed itself, or refused credentials, end it.
+bool Zklock::passing_outage(const std::error_code& code) const {
+  const auto state = session_->state();
+  if (state == zkr::SessionState::closed || state == zkr::SessionState::auth_failed) return false;
+  return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended;
 }
 
 std::string Zklock::format_listing(const Listing& listing) const {
@@ -538,32 +570,48 @@ int Zklock::list() {
 // on the path wakes it; it is set again once it fired, or once the session was replaced (a new
 // session does not carry the old one's watches). A path that does not exist cannot carry one: it
 // is read again every second until it does.
+// An outage (the ensemble unreachable, the session lost and replaced) is waited through: said
+// once on stderr, then the listing resumes, with a watch set again on the new session.
 int Zklock::watch_list() {
   constexpr auto missing_path_poll = 1000ms;
   constexpr auto safety_poll = 10s;  // should a watch ever be missed, the listing still catches up
   std::optional<std::string> shown_holders;
   std::int64_t watched_session = 0;  // the session whose watch is armed; 0: none
+  bool in_outage = false;
+  const auto outage = [&](const zkr::Error& error) {
+    if (!passing_outage(error.code())) fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
+    if (!in_outage && !options_.quiet())
+      say("cannot list {} now ({}); watching on once the ensemble answers", options_.lock_path, error.what());
+    in_outage = true;
+  };
   while (true) {
     if (watched_session != session_->id()) {
       try {
         session_->children(options_.lock_path, [inbox = inbox_](zkr::NodeEvent) { inbox->post_path_changed(); });
         watched_session = session_->id();
       } catch (const zkr::Error& error) {
-        if (error.code() != zkr::zk_errc::no_node && !(error.code() == zkr::condition::connection_trouble)) {
-          fail(error.code(), fmt::format("cannot watch {}: {}", options_.lock_path, error.what()));
-        }
+        if (error.code() != zkr::zk_errc::no_node) outage(error);
       }
     }
-    const Listing listing = read_listing();
-    std::string holders = listing.contenders.exists ? "exists" : "missing";
-    for (const auto& contender : listing.contenders.contenders)
-      if (contender.holds) holders += "\n" + contender.node;
-    if (holders != shown_holders) {
-      print_report(format_listing(listing));
-      shown_holders = std::move(holders);
+    std::optional<Listing> listing;
+    try {
+      listing = read_listing_or_throw();
+    } catch (const zkr::Error& error) {
+      outage(error);
+    }
+    if (listing) {
+      if (in_outage && !options_.quiet()) say("listing {} again", options_.lock_path);
+      in_outage = false;
+      std::string holders = listing->contenders.exists ? "exists" : "missing";
+      for (const auto& contender : listing->contenders.contenders)
+        if (contender.holds) holders += "\n" + contender.node;
+      if (holders != shown_holders) {
+        print_report(format_listing(*listing));
+        shown_holders = std::move(holders);
+      }
     }
 
-    const auto poll = watched_session != 0 ? safety_poll : missing_path_poll;
+    const auto poll = watched_session != 0 && !in_outage ? safety_poll : missing_path_poll;
     const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::duration_cast<std::chrono::milliseconds>(poll));
     if (ready.signal) {
       while (const auto signal = signals_.next()) {
@@ -605,10 +653,9 @@ int Zklock::break_lock() {
     return 1;
   }
   if (holders.size() > 1) {
-    std::string names;
-    for (const auto& holder : holders)
-      names += fmt::format("\n  {} ({})", escape_for_terminal(holder.node), describe_holders({holder}));
-    say("{} has {} holders: give --node NAME to break one of them:{}", options_.lock_path, holders.size(), names);
+    // One message line a holder: say() escapes a line break inside a message.
+    say("{} has {} holders: give --node NAME to break one of them:", options_.lock_path, holders.size());
+    for (const auto& holder : holders) say("  {} ({})", holder.node, describe_holders({holder}));
     return exit_code::usage;
   }
   const zkr::ContenderInfo& holder = holders.front();
@@ -703,10 +750,6 @@ int zklock_main(int argc, char** argv) {
   std::error_code servers_error;
   if (!zkr::parse_servers(options.servers, servers_error)) {
     say("invalid ensemble '{}' for --zk: {}", options.servers, zkr::describe_servers_problem(options.servers));
-    return exit_code::usage;
-  }
-  if (const auto refusal = nested_on_parents_lock(options, std::getenv("ZKLOCK_PATH"), std::getenv("ZKLOCK_SERVERS"))) {
-    say("{}", *refusal);
     return exit_code::usage;
   }
   if (options.verbose()) route_library_log_to_stderr();
