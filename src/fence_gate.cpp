@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -149,12 +150,58 @@ GateState decode(std::string_view contents, const std::filesystem::path& file) {
   return state;
 }
 
-// The whole file, or nullopt if it does not exist.
-std::optional<std::string> read_whole_file(const std::filesystem::path& file) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+// The file a gate's name leads to: symbolic links followed (a dangling one to the file the gate
+// will create there), its directory made canonical. Every name of one file leads to one path, so
+// gates share one lock file whatever name opened them, and the gate writes beside the real file,
+// never over a link.
+std::filesystem::path real_file_of(const std::filesystem::path& given) {
+  constexpr int most_links_followed = 40;  // as the kernel's own limit (ELOOP)
+  std::filesystem::path current = given;
+  for (int followed = 0;; ++followed) {
+    struct stat status {};
+    if (::lstat(current.c_str(), &status) != 0) {
+      if (errno == ENOENT) break;  // a new gate; its directory must exist (checked below)
+      throw_system(errno, "open fence gate", given);
+    }
+    if (S_ISDIR(status.st_mode)) throw_system(EISDIR, "open fence gate", given);
+    if (!S_ISLNK(status.st_mode)) break;
+    if (followed == most_links_followed) throw_system(ELOOP, "open fence gate", given);
+    std::error_code error;
+    auto target = std::filesystem::read_symlink(current, error);
+    if (error) throw_system(error.value(), "open fence gate", given, fmt::format("reading the link {}", current.string()));
+    current = target.is_absolute() ? target : current.parent_path() / target;
+  }
+  const auto name = current.filename();
+  if (name.empty() || name == "." || name == "..") throw_system(EISDIR, "open fence gate", given);
+  const auto directory = current.parent_path().empty() ? std::filesystem::path(".") : current.parent_path();
+  std::error_code error;
+  auto real_directory = std::filesystem::canonical(directory, error);
+  if (error) throw_system(error.value(), "open fence gate", given, fmt::format("its directory {}", directory.string()));
+  return real_directory / name;
+}
+
+// The whole file (opened in `directory_fd`), or nullopt if it does not exist. `file` names it in
+// errors. A file with another hard link is refused: the gate's first write (a rename) would leave
+// the other name behind with the old tokens, a second gate that admits them again.
+std::optional<std::string> read_whole_file(int directory_fd, const std::filesystem::path& name,
+                                           const std::filesystem::path& file) {
+  int fd = ::openat(directory_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return std::nullopt;
     throw_system(errno, "open fence gate", file);
+  }
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw_system(error, "open fence gate", file);
+  }
+  if (status.st_nlink > 1) {
+    ::close(fd);
+    throw Error(errc::invalid_argument, "open fence gate", file.string(),
+                fmt::format("the file has {} hard links: a gate file must have one name, since each write "
+                            "replaces it and would leave the other names with old tokens",
+                            status.st_nlink));
   }
   std::string contents;
   char buffer[8192];
@@ -175,25 +222,29 @@ std::optional<std::string> read_whole_file(const std::filesystem::path& file) {
 
 }  // namespace
 
-DurableFenceGate::DurableFenceGate(std::filesystem::path file)
-    : file_(std::move(file)), temporary_(file_.string() + ".tmp") {
-  auto directory = file_.parent_path().empty() ? std::filesystem::path(".") : file_.parent_path();
+DurableFenceGate::DurableFenceGate(std::filesystem::path file) : file_(std::move(file)) {
   auto close_all = [this] {
     if (lock_fd_ >= 0) ::close(lock_fd_);
     if (directory_fd_ >= 0) ::close(directory_fd_);
   };
   try {
+    real_file_ = real_file_of(file_);
+    name_ = real_file_.filename();
+    temporary_name_ = name_.string() + ".tmp";
+    const auto directory = real_file_.parent_path();
     directory_fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (directory_fd_ < 0)
       throw_system(errno, "open fence gate", file_, fmt::format("its directory {}", directory.string()));
-    // Two gates on one file would each admit from their own memory: the second is refused.
-    const std::string lock_file = file_.string() + ".lock";
-    lock_fd_ = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) throw_system(errno, "open fence gate", file_, fmt::format("creating {}", lock_file));
+    // Two gates on one file would each admit from their own memory: the second is refused. The
+    // lock file is named after the real file, so every name of the file finds the same one.
+    const std::string lock_name = name_.string() + ".lock";
+    const auto lock_file = directory / lock_name;
+    lock_fd_ = ::openat(directory_fd_, lock_name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (lock_fd_ < 0) throw_system(errno, "open fence gate", file_, fmt::format("creating {}", lock_file.string()));
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
       throw_system(errno == EWOULDBLOCK ? EBUSY : errno, "open fence gate", file_,
-                   fmt::format("another gate holds {}", lock_file));
-    auto contents = read_whole_file(file_);
+                   fmt::format("another gate holds {}", lock_file.string()));
+    auto contents = read_whole_file(directory_fd_, name_, file_);
     if (contents) highest_ = decode(*contents, file_);
     // Rewriting what was read (or an empty gate) checks now, not at the first admit, that the file
     // can be written, and replaces a temporary file left by a write that a crash interrupted (that
@@ -212,8 +263,9 @@ DurableFenceGate::~DurableFenceGate() {
 
 void DurableFenceGate::persist(const GateState& state) {
   const std::string contents = encode(state);
-  int fd = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_system(errno, "write fence gate", file_, fmt::format("creating {}", temporary_.string()));
+  const auto temporary = real_file_.parent_path() / temporary_name_;
+  int fd = ::openat(directory_fd_, temporary_name_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) throw_system(errno, "write fence gate", file_, fmt::format("creating {}", temporary.string()));
   auto fail = [&](std::string_view what) {
     int error = errno;
     if (fd >= 0) ::close(fd);
@@ -222,18 +274,19 @@ void DurableFenceGate::persist(const GateState& state) {
   for (std::size_t written = 0; written < contents.size();) {
     ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(fmt::format("writing {}", temporary_.string()));
+    if (n < 0) fail(fmt::format("writing {}", temporary.string()));
     written += static_cast<std::size_t>(n);
   }
   observe(detail::GateWriteStep::temporary_written);
-  if (::fsync(fd) != 0) fail(fmt::format("fsync of {}", temporary_.string()));
+  if (::fsync(fd) != 0) fail(fmt::format("fsync of {}", temporary.string()));
   if (::close(fd) != 0) {
     fd = -1;
-    fail(fmt::format("closing {}", temporary_.string()));
+    fail(fmt::format("closing {}", temporary.string()));
   }
   fd = -1;
   observe(detail::GateWriteStep::temporary_synced);
-  if (::rename(temporary_.c_str(), file_.c_str()) != 0) fail(fmt::format("renaming {} over it", temporary_.string()));
+  if (::renameat(directory_fd_, temporary_name_.c_str(), directory_fd_, name_.c_str()) != 0)
+    fail(fmt::format("renaming {} over {}", temporary.string(), real_file_.string()));
   observe(detail::GateWriteStep::renamed);
   if (::fsync(directory_fd_) != 0) fail("fsync of its directory");
   observe(detail::GateWriteStep::directory_synced);

@@ -49,8 +49,8 @@ int run(sqlite3* db, const Statement& statement) {
   return code == SQLITE_DONE ? SQLITE_OK : code;
 }
 
-sql_fencing::WriteOutcome write_entry(const std::string& file, const std::string& name, std::int64_t token,
-                                const std::string& value) {
+sql_fencing::WriteOutcome write_entry(const sql_fencing::WriteRequest& request) {
+  const std::string& file = request.database;
   sqlite3* raw = nullptr;
   const int opened = sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
   Database db(raw, &sqlite3_close);
@@ -58,23 +58,29 @@ sql_fencing::WriteOutcome write_entry(const std::string& file, const std::string
     throw std::runtime_error(fmt::format("cannot open {}: {}", file, raw ? sqlite3_errmsg(raw) : sqlite3_errstr(opened)));
   }
   sqlite3_extended_result_codes(raw, 1);
-  sqlite3_busy_timeout(raw, 10'000);  // another writer holds the file's write lock: wait for it
-  // BEGIN IMMEDIATE takes the write lock before the token is compared: writers of the file are
-  // serialized, and each sees the token the one before it committed.
-  const std::vector<Statement> transaction = {
-      {"BEGIN IMMEDIATE", {}},
-      {"INSERT INTO fence (name, token) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET token = excluded.token",
-       {name, token}},
-      {"INSERT INTO entries (name, token, value) VALUES (?1, ?2, ?3)", {name, token, value}},
-      {"COMMIT", {}},
-  };
-  for (const Statement& statement : transaction) {
+  // Another writer holds the file's write lock: wait for it, but not for ever. Nothing can end a
+  // frozen writer's transaction from outside: it keeps the lock for its whole freeze, and this
+  // writer gets SQLITE_BUSY (nothing written) after the bound.
+  sqlite3_busy_timeout(raw, static_cast<int>(request.lock_wait_bound.count()));
+  auto run_checked = [&](const Statement& statement) {
     const int code = run(raw, statement);
-    if (refused(raw, code)) return sql_fencing::WriteOutcome::refused;  // rolled back by the trigger
-    if (code != SQLITE_OK) {
+    if (code != SQLITE_OK && !refused(raw, code)) {
       throw std::runtime_error(fmt::format("SQLite {}: {} ({})", file, sqlite3_errmsg(raw), statement.sql));
     }
-  }
+    return code == SQLITE_OK;
+  };
+  // BEGIN IMMEDIATE takes the write lock before the token is compared: writers of the file are
+  // serialized, and each sees the token the one before it committed.
+  run_checked({"BEGIN IMMEDIATE", {}});
+  if (!run_checked({"INSERT INTO fence (name, token) VALUES (?1, ?2) "
+                    "ON CONFLICT (name) DO UPDATE SET token = excluded.token",
+                    {request.name, request.token}}))
+    return sql_fencing::WriteOutcome::refused;  // rolled back by the trigger
+  if (request.pause_in_transaction) request.pause_in_transaction();
+  if (!run_checked({"INSERT INTO entries (name, token, value) VALUES (?1, ?2, ?3)",
+                    {request.name, request.token, request.value}}))
+    return sql_fencing::WriteOutcome::refused;
+  run_checked({"COMMIT", {}});
   return sql_fencing::WriteOutcome::written;
 }
 

@@ -60,12 +60,21 @@ class FenceGate {
 // may write many times at the cost of one file write). The file ends in a CRC-32 of its contents;
 // a damaged file is refused, never replaced by an empty gate, which would admit lower tokens again.
 // One gate at a time may use a file: it holds an flock(2) on `<file>.lock` while open.
+//
+// A gate is a file, not a name. A name that is a symbolic link (to a persistent volume, say) is
+// followed to the real file, and the lock file, the temporary file and the rename are beside that
+// file: the link stays a link, and every name of the file (links, a linked directory) meets the
+// same lock. A file with more than one hard link is refused, since replacing it would leave the
+// other names with the old tokens.
 class DurableFenceGate {
  public:
   // Opens the gate kept in `file`, creating it (empty) if it does not exist; its directory must
-  // exist. Throws Error naming the file: errc::corrupt_state if it is damaged (truncated, checksum
-  // mismatch, not a gate file), the system's error (no such directory, permission denied, ...) if
-  // it cannot be read or written, std::errc::device_or_resource_busy if another gate has it open.
+  // exist (if `file` is a symbolic link, the directory of the file it points to). Throws Error
+  // naming the file: errc::corrupt_state if it is damaged (truncated, checksum mismatch, not a
+  // gate file), errc::invalid_argument if it has more than one hard link, the system's error (no
+  // such directory, permission denied, too many levels of symbolic links, ...) if it cannot be
+  // read or written, std::errc::device_or_resource_busy if another gate has it open (through any
+  // of its names).
   explicit DurableFenceGate(std::filesystem::path file);
   ~DurableFenceGate();
   DurableFenceGate(const DurableFenceGate&) = delete;
@@ -79,13 +88,17 @@ class DurableFenceGate {
   std::optional<FencingToken> highest(std::string_view key) const;
   std::uint64_t admitted() const;
   std::uint64_t refused() const;
-  const std::filesystem::path& file() const noexcept { return file_; }
+  const std::filesystem::path& file() const noexcept { return file_; }  // as given to the constructor
+  // The file the gate keeps its tokens in: `file()` with its symbolic links followed, absolute.
+  const std::filesystem::path& real_file() const noexcept { return real_file_; }
 
  private:
   void persist(const std::map<std::string, FencingToken, std::less<>>& state);
 
   std::filesystem::path file_;
-  std::filesystem::path temporary_;
+  std::filesystem::path real_file_;
+  std::filesystem::path name_;            // of the real file, in directory_fd_
+  std::filesystem::path temporary_name_;  // in directory_fd_
   int directory_fd_ = -1;
   int lock_fd_ = -1;
   mutable std::mutex mutex_;

@@ -265,4 +265,100 @@ TEST_F(DurableFenceGateTest, KilledAtEveryStepOfAWriteItAdmitsNoLowerTokenAfterR
   }
 }
 
+// One file reached through two names is one gate: the lock and the temporary file live beside the
+// real file, whichever name opened it.
+TEST_F(DurableFenceGateTest, ASecondGateThroughASymlinkIsBusy) {
+  const auto alias = directory_ / "alias";
+  fs::create_symlink("gate", alias);
+  const auto linked_directory = directory_.string() + "-link";
+  fs::create_directory_symlink(directory_, linked_directory);
+  struct RemoveAtEnd {
+    fs::path path;
+    ~RemoveAtEnd() { fs::remove(path); }
+  } remove_link{linked_directory};
+
+  for (const auto& [first, second] : std::vector<std::pair<fs::path, fs::path>>{
+           {file_, alias}, {alias, file_}, {file_, fs::path(linked_directory) / "gate"},
+           {fs::path(linked_directory) / "alias", file_}}) {
+    SCOPED_TRACE(first.string() + " then " + second.string());
+    std::optional<zkr::DurableFenceGate> open(std::in_place, first);
+    auto error = open_error(second);
+    ASSERT_TRUE(error) << "two gates were open on one file at once";
+    EXPECT_EQ(error->code(), std::errc::device_or_resource_busy) << error->what();
+    EXPECT_NE(std::string(error->what()).find(second.string()), std::string::npos) << error->what();
+  }
+}
+
+// Plain restarts, one process after another, through the link and through the real name: the
+// token admitted through one name is the floor through the other.
+TEST_F(DurableFenceGateTest, RestartsThroughASymlinkAndTheRealNameNeverAdmitALowerToken) {
+  const auto alias = directory_ / "alias";
+  const auto applied = directory_ / "applied";
+  ASSERT_EQ(run_resource(file_, applied, "none", 0, {"100"}).status, 0);
+  fs::create_symlink(file_, alias);
+  ResourceRun through_link = run_resource(alias, applied, "none", 0, {"300"});
+  ASSERT_EQ(through_link.status, 0);
+  EXPECT_EQ(through_link.highest_at_open(), 100);
+  ResourceRun through_real_name = run_resource(file_, applied, "none", 0, {"250", "300"});
+  ASSERT_EQ(through_real_name.status, 0);
+  EXPECT_EQ(through_real_name.highest_at_open(), 300);
+  EXPECT_EQ(through_real_name.tokens("REFUSED"), std::vector<long long>{250}) << "admitted 250 after 300";
+  ResourceRun through_link_again = run_resource(alias, applied, "none", 0, {"250"});
+  EXPECT_EQ(through_link_again.highest_at_open(), 300);
+  EXPECT_EQ(through_link_again.tokens("REFUSED"), std::vector<long long>{250});
+  EXPECT_TRUE(fs::is_symlink(alias)) << "the link was replaced by a file of its own";
+}
+
+// The realistic case: the gate's name is a symlink onto a persistent volume, made before the gate
+// file exists there. Writes go to the volume; the link stays a link.
+TEST_F(DurableFenceGateTest, AGateReachedThroughASymlinkKeepsItsStateOnTheTarget) {
+  const auto volume = directory_ / "volume";
+  const auto app = directory_ / "app";
+  fs::create_directories(volume);
+  fs::create_directories(app);
+  const auto link = app / "fence";
+  fs::create_symlink("../volume/fence", link);  // relative, and dangling until the gate writes
+  {
+    zkr::DurableFenceGate gate(link);
+    EXPECT_EQ(gate.file(), link);
+    EXPECT_EQ(gate.real_file(), fs::canonical(volume) / "fence");
+    EXPECT_TRUE(gate.admit("ledger", zkr::FencingToken(300)));
+    EXPECT_TRUE(gate.admit("ledger", zkr::FencingToken(400)));
+  }
+  EXPECT_TRUE(fs::is_symlink(link)) << "the link was replaced by a file of its own";
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(volume / "fence")));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(app / "fence.tmp")));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(app / "fence.lock")));
+  zkr::DurableFenceGate on_the_volume(volume / "fence");
+  EXPECT_EQ(on_the_volume.highest("ledger"), zkr::FencingToken(400));
+}
+
+TEST_F(DurableFenceGateTest, RefusesASymlinkLoopNamingIt) {
+  const auto loop = directory_ / "loop";
+  fs::create_symlink("loop", loop);
+  auto error = open_error(loop);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), std::errc::too_many_symbolic_link_levels) << error->what();
+  EXPECT_NE(std::string(error->what()).find(loop.string()), std::string::npos) << error->what();
+}
+
+// A hard link is a second name for the same inode; the gate's first write (a rename) would split
+// the two names into two gates. Refused, naming the file and its link count.
+TEST_F(DurableFenceGateTest, RefusesAFileWithAnotherHardLink) {
+  { zkr::DurableFenceGate gate(file_); gate.admit("ledger", zkr::FencingToken(300)); }
+  const auto alias = directory_ / "alias";
+  fs::create_hard_link(file_, alias);
+  for (const auto& name : {alias, file_}) {
+    auto error = open_error(name);
+    ASSERT_TRUE(error) << "opened " << name << ", a file with 2 hard links";
+    EXPECT_EQ(error->code(), zkr::errc::invalid_argument) << error->what();
+    EXPECT_EQ(error->code(), zkr::condition::bad_input);
+    EXPECT_NE(std::string(error->what()).find(name.string()), std::string::npos) << error->what();
+    EXPECT_NE(std::string(error->what()).find("2 hard links"), std::string::npos) << error->what();
+  }
+  fs::remove(alias);
+  zkr::DurableFenceGate gate(file_);
+  EXPECT_FALSE(gate.admit("ledger", zkr::FencingToken(250)));
+}
+
 }  // namespace

@@ -104,6 +104,31 @@ struct KillGroupAtEnd {
   }
 };
 
+// The SQL of the first ```sql block after `marker` in docs/fencing.md: the tests run the
+// documented snippets as written, so the page cannot promise SQL that does not run.
+std::string documented_sql(std::string_view marker) {
+  std::ifstream in(ZKR_FENCING_DOC);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = doc.find(marker);
+  EXPECT_NE(at, std::string::npos) << "docs/fencing.md no longer says: " << marker;
+  const auto open = doc.find("```sql\n", at);
+  const auto close = doc.find("```\n", open + 7);
+  if (at == std::string::npos || open == std::string::npos || close == std::string::npos) return "";
+  return doc.substr(open + 7, close - open - 7);
+}
+
+// Collects a process's output (stdout and stderr merged) until it ends.
+struct Collected {
+  std::string output;
+  std::optional<int> exit_code;
+};
+Collected collect(Process& process) {
+  Collected collected;
+  collected.output = process.read_all(scaled(30s));
+  collected.exit_code = process.wait(scaled(30s));
+  return collected;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The rows a test shows and asserts on
 
@@ -240,6 +265,52 @@ class DatabaseFencingTest : public ::testing::Test {
     const std::int64_t token_b = fence[0].token;
     EXPECT_GT(token_b, token_a);
     EXPECT_THAT(entries, ElementsAre(EntryRow{kName, token_a, "A-in-time"}, EntryRow{kName, token_b, "B"}));
+  }
+
+  // Holder A (the C++ example) is granted, admits its token and freezes inside its transaction,
+  // holding the fence row's lock (PostgreSQL) or the file's write lock (SQLite); its session
+  // expires and B is granted. Returns B's output once it ended (or after a bound, by which A is
+  // thawed anyway, so the test ends either way) and A's, after thawing it.
+  struct FrozenInside {
+    long long token_a = 0;
+    Collected a, b;
+    bool b_ended_while_a_was_frozen = false;
+    std::chrono::milliseconds b_after_grant{0};  // from B's grant until B ended
+  };
+  FrozenInside writer_frozen_inside_its_transaction() {
+    FrozenInside run;
+    Process a(writer("A", {"--pause-in-transaction"}), merged_output());
+    auto granted = a.wait_for_line("writer 'A': granted", scaled(30s));
+    EXPECT_TRUE(granted) << "A was never granted the lock";
+    if (!granted) return run;
+    run.token_a = number_after(*granted, "fencing token ");
+    EXPECT_TRUE(a.wait_for_line("writer 'A': pausing inside the transaction", scaled(10s)));
+    EXPECT_TRUE(wait_until_stopped(a.pid(), 10s)) << "A did not stop itself";
+
+    Process b(writer("B", {"--wait", scaled_seconds(30s)}), merged_output());
+    std::optional<std::chrono::steady_clock::time_point> b_granted;
+    // Long enough for B's grant (about a session timeout) and any bound of the recipe, far
+    // shorter than a real freeze: after it, A is thawed whatever happened.
+    const auto give_up = std::chrono::steady_clock::now() + scaled(12s);
+    while (std::chrono::steady_clock::now() < give_up) {
+      auto line = b.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::max(give_up - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(1ms))));
+      if (!line) break;
+      run.b.output += *line + "\n";
+      if (line->starts_with("writer 'B': granted")) b_granted = std::chrono::steady_clock::now();
+    }
+    run.b_ended_while_a_was_frozen = b.at_end_of_output();
+    if (b_granted)
+      run.b_after_grant =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *b_granted);
+    a.thaw();
+    run.a = collect(a);
+    run.a.output = *granted + "\n" + run.a.output;
+    Collected b_rest = collect(b);
+    run.b.output += b_rest.output;
+    run.b.exit_code = b_rest.exit_code;
+    std::cout << run.a.output << run.b.output;
+    return run;
   }
 
   std::string servers_ = zkr::testenv::shared_server();
@@ -390,6 +461,126 @@ TEST_F(PostgresFencingTest, StaleWriterWaitingOnALaterOneIsRefusedWhenItCommits)
   EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "later"}));
 }
 
+// docs/fencing.md's write, run by psql as written (its :'name', :'token' and :'value' are psql
+// variables), and its operator's lowering of a fence row on purpose, which nothing else can do.
+TEST_F(PostgresFencingTest, DocumentedWriteAndLoweringRunAsWritten) {
+  const std::string write_sql = documented_sql("The write, in one transaction, fence first");
+  const std::string lower_sql = documented_sql("An operator lowers a name's token on purpose");
+  ASSERT_FALSE(write_sql.empty());
+  ASSERT_FALSE(lower_sql.empty());
+  auto psql = [&](const std::string& sql, std::vector<std::string> variables) {
+    std::vector<std::string> argv{"psql", server_->uri(), "-X", "-q", "-v", "ON_ERROR_STOP=1"};
+    for (auto& variable : variables) {
+      argv.push_back("-v");
+      argv.push_back(std::move(variable));
+    }
+    std::ofstream(gate_dir_.file("snippet.sql")) << sql;
+    argv.push_back("-f");
+    argv.push_back(gate_dir_.file("snippet.sql").string());
+    return run_to_end(std::move(argv));
+  };
+  const Outcome first = psql(write_sql, {"name=ledger", "token=200", "value=it's 200"});
+  EXPECT_EQ(first.exit_code, 0) << write_sql << first.output;
+  const Outcome stale = psql(write_sql, {"name=ledger", "token=100", "value=stale"});
+  EXPECT_EQ(stale.exit_code, 3) << stale.output;
+  EXPECT_THAT(stale.output, HasSubstr("stale fencing token 100 for ledger"));
+
+  // Lowering without saying so is refused, for everyone; deleting is refused while rows refer to it.
+  PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+  PgResult lowered(PQexec(connection.get(), "UPDATE fence SET token = 5 WHERE name = 'ledger'"), &PQclear);
+  EXPECT_STREQ(PQresultErrorField(lowered.get(), PG_DIAG_SQLSTATE), "ZF001");
+  PgResult deleted(PQexec(connection.get(), "DELETE FROM fence WHERE name = 'ledger'"), &PQclear);
+  EXPECT_EQ(PQresultStatus(deleted.get()), PGRES_FATAL_ERROR);
+
+  const Outcome operator_run = psql(lower_sql, {"name=ledger", "token=5"});
+  EXPECT_EQ(operator_run.exit_code, 0) << lower_sql << operator_run.output;
+  const Outcome after_rebuild = psql(write_sql, {"name=ledger", "token=10", "value=new ensemble"});
+  EXPECT_EQ(after_rebuild.exit_code, 0) << after_rebuild.output;
+  const Outcome below = psql(write_sql, {"name=ledger", "token=7", "value=stale again"});
+  EXPECT_EQ(below.exit_code, 3) << below.output;
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 10}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 200, "it's 200"}, EntryRow{kName, 10, "new ensemble"}));
+}
+
+// A client that ignores the refusal and goes on, in a transaction that survives it, cannot commit
+// its rows: psql with ON_ERROR_ROLLBACK (a savepoint around each statement) running the documented
+// write, and a libpq client that rolls back to a savepoint after each failed statement.
+TEST_F(PostgresFencingTest, IgnoringTheRefusalCannotCommit) {
+  PgConnection connection(PQconnectdb(server_->uri().c_str()), &PQfinish);
+  ASSERT_EQ(PQstatus(connection.get()), CONNECTION_OK) << PQerrorMessage(connection.get());
+  auto run = [&](const std::string& sql) { return PgResult(PQexec(connection.get(), sql.c_str()), &PQclear); };
+  ASSERT_EQ(PQresultStatus(run("BEGIN; INSERT INTO fence (name, token) VALUES ('ledger', 300); "
+                               "INSERT INTO entries (name, token, value) VALUES ('ledger', 300, 'later'); COMMIT")
+                               .get()),
+            PGRES_COMMAND_OK);
+
+  std::ofstream(gate_dir_.file("write.sql")) << documented_sql("The write, in one transaction, fence first");
+  const Outcome psql = run_to_end({"psql", server_->uri(), "-X", "-v", "ON_ERROR_ROLLBACK=on", "-v", "name=ledger",
+                                   "-v", "token=250", "-v", "value=psql ignoring", "-f",
+                                   gate_dir_.file("write.sql").string()});
+  std::cout << "psql -v ON_ERROR_ROLLBACK=on:\n" << psql.output;
+  EXPECT_THAT(psql.output, HasSubstr("stale fencing token 250 for ledger in entries"))
+      << "the COMMIT was not refused";
+
+  // A savepoint per statement, by hand: the failed upsert is rolled back alone.
+  auto in_savepoint = [&](const std::string& sql) {
+    run("SAVEPOINT statement");
+    PgResult result = run(sql);
+    run(PQresultStatus(result.get()) == PGRES_FATAL_ERROR ? "ROLLBACK TO SAVEPOINT statement"
+                                                          : "RELEASE SAVEPOINT statement");
+    return result;
+  };
+  ASSERT_EQ(PQresultStatus(run("BEGIN").get()), PGRES_COMMAND_OK);
+  PgResult upsert = in_savepoint("INSERT INTO fence (name, token) VALUES ('ledger', 250) "
+                                 "ON CONFLICT (name) DO UPDATE SET token = excluded.token");
+  EXPECT_STREQ(PQresultErrorField(upsert.get(), PG_DIAG_SQLSTATE), "ZF001");
+  PgResult insert = in_savepoint("INSERT INTO entries (name, token, value) VALUES ('ledger', 250, 'savepoints')");
+  EXPECT_EQ(PQresultStatus(insert.get()), PGRES_COMMAND_OK) << PQresultErrorMessage(insert.get());
+  PgResult commit = run("COMMIT");
+  EXPECT_EQ(PQresultStatus(commit.get()), PGRES_FATAL_ERROR) << "committed: " << PQcmdStatus(commit.get());
+  EXPECT_STREQ(PQresultErrorField(commit.get(), PG_DIAG_SQLSTATE), "ZF001");
+
+  // Rows written without admitting their token at all are refused at COMMIT too.
+  ASSERT_EQ(PQresultStatus(run("BEGIN").get()), PGRES_COMMAND_OK);
+  run("INSERT INTO entries (name, token, value) VALUES ('ledger', 400, 'never admitted')");
+  PgResult unfenced = run("COMMIT");
+  EXPECT_STREQ(PQresultErrorField(unfenced.get(), PG_DIAG_SQLSTATE), "ZF002") << PQresultErrorMessage(unfenced.get());
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 300}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "later"}));
+}
+
+// A holder frozen inside its transaction holds the fence row's lock. The recipe's
+// idle_in_transaction_session_timeout (the session's silence tolerance) makes the server end that
+// transaction before the lock can be granted to B: B writes without waiting out the freeze, and
+// A's write never commits.
+TEST_F(PostgresFencingTest, WriterFrozenInsideItsTransactionLosesItBeforeTheNextIsGranted) {
+  const FrozenInside run = writer_frozen_inside_its_transaction();
+  EXPECT_TRUE(run.b_ended_while_a_was_frozen) << "B waited for the frozen A's transaction";
+  EXPECT_EQ(run.b.exit_code, 0) << "B's write was not accepted";
+  EXPECT_LT(run.b_after_grant, scaled(2s)) << "B waited on the fence row after its grant";
+  EXPECT_EQ(run.a.exit_code, 1) << "A's transaction was not ended by the server";
+  EXPECT_THAT(run.a.output, HasSubstr("nothing was written"));
+  std::ifstream log(server_->state_dir() / "postgres.log");
+  const std::string server_log((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(server_log, HasSubstr("terminating connection due to idle-in-transaction timeout"));
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  ASSERT_EQ(entries.size(), 1u) << "A's stale write committed";
+  EXPECT_EQ(entries[0].value, "B");
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, entries[0].token}));
+  EXPECT_GT(entries[0].token, run.token_a);
+}
+
 // testenv's server: never root, on 127.0.0.1 only, and gone (process and directory) afterwards.
 TEST(PostgresServerTest, RunsUnprivilegedAndLeavesNothingBehind) {
   if (auto reason = zkr::testenv::PostgresServer::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
@@ -484,5 +675,75 @@ class SqliteFencingTest : public DatabaseFencingTest {
 TEST_F(SqliteFencingTest, FrozenCxxWriterIsRefused) { frozen_example_writer_is_refused(); }
 
 TEST_F(SqliteFencingTest, FrozenZklockJobWithSqlite3IsRefused) { frozen_zklock_job_is_refused(); }
+
+// After a refusal SQLite has rolled the transaction back; a client that goes on (sqlite3 without
+// -bail) runs its next statements each in a transaction of its own. The schema refuses them too.
+TEST_F(SqliteFencingTest, IgnoringTheRefusalCannotWrite) {
+  const std::string writes =
+      "BEGIN IMMEDIATE;\n"
+      "INSERT INTO fence (name, token) VALUES ('ledger', {0}) ON CONFLICT (name) DO UPDATE SET token = excluded.token;\n"
+      "INSERT INTO entries (name, token, value) VALUES ('ledger', {0}, '{1}');\n"
+      "COMMIT;\n";
+  const Outcome later = run_to_end({"sqlite3", "-bail", database(), fmt::format(fmt::runtime(writes), 300, "later")});
+  ASSERT_EQ(later.exit_code, 0) << later.output;
+  // From standard input, as a script: sqlite3 without -bail goes on after an error there.
+  const Outcome ignoring = run_to_end({"/bin/sh", "-c", "printf '%s' \"$1\" | sqlite3 \"$0\"", database(),
+                                       fmt::format(fmt::runtime(writes), 250, "ignoring")});
+  std::cout << "sqlite3 without -bail:\n" << ignoring.output;
+  EXPECT_THAT(ignoring.output, HasSubstr("stale fencing token"));
+  const Outcome unfenced = run_to_end(
+      {"sqlite3", database(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 400, 'never admitted')"});
+  EXPECT_NE(unfenced.exit_code, 0) << unfenced.output;
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 300}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "later"}));
+}
+
+// docs/fencing.md's operator step for SQLite: delete the name's row, and the next writer starts it
+// again from its own token. An update that lowers it is refused.
+TEST_F(SqliteFencingTest, AnOperatorLowersTheFenceByDeletingItsRow) {
+  const std::string write = "BEGIN IMMEDIATE; INSERT INTO fence (name, token) VALUES ('ledger', {0}) "
+                            "ON CONFLICT (name) DO UPDATE SET token = excluded.token; "
+                            "INSERT INTO entries (name, token, value) VALUES ('ledger', {0}, 'v{0}'); COMMIT;";
+  ASSERT_EQ(run_to_end({"sqlite3", "-bail", database(), fmt::format(fmt::runtime(write), 300)}).exit_code, 0);
+  const Outcome lowered = run_to_end({"sqlite3", "-bail", database(), "UPDATE fence SET token = 5 WHERE name = 'ledger'"});
+  EXPECT_NE(lowered.exit_code, 0);
+  EXPECT_THAT(lowered.output, HasSubstr("stale fencing token"));
+  const std::string operator_sql = documented_sql("In SQLite an operator deletes the row");
+  ASSERT_FALSE(operator_sql.empty());
+  std::ofstream(dir_.file("reset.sql")) << operator_sql;
+  const Outcome reset = run_to_end({"/bin/sh", "-c", "sqlite3 -bail \"$0\" < \"$1\"", database(),
+                                    dir_.file("reset.sql").string()});
+  EXPECT_EQ(reset.exit_code, 0) << operator_sql << reset.output;
+  EXPECT_EQ(run_to_end({"sqlite3", "-bail", database(), fmt::format(fmt::runtime(write), 10)}).exit_code, 0);
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 10}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "v300"}, EntryRow{kName, 10, "v10"}));
+}
+
+// A holder frozen inside its transaction holds the file's write lock, and nothing outside it can
+// end that transaction. The recipe bounds the next holder's wait with its busy timeout (twice the
+// session's silence tolerance): B gives up with SQLITE_BUSY, nothing written, instead of waiting
+// out the freeze. A's write lands when it thaws, before any write of B's (ordered, lower token).
+TEST_F(SqliteFencingTest, WriterFrozenInsideItsTransactionHoldsTheNextOnlyForTheBusyTimeout) {
+  const FrozenInside run = writer_frozen_inside_its_transaction();
+  EXPECT_TRUE(run.b_ended_while_a_was_frozen) << "B waited out the frozen A's transaction";
+  EXPECT_EQ(run.b.exit_code, 1);
+  EXPECT_THAT(run.b.output, HasSubstr("database is locked"));
+  EXPECT_LT(run.b_after_grant, scaled(4s)) << "B's wait for the file's lock was not bounded by the recipe";
+  EXPECT_EQ(run.a.exit_code, 0) << "A's write, the only one, should have landed on thaw";
+
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, run.token_a}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, run.token_a, "A"}));
+}
 
 }  // namespace
