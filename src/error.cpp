@@ -174,7 +174,7 @@ static std::string describe(std::error_code ec, std::string_view operation, std:
 
 // std::system_error appends ": " + ec.message() to its argument; build what() ourselves instead.
 Error::Error(std::error_code ec, std::string_view operation, std::string_view path, std::string_view detail)
-    : std::system_error(ec), path_(path), what_(describe(ec, operation, path, detail)) {}
+    : std::system_error(ec), path_(path), detail_(detail), what_(describe(ec, operation, path, detail)) {}
 
 void throw_if(std::error_code ec, std::string_view operation, std::string_view path, std::string_view detail) {
   if (ec) throw Error(ec, operation, path, detail);

@@ -164,23 +164,36 @@ void SessionCore::connect_or_throw() {
     close();
     throw Error(make_error_code(errc::unknown_host), "connect to", options_.servers, reason);
   }
-  bool settled = state_changed_.wait_for(lock, options_.connect_timeout, [this] {
-    auto state = state_.load();
-    return state == SessionState::connected || state == SessionState::auth_failed ||
-           state == SessionState::closed;
-  });
+  const auto settled_by = [&](std::chrono::steady_clock::time_point until) {
+    return state_changed_.wait_until(lock, until, [this] {
+      auto state = state_.load();
+      return state == SessionState::connected || state == SessionState::auth_failed ||
+             state == SessionState::closed;
+    });
+  };
+  // A timeout names its cause. Unless the handshake already told one (a service that is not
+  // ZooKeeper), the last tenth of the wait (at most a second) asks each host directly whether it
+  // refuses, accepts or does not answer, so that the whole call keeps to the connect timeout.
+  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  const auto probe_budget = std::min<std::chrono::milliseconds>(options_.connect_timeout / 10, std::chrono::seconds(1));
+  bool settled = settled_by(deadline - probe_budget);
+  std::string unreachable;
+  if (!settled && last_connect_problem_.empty()) {
+    lock.unlock();
+    unreachable = describe_unreachable_servers(options_.servers, probe_budget);
+    lock.lock();
+  }
+  if (!settled) settled = settled_by(deadline);
   SessionState outcome = state_.load();
+  std::string detail = fmt::format("no session within {} ms", options_.connect_timeout.count());
+  if (!last_connect_problem_.empty()) detail += "; " + last_connect_problem_;
+  else if (!unreachable.empty()) detail += "; " + unreachable;
   lock.unlock();
   if (settled && outcome == SessionState::connected) return;
   close();
   if (outcome == SessionState::auth_failed)
     throw Error(make_error_code(errc::auth_failed), "connect to", options_.servers,
                 "the ensemble refused the digest credentials");
-  std::string detail = fmt::format("no session within {} ms", options_.connect_timeout.count());
-  {
-    std::lock_guard guard(mutex_);
-    if (!last_connect_problem_.empty()) detail += "; " + last_connect_problem_;
-  }
   throw Error(make_error_code(errc::connect_timeout), "connect to", options_.servers, detail);
 }
 
@@ -880,15 +893,22 @@ void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConn
     if (thread.get_id() == self) thread.detach();
     else thread.join();
   };
+  // Lost sessions' handles: closed on the server if that can be done soon; otherwise the closer
+  // finishes on its own (the server expires those sessions anyway). Without a session ever made
+  // there is nothing to end on a server: a handle to a service that only looked like ZooKeeper
+  // may block its close for seconds, which a failed first connect must not wait for.
+  bool had_session = false;
   {
-    // Lost sessions' handles: closed on the server if that can be done soon; otherwise the closer
-    // finishes on its own (the server expires those sessions anyway).
+    std::lock_guard lock(mutex_);
+    had_session = session_ever_established_;
+  }
+  {
     std::unique_lock lock(closer_->mutex);
     closer_->stopping = true;
     if (!closer_thread_.joinable()) closer_->finished = true;  // never started: no lost session
     closer_->changed.notify_all();
-    if (!closer_->changed.wait_for(lock, std::chrono::seconds(5), [this] { return closer_->finished; }) &&
-        closer_thread_.joinable())
+    const auto patience = had_session ? std::chrono::milliseconds(5000) : std::chrono::milliseconds(100);
+    if (!closer_->changed.wait_for(lock, patience, [this] { return closer_->finished; }) && closer_thread_.joinable())
       closer_thread_.detach();
   }
   join_or_detach(closer_thread_);

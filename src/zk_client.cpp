@@ -2,16 +2,23 @@
 #include "zk_client.hpp"
 
 #include <netdb.h>
+#include <poll.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #include <zookeeper/zookeeper.h>
+
+#include <fmt/format.h>
 
 #include <zkr/names.hpp>
 
@@ -415,6 +422,85 @@ std::string describe_unresolvable_hosts(const std::string& servers) {
     problems += (problems.empty() ? "" : "; ") + host + ": " + ::gai_strerror(rc);
   }
   return problems;
+}
+
+namespace {
+
+// One TCP connection attempt of describe_unreachable_servers.
+struct ConnectProbe {
+  std::size_t host = 0;  // index into the server list
+  int fd = -1;
+  int error = EINPROGRESS;  // 0 once connected
+};
+
+// What became of a host's attempts, best first: one accepted, one refused, one failed otherwise.
+std::string host_outcome(const std::string& host_port, const std::vector<ConnectProbe>& probes, std::size_t host,
+                         std::chrono::milliseconds budget) {
+  int worst = EINPROGRESS;
+  bool tried = false;
+  for (const ConnectProbe& probe : probes) {
+    if (probe.host != host) continue;
+    tried = true;
+    if (probe.error == 0) return fmt::format("{} accepts connections but gave no ZooKeeper session", host_port);
+    if (probe.error == ECONNREFUSED || worst == EINPROGRESS) worst = probe.error;
+  }
+  if (!tried) return fmt::format("{} cannot be resolved", host_port);
+  if (worst == ECONNREFUSED) return fmt::format("{} refuses connections (nothing listens there)", host_port);
+  if (worst == EINPROGRESS) return fmt::format("{} does not answer within {} ms (down, or dropped on the way)", host_port, budget.count());
+  return fmt::format("{}: {}", host_port, std::strerror(worst));
+}
+
+}  // namespace
+
+std::string describe_unreachable_servers(const std::string& servers, std::chrono::milliseconds budget) {
+  std::error_code ec;
+  const auto list = parse_servers(servers, ec);
+  if (!list) return {};
+  constexpr std::size_t kMostProbes = 32;
+  std::vector<ConnectProbe> probes;
+  for (std::size_t host = 0; host < list->hosts.size(); ++host) {
+    const std::string& host_port = list->hosts[host];
+    const auto colon = host_port.rfind(':');
+    std::string name = host_port.substr(0, colon);
+    if (name.size() > 2 && name.front() == '[') name = name.substr(1, name.size() - 2);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(name.c_str(), host_port.substr(colon + 1).c_str(), &hints, &found) != 0) continue;
+    for (addrinfo* address = found; address && probes.size() < kMostProbes; address = address->ai_next) {
+      ConnectProbe probe{host};
+      probe.fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (probe.fd < 0) continue;
+      if (::connect(probe.fd, address->ai_addr, address->ai_addrlen) == 0) probe.error = 0;
+      else if (errno != EINPROGRESS) probe.error = errno;
+      probes.push_back(probe);
+    }
+    ::freeaddrinfo(found);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  while (true) {
+    std::vector<pollfd> waiting;
+    for (const ConnectProbe& probe : probes)
+      if (probe.error == EINPROGRESS) waiting.push_back({probe.fd, POLLOUT, 0});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (waiting.empty() || left <= std::chrono::milliseconds::zero()) break;
+    if (::poll(waiting.data(), waiting.size(), static_cast<int>(left.count())) <= 0) continue;
+    for (const pollfd& ready : waiting) {
+      if (ready.revents == 0) continue;
+      for (ConnectProbe& probe : probes) {
+        if (probe.fd != ready.fd) continue;
+        int error = 0;
+        socklen_t length = sizeof error;
+        ::getsockopt(probe.fd, SOL_SOCKET, SO_ERROR, &error, &length);
+        probe.error = error;
+      }
+    }
+  }
+  std::string outcome;
+  for (std::size_t host = 0; host < list->hosts.size(); ++host)
+    outcome += (outcome.empty() ? "" : "; ") + host_outcome(list->hosts[host], probes, host, budget);
+  for (const ConnectProbe& probe : probes) ::close(probe.fd);
+  return outcome;
 }
 
 std::string client_connect_string(const std::string& servers) {

@@ -127,6 +127,11 @@ std::string client_connect_string(const std::string& servers);
 // which or why.
 std::string describe_unresolvable_hosts(const std::string& servers);
 
+// Why no session came from `servers`, host by host, found by a TCP connection attempt to each
+// address (all at once, for at most `budget`): "zk1:2181 refuses connections (nothing listens
+// there); zk2:2181 does not answer within 300 ms (...)". For a first connect that timed out.
+std::string describe_unreachable_servers(const std::string& servers, std::chrono::milliseconds budget);
+
 // How a session opens its connections: connect_zookeeper, or a fake in unit tests.
 using ConnectionFactory = std::function<std::unique_ptr<ZooKeeperConnection>(
     const std::string& servers, std::chrono::milliseconds session_timeout, ConnectionEventHandler on_event,

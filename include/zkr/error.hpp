@@ -96,10 +96,13 @@ class Error : public std::system_error {
   Error(std::error_code ec, std::string_view operation, std::string_view path = {},
         std::string_view detail = {});
   const std::string& path() const noexcept { return path_; }
+  // The detail alone (what a connect failure found, say), empty if none was given.
+  const std::string& detail() const noexcept { return detail_; }
   const char* what() const noexcept override { return what_.c_str(); }
 
  private:
   std::string path_;
+  std::string detail_;
   std::string what_;
 };
 

@@ -354,6 +354,22 @@ TEST_F(ConnectStringTest, AHostWithoutAPortConnectsOnPort2181) {
   expect_connects(lab, "s0", "[::1]:2181/");
 }
 
+// A server whose packets vanish on the way (no refusal, no answer) is named as such when the
+// connect times out, and the timeout is kept.
+TEST_F(ConnectStringTest, ASilentServerIsNamedWhenTheConnectTimesOut) {
+  NetLab lab({.servers = 1, .clients = 1, .tick_ms = 200, .sync_limit = 5});
+  lab.drop("c0", "s0");
+  Process::Options options;
+  options.pipe_stdin = true;
+  const auto started = std::chrono::steady_clock::now();
+  auto session = lab.spawn(0, {ZKR_TEST_SESSION, lab.server_address(0), "4000", "200", "2000"}, options);
+  const auto line = session->read_line(scaled(10s));
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->find(lab.server_address(0) + " does not answer within 200 ms"), std::string::npos) << *line;
+  EXPECT_LT(elapsed, scaled(2500ms));  // 2 s and the process's start in the lab
+}
+
 #ifdef ZKLOCK_BINARY
 // The README's first zklock line, literally: `zklock -z HOST LOCKPATH COMMAND`.
 TEST_F(ConnectStringTest, ZklockWithAPortlessHostRunsItsJob) {

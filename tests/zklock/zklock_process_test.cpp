@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -197,6 +198,37 @@ TEST_F(ZklockTest, NestedZklockOnTheParentsLockIsRefusedAtOnce) {
   const Outcome other = run_to_end(zklock({path_, zklock_binary, "-w", "3", path_ + "-inner", "-c", "echo inner ran"}));
   EXPECT_EQ(other.exit_code, 0) << other.output;
   EXPECT_THAT(other.output, HasSubstr("inner ran"));
+}
+
+// An ensemble that cannot be reached: exit 69 within the connect timeout, naming the cause; -w
+// bounds the connect as well.
+TEST_F(ZklockTest, AnUnreachableEnsembleIsNamedWithinTheConnectTimeout) {
+  const int port = [] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    socklen_t length = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    ::close(fd);  // nothing listens there now
+    return static_cast<int>(ntohs(address.sin_port));
+  }();
+  const std::string nowhere = fmt::format("127.0.0.1:{}", port);
+  for (const auto& [extra, bound, says] :
+       std::vector<std::tuple<std::vector<std::string>, std::chrono::milliseconds, std::string>>{
+           {{"--connect-timeout", "2"}, 2000ms, "within 2s ("},
+           {{"--connect-timeout", "30", "-w", "1"}, 1000ms, "within 1s (--wait) ("}}) {
+    std::vector<std::string> argv = extra;
+    argv.insert(argv.end(), {path_, "true"});
+    const auto started = std::chrono::steady_clock::now();
+    const Outcome outcome = run_to_end(zklock(argv, nowhere));
+    const auto elapsed = std::chrono::steady_clock::now() - started;
+    EXPECT_EQ(outcome.exit_code, 69) << outcome.output;
+    EXPECT_THAT(outcome.output, HasSubstr("cannot reach ZooKeeper at " + nowhere + " " + says)) << outcome.output;
+    EXPECT_THAT(outcome.output, HasSubstr(nowhere + " refuses connections")) << outcome.output;
+    EXPECT_LT(elapsed, scaled(bound + bound / 10 + 200ms)) << outcome.output;  // 200 ms: zklock's own start and exit
+  }
 }
 
 // The same ensemble written another way is the same ensemble: the parent's node is what is found.

@@ -458,8 +458,10 @@ joined to it (--wait=5, -w5); short switches group (-nq); long names are spelled
 each option is given at most once:
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
                                 (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
-  -n, --nonblock                fail at once if the lock is held
-  -w, --wait, --timeout SECS    give up after SECS (fractions allowed; 0 means -n)
+  -n, --nonblock                fail at once if the lock is held (reaching the ensemble is
+                                bounded by --connect-timeout)
+  -w, --wait, --timeout SECS    give up after SECS, reaching the ensemble included
+                                (fractions allowed; 0 means -n)
   -E, --conflict-exit-code N    exit code when the lock was not acquired (default 1)
   -s, --shared                  take the read side of a read/write lock
   -x, --exclusive               take the write side of a read/write lock; without -s or -x
@@ -474,7 +476,8 @@ each option is given at most once:
       --session-timeout SECS    requested session timeout (default 10), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)
-      --connect-timeout SECS    how long to try to reach the ensemble (default 15)
+      --connect-timeout SECS    how long to try to reach the ensemble (default 15); the
+                                error names each host's cause
       --tick-time SECS          the servers' tickTime (default: $ZKLOCK_TICK_TIME, else 2);
                                 the loss is declared early enough for a follower that tells
                                 the leader of the session half a tick late

@@ -122,6 +122,7 @@ class Zklock {
   std::optional<WaitingKeeper> keeper_;        // forked at the start (run mode), until the job starts
   std::shared_ptr<Inbox> inbox_;
   std::unique_ptr<zkr::Session> session_;
+  Clock::time_point connect_started_;  // -w counts from here
   zkr::Subscription state_subscription_;
   // One of these, alive as long as the session.
   std::optional<zkr::Lock> mutex_;
@@ -141,6 +142,10 @@ zkr::SessionOptions Zklock::session_options() const {
   session.servers = options_.servers;
   session.session_timeout = options_.session_timeout;
   session.connect_timeout = options_.connect_timeout;
+  // -w bounds the whole wait for the lock, reaching the ensemble included (-n does not: it fails
+  // at once on a held lock, and needs the ensemble to know; --connect-timeout bounds that).
+  if (options_.wait_timeout && *options_.wait_timeout > std::chrono::nanoseconds::zero())
+    session.connect_timeout = std::min(session.connect_timeout, std::chrono::ceil<std::chrono::milliseconds>(*options_.wait_timeout));
   session.ensemble_tick_time = options_.tick_time;
   // Lost must be declared early enough for the job to be stopped (stop signal, grace, SIGKILL)
   // before the server could expire the session and grant the lock elsewhere: the session timeout
@@ -172,6 +177,7 @@ void Zklock::connect() {
     std::exception_ptr error;
   };
   auto attempt = std::make_shared<Attempt>();
+  connect_started_ = Clock::now();
   const zkr::SessionOptions requested = session_options();
   if (options_.verbose() && requested.session_timeout > options_.session_timeout) {
     say("asking for a session timeout of {}: --session-timeout {} leaves less than the {} of lead time "
@@ -218,8 +224,10 @@ void Zklock::connect() {
       std::rethrow_exception(attempt->error);
     } catch (const zkr::Error& error) {
       if (error.code() == zkr::errc::connect_timeout) {
-        fail(error.code(), fmt::format("cannot reach ZooKeeper at {} within {}", options_.servers,
-                                       format_duration(options_.connect_timeout)));
+        fail(error.code(), fmt::format("cannot reach ZooKeeper at {} within {}{} ({})", options_.servers,
+                                       format_duration(requested.connect_timeout),
+                                       requested.connect_timeout < options_.connect_timeout ? " (--wait)" : "",
+                                       error.detail()));
       }
       if (error.code() == zkr::errc::auth_failed || error.code() == zkr::zk_errc::auth_failed) {
         fail(error.code(), fmt::format("ZooKeeper at {} refused the credentials of --auth-file {}",
@@ -329,7 +337,10 @@ zkr::HeldLock Zklock::acquire() {
   if (options_.verbose()) say("acquiring {}{}", options_.lock_path, kind_description());
   const auto started = Clock::now();
   std::stop_source cancel;
-  const std::chrono::nanoseconds timeout = options_.wait_timeout.value_or(std::chrono::nanoseconds(-1));
+  // What is left of -w after connecting (at least one try).
+  const std::chrono::nanoseconds timeout =
+      options_.wait_timeout ? std::max(*options_.wait_timeout - (started - connect_started_), std::chrono::nanoseconds::zero())
+                            : std::chrono::nanoseconds(-1);
   async_acquire(
       timeout,
       [inbox = inbox_](std::error_code error, zkr::HeldLock held) {
