@@ -7,6 +7,7 @@
 
 #include "contender_queue.hpp"
 #include "data_calls.hpp"
+#include "thread_holds.hpp"
 
 namespace zkr {
 
@@ -14,7 +15,7 @@ namespace {
 constexpr std::string_view kOperation = "fenced commit";
 }
 
-FencedTransaction::FencedTransaction(const HeldLock& held) : contender_(held.contender_) {
+FencedTransaction::FencedTransaction(const HeldLock& held) : contender_(held.contender_), hold_(held.hold_) {
   if (!contender_) throw Error(make_error_code(errc::invalid_argument), "fenced transaction", {}, "the lock is not held");
 }
 
@@ -41,6 +42,10 @@ FencedTransaction& FencedTransaction::check(std::string path, int version) {
 }
 
 std::vector<DataOpResult> FencedTransaction::commit() {
+  // The HeldLock's own state, not its grant's: other holds of a reentrant grant keep the node.
+  if (hold_ && hold_->released())
+    throw Error(make_error_code(errc::lock_lost), kOperation, contender_->node_path(),
+                "the HeldLock was released; nothing was sent");
   const auto& core = contender_->core();
   std::string refusal;
   std::optional<detail::Contender::FenceCheck> fence;

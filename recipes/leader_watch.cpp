@@ -31,31 +31,44 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
 
   // ---- reading (under core->mutex()) ----
 
-  // Lists the children with a watch. Every listing supersedes the earlier ones: their replies,
-  // their leader reads and their watches are stale from here on.
+  // Lists the children. Every listing supersedes the earlier ones: their replies and their leader
+  // reads are stale from here on. One children watch at a time: the client keeps it across
+  // connection drops (it sends it again on reconnection, and the server fires it for a change
+  // made meanwhile), so a listing sets one only while none is set or being set.
   void refresh_locked() {
     if (stopped) return;
     const std::uint64_t generation = core->generation_locked();
     if (!core->usable_locked(generation)) return;  // on_reconnected / on_new_session read again
     const std::uint64_t listing = ++listings;
     std::weak_ptr<State> weak = weak_from_this();
+    detail::NodeWatch watch;
+    if (watching == 0) {
+      watching = listing;
+      watch = [weak, listing](NodeEvent) {
+        auto self = weak.lock();
+        if (!self) return;
+        std::lock_guard lock(self->core->mutex());
+        if (listing != self->watching) return;  // an earlier session's
+        self->watching = 0;
+        self->refresh_locked();
+      };
+    }
     core->get_children(
         generation, path,
         [weak, listing, generation](zk_errc rc, std::vector<std::string> children, NodeStat) {
           if (auto self = weak.lock()) self->on_children(listing, generation, rc, std::move(children));
         },
-        [weak, listing](NodeEvent) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          // A watch of an earlier listing (one re-sent by the client after a reconnect, say)
-          // changes nothing: the current listing's watch covers the same path.
-          if (listing == self->listings) self->refresh_locked();
-        });
+        std::move(watch));
   }
 
   void on_children(std::uint64_t listing, std::uint64_t generation, zk_errc rc, std::vector<std::string> children) {
     std::lock_guard lock(core->mutex());
+    if (listing == watching && rc != zk_errc::ok) {
+      // The client sets a listing's watch only with its reply: there is none. A later listing
+      // that counted on this one's watch lists again (with one).
+      watching = 0;
+      if (listing != listings) return refresh_locked();
+    }
     if (stopped || listing != listings) return;
     if (rc == zk_errc::no_node) {
       report_locked(std::nullopt);
@@ -131,8 +144,11 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
   }
 
   // ---- SessionListener (under core->mutex()) ----
-  void on_reconnected(std::uint64_t) override { refresh_locked(); }
-  void on_new_session(std::uint64_t) override { refresh_locked(); }
+  void on_reconnected(std::uint64_t) override { refresh_locked(); }  // the watch set stays set
+  void on_new_session(std::uint64_t) override {
+    watching = 0;  // the lost session's watches went with its handle
+    refresh_locked();
+  }
   void on_session_lost(std::uint64_t, LossReason) override {}  // the replacement reads again
   void on_session_ended(std::error_code why) override { stop_locked(why ? why : make_error_code(errc::session_closed)); }
 
@@ -167,6 +183,7 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
   bool stopped = false;
   std::error_code failure;
   std::uint64_t listings = 0;
+  std::uint64_t watching = 0;  // the listing whose children watch is set or being set; 0: none
   std::optional<std::string> last_node;  // the leader's node as last reported ("" for nobody)
   std::unique_ptr<boost::asio::steady_timer> retry_timer;  // the worker thread's
 

@@ -38,45 +38,42 @@ void Grant::on_lost(std::function<void(LossReason)> callback) {
 
 // ---- HeldLock ----
 
-HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, bool counted_hold)
-    : Grant(std::move(contender)), counted_hold_(counted_hold && contender_) {}
+using LetGo = detail::ThreadHolds::LetGo;
 
-// A moved lock is no longer its thread's: the thread may wait for wherever it went.
-HeldLock::HeldLock(HeldLock&& other) noexcept
-    : Grant(std::move(other)),
-      counted_hold_(std::exchange(other.counted_hold_, false)),
-      let_go_(std::exchange(other.let_go_, false)) {
-  if (counted_hold_ && !let_go_) detail::ThreadHolds::instance().unbind_thread(contender_.get());
+HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, std::shared_ptr<detail::Hold> hold)
+    : Grant(std::move(contender)) {
+  if (contender_) hold_ = hold ? std::move(hold) : std::make_shared<detail::Hold>(false);
+}
+
+// The hold moves with the HeldLock; a moved one binds no thread (recipes/thread_holds.hpp).
+HeldLock::HeldLock(HeldLock&& other) noexcept : Grant(std::move(other)), hold_(std::move(other.hold_)) {
+  if (hold_) detail::ThreadHolds::instance().unbind(*hold_);
 }
 
 HeldLock& HeldLock::operator=(HeldLock&& other) noexcept {
   if (this != &other) {
     release();
     contender_ = std::move(other.contender_);
-    counted_hold_ = std::exchange(other.counted_hold_, false);
-    let_go_ = std::exchange(other.let_go_, false);
-    if (counted_hold_ && !let_go_) detail::ThreadHolds::instance().unbind_thread(contender_.get());
+    hold_ = std::move(other.hold_);
+    if (hold_) detail::ThreadHolds::instance().unbind(*hold_);
   }
   return *this;
 }
 HeldLock::~HeldLock() { release(); }
 
-// Lets go of this HeldLock's hold; true if it was the grant's last, so that the node goes.
-bool HeldLock::let_go_of_hold() {
-  if (!counted_hold_) return true;
-  let_go_ = true;
-  return detail::ThreadHolds::instance().drop_hold(contender_.get());  // false: reentrant holds remain
-}
-
 void HeldLock::release() {
-  if (!contender_ || let_go_) return;
-  if (let_go_of_hold()) contender_->release();
+  if (hold_ && detail::ThreadHolds::instance().let_go(*hold_) == LetGo::last) contender_->release();
 }
 
 ReleaseOutcome HeldLock::release_and_confirm(std::chrono::milliseconds timeout) {
-  if (!contender_ || let_go_)
+  if (!hold_)
     throw Error(make_error_code(errc::invalid_argument), "release", node_path(), "this HeldLock holds nothing");
-  if (!let_go_of_hold()) return contender_->lost() ? ReleaseOutcome::lost : ReleaseOutcome::held_to_the_end;
+  switch (detail::ThreadHolds::instance().let_go(*hold_)) {
+    case LetGo::already:
+      throw Error(make_error_code(errc::invalid_argument), "release", node_path(), "already released");
+    case LetGo::not_last: return contender_->lost() ? ReleaseOutcome::lost : ReleaseOutcome::held_to_the_end;
+    case LetGo::last: break;
+  }
   auto answer = std::make_shared<std::promise<ReleaseOutcome>>();
   std::future<ReleaseOutcome> answered = answer->get_future();
   if (!contender_->release([answer](ReleaseOutcome outcome) { answer->set_value(outcome); }))
@@ -113,9 +110,17 @@ Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRol
     : core_(detail::Internals::core(session)),
       path_(checked_path(std::move(path))),
       options_(detail::checked_lock_options(*core_, path_, std::move(options), "lock")),
-      role_(role) {}
+      role_(role),
+      identity_(detail::ThreadHolds::new_lock_identity()) {}
 
+Lock::Lock(Lock&& other) noexcept = default;
+Lock& Lock::operator=(Lock&& other) noexcept = default;
 Lock::~Lock() = default;
+
+const std::shared_ptr<detail::SessionCore>& Lock::core() const {
+  if (!core_) throw Error(make_error_code(errc::invalid_argument), "lock", path_, "this Lock was moved from");
+  return core_;
+}
 
 namespace detail {
 
@@ -157,36 +162,45 @@ ContenderRequest one_holder_request(const std::string& path, const LockOptions& 
 }  // namespace detail
 
 detail::Acquisition Lock::acquisition() const {
-  return {core_, "acquire lock", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
+  return {core(), "acquire lock", path_, [this](std::chrono::nanoseconds timeout, auto refusal) {
             return detail::one_holder_request(path_, options_, role_, timeout, std::move(refusal));
           }};
 }
 
 // The blocking forms, on the calling thread: refused or reentered if the thread holds the lock
-// already (recipes/thread_holds.hpp), else acquired and bound to the thread. The HeldLock is built
-// in the return statement itself (guaranteed elision): a move on the way would unbind it.
+// already (recipes/thread_holds.hpp), else acquired, with a hold bound to the thread. The
+// HeldLock is built in the return statement itself (guaranteed elision): a move on the way would
+// unbind it.
 struct Lock::ByThisThread {
   const Lock& lock;
 
+  struct Granted {
+    std::shared_ptr<Contender> contender;
+    std::shared_ptr<detail::Hold> hold;
+  };
+
   template <typename Acquire>
-  std::shared_ptr<Contender> grant(Acquire acquire, std::error_code* ec) const {
-    const detail::AcquisitionByThread mine{lock.core_.get(), lock.path_, lock.role_, &lock, lock.options_.reentrant};
+  Granted grant(Acquire acquire, std::error_code* ec) const {
+    const detail::AcquisitionByThread mine{lock.core().get(), lock.path_, lock.role_, lock.identity_,
+                                           lock.options_.reentrant};
     auto& holds = detail::ThreadHolds::instance();
     auto verdict = holds.check(mine);
     if (verdict.refusal) {
       if (!ec) throw Error(verdict.refusal, "acquire lock", lock.path_, verdict.why);
       *ec = verdict.refusal;
-      return nullptr;
+      return {};
     }
-    if (verdict.reentered) return std::move(verdict.reentered);
+    if (verdict.reentered) return {std::move(verdict.reentered), std::move(verdict.hold)};
     auto contender = acquire();
-    if (contender) holds.bind(mine, contender);
-    return contender;
+    if (!contender) return {};
+    auto hold = holds.bind(mine, contender);
+    return {std::move(contender), std::move(hold)};
   }
 
-  static std::optional<HeldLock> held(std::shared_ptr<Contender> granted) {
-    if (!granted) return std::nullopt;
-    return std::optional<HeldLock>(std::in_place, detail::Internals::key(), std::move(granted), true);
+  static std::optional<HeldLock> held(Granted granted) {
+    if (!granted.contender) return std::nullopt;
+    return std::optional<HeldLock>(std::in_place, detail::Internals::key(), std::move(granted.contender),
+                                   std::move(granted.hold));
   }
 };
 
@@ -213,8 +227,8 @@ std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, 
 std::optional<HeldLock> Lock::try_acquire() { return try_acquire_for(std::chrono::nanoseconds::zero()); }
 
 HeldLock Lock::acquire(std::stop_token stop) {
-  return HeldLock(detail::Internals::key(),
-                  ByThisThread{*this}.grant([&] { return acquisition().wait(std::move(stop)); }, nullptr), true);
+  auto granted = ByThisThread{*this}.grant([&] { return acquisition().wait(std::move(stop)); }, nullptr);
+  return HeldLock(detail::Internals::key(), std::move(granted.contender), std::move(granted.hold));
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
@@ -227,7 +241,7 @@ void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handle
 }
 
 std::vector<ContenderInfo> Lock::contenders() const {
-  return detail::list_contenders(core_, path_, 1);
+  return detail::list_contenders(core(), path_, 1);
 }
 
 // ---- AcquisitionBatch ----

@@ -787,6 +787,11 @@ ClientId SessionCore::client_id() const {
   return connection_ ? connection_->client_id() : ClientId{};
 }
 
+std::size_t SessionCore::pending_watches() const {
+  std::lock_guard lock(mutex_);
+  return connection_ ? connection_->pending_watches() : 0;
+}
+
 SessionMetrics SessionCore::metrics() const {
   SessionMetrics out;
   {

@@ -110,6 +110,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   const SessionOptions& options() const { return options_; }
   bool wait_connected(std::chrono::milliseconds timeout) const;
   ClientId client_id() const;
+  std::size_t pending_watches() const;  // the current connection's (see ZooKeeperConnection)
   SessionMetrics metrics() const;
   std::error_code end_reason_locked() const { return end_reason_; }
 

@@ -380,6 +380,11 @@ class CConnection final : public ZooKeeperConnection {
   }
 
  private:
+  std::size_t pending_watches() const override {
+    std::lock_guard lock(context_->watches_mutex);
+    return context_->pending_watches.size();
+  }
+
   // A watch context lives in pending_watches until it fires or the handle closes.
   WatchContext* track(NodeWatch watch) {
     if (!watch) return nullptr;

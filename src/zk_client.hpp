@@ -102,6 +102,9 @@ class ZooKeeperConnection {
   virtual std::int64_t session_id() const = 0;
   virtual ClientId client_id() const = 0;
   virtual std::chrono::milliseconds negotiated_timeout() const = 0;
+  // The node watches this connection registered that have not fired yet (the client keeps each
+  // watching request's own; the server keeps one per path, kind and session).
+  virtual std::size_t pending_watches() const = 0;
   // Blocks until the handle is closed; never call it from a callback. Unfired watches are dropped.
   virtual void close() = 0;
 };

@@ -28,8 +28,10 @@ namespace zkr {
 
 class FencedTransaction {
  public:
-  // Bound to a held lock or a lease (a Lease is a HeldLock): once it is released (or destroyed),
-  // commit() is refused. Throws Error(errc::invalid_argument) for an empty HeldLock.
+  // Bound to a held lock or a lease (a Lease is a HeldLock): once that HeldLock is released (or
+  // destroyed), commit() is refused, even while other HeldLocks of its grant (reentrant holds,
+  // zkr/lock.hpp) keep the node. It follows the HeldLock through moves. Throws
+  // Error(errc::invalid_argument) for an empty HeldLock.
   explicit FencedTransaction(const HeldLock& held);
   // Bound to a term of leadership: refused once the term ended (lost or resigned) as well.
   explicit FencedTransaction(const Leadership& term);
@@ -43,7 +45,8 @@ class FencedTransaction {
   const Transaction& transaction() const { return ops_; }
 
   // Commits the ops (one result per op, in order) or none of them. Throws Error:
-  //   errc::lock_lost: the grant is known lost or released (nothing is sent), its session was
+  //   errc::lock_lost: the HeldLock was released or the grant is known lost or released (nothing
+  //     is sent), its session was
   //     replaced, or the server refused the check of the grant's node (the message says which);
   //   the server's code of the first of our ops that failed (node_exists, bad_version, ...),
   //     naming it ("op 2 of 3: create /a");
@@ -52,6 +55,7 @@ class FencedTransaction {
 
  private:
   std::shared_ptr<detail::Contender> contender_;
+  std::shared_ptr<detail::Hold> hold_;  // the HeldLock's own hold, if made from one
   std::optional<Leadership> term_;
   Transaction ops_;
 };

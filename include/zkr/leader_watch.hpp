@@ -2,8 +2,9 @@
 //
 // A LeaderWatch reads the election on a path (any layout, ours or a peer's: the first contender
 // leads, as election_leader() says) and calls back with the leader each time the leader changes.
-// It creates nothing and keeps one children watch on the path: a change in the queue wakes it
-// once, and it reads the leader's node only when the first node changed.
+// It creates nothing and keeps one children watch on the path, however often the connection drops
+// (the client sends it again on reconnection): a change in the queue wakes it once, and it reads
+// the leader's node only when the first node changed.
 #pragma once
 
 #include <functional>

@@ -16,16 +16,31 @@
 // A thread that asks again for a lock it holds would queue behind itself for ever. The blocking
 // calls (acquire, try_acquire, try_acquire_for) refuse that at once with errc::would_deadlock,
 // naming the node the thread holds; with LockOptions::reentrant the same Lock object instead
-// returns the grant the thread already holds, one more hold on the same node (and token), which
-// is deleted when the last of its HeldLocks lets go (Curator's InterProcessMutex behaves so).
-// "Holds" means: a blocking call on this thread returned the HeldLock, which has not been moved
-// since and whose grant is not lost. A HeldLock moved elsewhere (to another thread, say) is no
-// longer the thread's, so the thread may wait for it as for anyone's. Read after write
-// (downgrade) and write after read (upgrade) on one path are refused too. Different threads,
-// different sessions, and async_acquire() queue as separate contenders, as before.
+// returns the grant the thread already holds: one more HeldLock of the same node (and token), as
+// Curator's InterProcessMutex does. Read after write (downgrade) and write after read (upgrade)
+// on one path are refused too. Different threads, different sessions, and async_acquire() queue
+// as separate contenders, as before.
+//
+// Holds, precisely. Each HeldLock is one hold on its grant, released by itself alone: the grant's
+// node is deleted when its last HeldLock is released (or destroyed), moved or not, on whatever
+// thread; a FencedTransaction made from a HeldLock is refused once that HeldLock is released. A
+// thread holds a grant while the grant is not lost and one of its HeldLocks was returned to that
+// thread by a blocking call and has been neither moved nor released since. Moving a HeldLock (to
+// another thread, say) takes that one hold from the thread and no other: the thread still
+// reenters through the HeldLocks it kept, and with none left waits for the moved one as for
+// anyone's. The library cannot see which thread a moved HeldLock went to, so it lets no thread
+// reenter: on its new thread acquire() queues behind the grant like anyone's and is granted once
+// the grant's last HeldLock is released (never, while that thread keeps the moved one: hand such
+// a thread the HeldLock, or a reference to it, not the Lock).
+//
+// A Lock can be moved, not copied: the Lock moved to is the same lock (the grants held through
+// the one moved from are reentered through it); the moved-from Lock refuses to acquire or to
+// list, with errc::invalid_argument. A new Lock is another lock, even on the same path and at the
+// address of a destroyed one.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,6 +67,7 @@ struct LockOptions {
 namespace detail {
 class Contender;
 class Acquisition;
+class Hold;
 }
 
 // What the holder of a grant of the contender queue learns of it: the base of a held lock or lease
@@ -97,13 +113,14 @@ enum class ReleaseOutcome {
 };
 std::string_view to_string(ReleaseOutcome outcome);
 
-// A granted lock. Move-only; releases on destruction. The token and the loss signal are Grant's.
+// A granted lock: one hold on its grant (see the top of this file). Move-only; releases on
+// destruction. The token and the loss signal are Grant's.
 class HeldLock : public Grant {
  public:
   HeldLock() = default;  // holds nothing
-  // The library's (see detail::Passkey): a grant of the contender queue; `counted_hold`: one of
-  // the holds the library keeps per thread (see the top of this file).
-  HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, bool counted_hold = false);
+  // The library's (see detail::Passkey): a grant of the contender queue; `hold`: one the library
+  // binds to a thread (see the top of this file), else a hold of its own.
+  HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, std::shared_ptr<detail::Hold> hold = nullptr);
   HeldLock(HeldLock&&) noexcept;
   HeldLock& operator=(HeldLock&&) noexcept;
   ~HeldLock();
@@ -112,22 +129,22 @@ class HeldLock : public Grant {
 
   // Deletes the node. Idempotent and non-blocking: if the connection is down the delete is retried
   // after reconnecting, until it succeeds or the session ends (which deletes the node as well).
-  // Never touches a node other than this grant's own. A reentrant hold that is not the grant's
-  // last only lets go of its hold.
+  // Never touches a node other than this grant's own. A HeldLock that is not the last of its grant
+  // (reentrant holds) only lets go of its hold.
   void release();
   // release(), then waits up to `timeout` for the server's answer to the delete, which tells
   // whether the grant stood until now: for a job that must know its work ran under the lock to the
   // end, without a separate read. One round trip; release() returns at once instead. `unconfirmed`
   // when no answer came in time, and when the connection dropped with the delete in flight and the
-  // resent delete found the node gone (our first delete or another client's took it). A reentrant
-  // hold that is not the last lets go of its hold only and answers from what the session knows.
-  // Throws errc::invalid_argument if this HeldLock holds nothing (empty or released).
+  // resent delete found the node gone (our first delete or another client's took it). A HeldLock
+  // that is not the last of its grant lets go of its hold only and answers from what the session
+  // knows. Throws errc::invalid_argument if this HeldLock holds nothing (empty or released).
   ReleaseOutcome release_and_confirm(std::chrono::milliseconds timeout);
 
  private:
-  bool let_go_of_hold();
-  bool counted_hold_ = false;  // bound to a thread by a blocking acquisition (see the top of this file)
-  bool let_go_ = false;        // a counted hold already released
+  friend class FencedTransaction;  // refused once this HeldLock is released (zkr/fenced.hpp)
+  // This HeldLock's hold on the grant: moves with it, released once (recipes/thread_holds.hpp).
+  std::shared_ptr<detail::Hold> hold_;
 };
 
 // One row of contenders(): the holder(s) first, then waiters in queue order.
@@ -174,6 +191,8 @@ class Lock {
   // Throws Error(errc::invalid_path) naming the path, or Error(errc::invalid_argument) for a
   // creator-only ACL on a session without credentials.
   Lock(Session& session, std::string path, LockOptions options = {});
+  Lock(Lock&& other) noexcept;  // the same lock (see the top of this file)
+  Lock& operator=(Lock&& other) noexcept;
   ~Lock();
   const std::string& path() const { return path_; }
 
@@ -201,12 +220,14 @@ class Lock {
   friend class ReadWriteLock;
   Lock(Session& session, std::string path, LockOptions options, ContenderRole role);
   detail::Acquisition acquisition() const;  // the one front end (recipes/acquisition.hpp)
+  const std::shared_ptr<detail::SessionCore>& core() const;  // throws if moved from
   struct ByThisThread;                       // the blocking forms' thread check (recipes/lock.cpp)
 
-  std::shared_ptr<detail::SessionCore> core_;
+  std::shared_ptr<detail::SessionCore> core_;  // null once moved from: every call refused
   std::string path_;
   LockOptions options_;
   ContenderRole role_ = ContenderRole::exclusive;
+  std::uint64_t identity_;  // what the holds of a thread know this lock by; moves with it
 };
 
 // Takes many locks at once on one session (a service taking the locks of all its shards at start):

@@ -255,6 +255,36 @@ TEST_F(FencedTest, ReleasedLockRefusesAtOnce) {
   EXPECT_FALSE(read(data + "/job"));
 }
 
+// The rule is the HeldLock's, not its grant's: a transaction made from a reentrant hold is refused
+// once that hold is released, though the grant stands through the thread's other hold (which
+// still commits). A transaction follows its HeldLock through a move.
+TEST_F(FencedTest, ReleasedReentrantHoldRefusesThoughTheGrantStands) {
+  Session session(session_options(servers));
+  Lock lock = reentrant_lock(session, path);
+  HeldLock outer = lock.acquire();
+  HeldLock inner = lock.acquire();
+  FencedTransaction from_inner(inner);
+  from_inner.create(data + "/inner");
+  inner.release();
+  auto refused = refusal_of([&] { from_inner.commit(); });
+  EXPECT_EQ(refused.code(), errc::lock_lost);
+  EXPECT_NE(std::string(refused.what()).find("released"), std::string::npos) << refused.what();
+  EXPECT_FALSE(read(data + "/inner")) << "a released HeldLock's transaction committed";
+  FencedTransaction(outer).create(data + "/outer").commit();
+  EXPECT_EQ(read(data + "/outer"), "");
+
+  HeldLock before_move = lock.acquire();
+  FencedTransaction follows(before_move);
+  follows.create(data + "/moved");
+  HeldLock after_move = std::move(before_move);
+  before_move.release();  // holds nothing: lets nothing go
+  follows.commit();
+  EXPECT_EQ(read(data + "/moved"), "");
+  after_move.release();
+  EXPECT_EQ(refusal_of([&] { follows.remove(data + "/moved").commit(); }).code(), errc::lock_lost);
+  EXPECT_EQ(read(data + "/moved"), "");
+}
+
 TEST_F(FencedTest, LeaderWritesOnlyDuringItsTerm) {
   Session session(session_options(servers));
   LeaderLatch latch(session, path);

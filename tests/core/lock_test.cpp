@@ -23,6 +23,27 @@ namespace {
 
 class LockTest : public ServerTest {};
 
+// A HeldLock moved into a lambda run by a thread of its own, which releases it on release() (or at
+// the end).
+class OnAnotherThread {
+ public:
+  explicit OnAnotherThread(HeldLock held)
+      : worker_([moved = std::move(held), go = go_.get_future()]() mutable {
+          go.wait();
+          moved.release();
+        }) {}
+  ~OnAnotherThread() { release(); }
+  void release() {
+    if (!worker_.joinable()) return;
+    go_.set_value();
+    worker_.join();
+  }
+
+ private:
+  std::promise<void> go_;
+  std::thread worker_;
+};
+
 // Locks on one path, each on a session of its own, so that each one's requests can be counted.
 struct LocksOnOwnSessions {
   LocksOnOwnSessions(const std::string& servers, const std::string& path, int count) {
@@ -404,9 +425,7 @@ TEST_F(LockTest, AThreadWhoseGrantWasLostMayAcquireAgain) {
 // Reentrant: the holding thread gets more holds on the same node; the last release deletes it.
 TEST_F(LockTest, ReentrantLockCountsHoldsOnOneNode) {
   Session session(session_options(servers)), other(session_options(servers));
-  LockOptions options;
-  options.reentrant = true;
-  Lock lock(session, path, options);
+  Lock lock = reentrant_lock(session, path);
   Lock others_lock(other, path);
   HeldLock outer = lock.acquire();
   HeldLock inner = lock.acquire();
@@ -424,6 +443,94 @@ TEST_F(LockTest, ReentrantLockCountsHoldsOnOneNode) {
   EXPECT_EQ(raw.stat(outer.node_path()).czxid, outer.token().value());
   outer.release();
   EXPECT_TRUE(others_lock.try_acquire_for(testenv::scaled(10s)));
+}
+
+// Reentrant and moved: a thread holding a grant twice hands one HeldLock to another thread. It
+// still holds the grant through the other and reenters at once; the moved hold is its new
+// thread's, and the grant ends only when the last HeldLock of it is released, wherever it lives.
+TEST_F(LockTest, MovingOneReentrantHoldLeavesTheThreadItsOtherHolds) {
+  Session session(session_options(servers)), other(session_options(servers));
+  Lock lock = reentrant_lock(session, path);
+  Lock others_lock(other, path);
+  HeldLock kept = lock.acquire();
+  OnAnotherThread handed(lock.acquire());
+  // Bounded: the old behaviour queued behind the thread's own node and waited for ever.
+  auto again = lock.try_acquire_for(testenv::scaled(5s));
+  handed.release();
+  ASSERT_TRUE(again) << "the thread holding `kept` waited for its own grant";
+  EXPECT_EQ(again->node_path(), kept.node_path());
+  EXPECT_EQ(nodes().size(), 1u);
+  // The moved hold let go on its thread; the thread's two holds keep the grant.
+  EXPECT_FALSE(others_lock.try_acquire_for(300ms)) << "released while the thread still held it";
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  again->release();
+  kept.release();
+  EXPECT_TRUE(others_lock.try_acquire_for(testenv::scaled(10s)));
+}
+
+// The other way round: the moved hold outlives the thread's own. The thread holds nothing then,
+// so it waits for the moved hold as for anyone's (neither reentered nor refused), and the node
+// goes only with the moved hold's release.
+TEST_F(LockTest, AMovedReentrantHoldKeepsTheGrantAfterTheThreadLetGo) {
+  Session session(session_options(servers));
+  Lock lock = reentrant_lock(session, path);
+  HeldLock kept = lock.acquire();
+  OnAnotherThread handed(lock.acquire());
+  const std::string node = kept.node_path();
+  kept.release();
+  std::error_code ec;
+  EXPECT_FALSE(lock.try_acquire_for(300ms, {}, ec)) << "reentered a grant the thread no longer holds";
+  EXPECT_EQ(ec, errc::timed_out);
+  EXPECT_NE(raw.stat(node).czxid, 0) << "the grant ended while a moved HeldLock still held it";
+  auto waiting = std::async(std::launch::async, [&] { return lock.try_acquire_for(testenv::scaled(20s)); });
+  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
+  handed.release();
+  auto granted = waiting.get();
+  ASSERT_TRUE(granted);
+  EXPECT_NE(granted->node_path(), node);
+  EXPECT_EQ(raw.stat(node).czxid, 0);
+}
+
+// What a thread holds belongs to a Lock object, not to the address it had: a Lock built where
+// a destroyed one was (here: an optional reset and emplaced again) is another Lock object, and
+// is refused as one instead of reentering the old object's grant.
+TEST_F(LockTest, ALockBuiltWhereADestroyedOneWasIsAnotherLockObject) {
+  Session session(session_options(servers));
+  LockOptions options;
+  options.reentrant = true;
+  std::optional<Lock> lock;
+  lock.emplace(session, path, options);
+  const void* first_address = &*lock;
+  HeldLock held = lock->acquire();
+  lock.reset();
+  lock.emplace(session, path, options);
+  ASSERT_EQ(static_cast<const void*>(&*lock), first_address);
+  std::error_code ec;
+  auto again = lock->try_acquire_for(testenv::scaled(5s), {}, ec);
+  EXPECT_FALSE(again) << "a new Lock object reentered the grant of the one destroyed at its address";
+  EXPECT_EQ(ec, errc::would_deadlock);
+  EXPECT_EQ(nodes().size(), 1u);
+}
+
+// A moved Lock is the same Lock: the thread reenters through it the grant it got through the
+// moved-from object (which, moved from, refuses to acquire, saying so).
+TEST_F(LockTest, AMovedLockIsTheSameLock) {
+  Session session(session_options(servers));
+  Lock original = reentrant_lock(session, path);
+  HeldLock held = original.acquire();
+  Lock moved = std::move(original);
+  std::error_code ec;
+  auto again = moved.try_acquire_for(testenv::scaled(5s), {}, ec);
+  ASSERT_TRUE(again) << ec.message();
+  EXPECT_EQ(again->node_path(), held.node_path());
+  EXPECT_EQ(nodes().size(), 1u);
+  try {
+    original.acquire();
+    ADD_FAILURE() << "a moved-from Lock acquired";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), errc::invalid_argument);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr("moved from"));
+  }
 }
 
 // Upgrading a read lock or downgrading a write lock on one thread would wait for itself.

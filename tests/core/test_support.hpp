@@ -33,6 +33,13 @@ inline SessionOptions session_options(const std::string& servers, std::chrono::m
 }
 
 // Waits (bounded) until predicate() holds; returns whether it did.
+// A Lock made with LockOptions::reentrant.
+inline Lock reentrant_lock(Session& session, const std::string& path) {
+  LockOptions options;
+  options.reentrant = true;
+  return Lock(session, path, options);
+}
+
 template <typename Predicate>
 bool eventually(Predicate predicate, std::chrono::milliseconds timeout = testenv::scaled(10s)) {
   const auto end = std::chrono::steady_clock::now() + timeout;

@@ -1,10 +1,12 @@
 // LeaderWatch on real servers: each change of leader told once and in order (resign, close,
-// kill), the leader's data, token and session, a session replaced under the watch, and stop().
+// kill), the leader's data, token and session, connection drops and a session replaced under the
+// watch, and stop().
 #include <gtest/gtest.h>
 
 #include <csignal>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -12,10 +14,16 @@
 #include <zkr/error.hpp>
 #include <zkr/leader_watch.hpp>
 
+#include "internals.hpp"
+#include "session_core.hpp"
+
 #include "recipe_test_support.hpp"
 
 namespace zkr::test {
 namespace {
+
+// A participant's node as Curator's LeaderLatch names it, less its sequence number.
+constexpr const char* kCuratorLatchPrefix = "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-";
 
 class LeaderWatchTest : public ServerTest {
  protected:
@@ -137,6 +145,62 @@ TEST_F(LeaderWatchTest, AReplacedSessionReadsAgainAndTellsTheLeaderAsItIsNow) {
   ASSERT_TRUE(eventually([&] { return told.latest_data() == "second"; }, testenv::scaled(20s)));
   EXPECT_EQ(told.data(), (std::vector<std::string>{"", "first", "second"}));
   EXPECT_EQ(told.last()->token, second.leadership().token());
+}
+
+// The watches a server keeps, data and children (mntr's zk_watch_count; wchc and wchs list data
+// watches only), or -1 if it does not say.
+int server_watch_count(const std::string& server) {
+  std::istringstream lines(testenv::four_letter_word(server, "mntr"));
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("zk_watch_count\t", 0) == 0) return std::stoi(line.substr(line.find('\t') + 1));
+  return -1;
+}
+
+// Connection drops (same session): the client sends its watches again on each reconnection and
+// the watch reads the leader again there, but it keeps one children watch, not one more per drop
+// (the server keeps one per path and session whatever the client does, so it is counted in the
+// client too); and that one still tells the next change of leader. A server of its own, and
+// participants' nodes made by hand (a participant watches nodes of its own), so that the server's
+// watches are the LeaderWatch's alone.
+TEST_F(LeaderWatchTest, ReconnectionsPileUpNoWatches) {
+  testenv::Cluster cluster({.servers = 1});
+  const std::string server = cluster.server_address(0);
+  testenv::Proxy proxy(server);
+  Session& watcher = sessions.add(proxy.address());
+  Session& first_participant = sessions.add(server);
+  Session& second_participant = sessions.add(server);
+  Told told;
+  auto close_sessions = sessions.closer();
+  first_participant.create(path.substr(0, path.rfind('/')));
+  first_participant.create(path);
+  first_participant.create(path + "/" + kCuratorLatchPrefix, "first", CreateMode::ephemeral_sequential);
+  LeaderWatch watch(watcher, path, told.callback());
+  ASSERT_TRUE(eventually([&] { return told.latest_data() == "first"; }, testenv::scaled(10s)));
+  const auto& core = detail::Internals::core(watcher);
+  EXPECT_EQ(core->pending_watches(), 1u);
+  EXPECT_EQ(server_watch_count(server), 1);
+  constexpr int kDrops = 5;
+  for (int drop = 0; drop < kDrops; ++drop) {
+    const auto before = watcher.metrics().suspensions;
+    proxy.reset();
+    ASSERT_TRUE(eventually(
+        [&] {
+          const auto metrics = watcher.metrics();
+          return metrics.suspensions > before && metrics.state == SessionState::connected;
+        },
+        testenv::scaled(10s)))
+        << "drop " << drop;
+    watcher.exists(path);  // answered after the watch's listing on reconnection
+  }
+  EXPECT_TRUE(eventually([&] { return core->pending_watches() == 1; }, testenv::scaled(2s)))
+      << core->pending_watches() << " watches pending in the client after " << kDrops << " drops";
+  EXPECT_EQ(server_watch_count(server), 1);
+  second_participant.create(path + "/" + kCuratorLatchPrefix, "second", CreateMode::ephemeral_sequential);
+  first_participant.close();  // its node goes with its session
+  ASSERT_TRUE(eventually([&] { return told.latest_data() == "second"; }, testenv::scaled(10s)));
+  EXPECT_EQ(told.data(), (std::vector<std::string>{"first", "second"}));
+  EXPECT_TRUE(eventually([&] { return core->pending_watches() == 1; }));
+  EXPECT_FALSE(watch.error());
 }
 
 TEST_F(LeaderWatchTest, StopEndsTheCallsEvenFromTheCallbackItself) {

@@ -309,6 +309,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
   std::int64_t session_id() const override { return link_->session; }
   detail::ClientId client_id() const override { return {link_->session, link_->password}; }
   std::chrono::milliseconds negotiated_timeout() const override { return link_->timeout; }
+  std::size_t pending_watches() const override { return server_->watches_of(link_->session); }
   void close() override { server_->close_link(*link_); }
 
  private:
@@ -707,6 +708,13 @@ std::size_t FakeServer::data_watches(const std::string& path, std::int64_t sessi
 std::size_t FakeServer::children_watches(const std::string& path, std::int64_t session) const {
   std::lock_guard lock(mutex_);
   return count_watches_locked(children_watches_, path, session);
+}
+
+std::size_t FakeServer::watches_of(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  const auto of_session = [session](const auto& entry) { return entry.second.session == session; };
+  return static_cast<std::size_t>(std::count_if(data_watches_.begin(), data_watches_.end(), of_session) +
+                                  std::count_if(children_watches_.begin(), children_watches_.end(), of_session));
 }
 
 std::int64_t FakeServer::last_zxid() const {

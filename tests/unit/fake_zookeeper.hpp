@@ -120,6 +120,7 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::size_t data_watches(const std::string& path, std::int64_t session) const;  // `session`'s own
   std::size_t children_watches(const std::string& path) const;
   std::size_t children_watches(const std::string& path, std::int64_t session) const;  // `session`'s own
+  std::size_t watches_of(std::int64_t session) const;  // `session`'s own, data and children, on every path
   std::int64_t last_zxid() const;
   // Deletes every container without children, as the server's container reaper does.
   int reap_empty_containers();
