@@ -4,12 +4,11 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
-#include <boost/uuid/random_generator.hpp>
-#include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
 
+#include "guid.hpp"
 #include "log.hpp"
 #include "state_check.hpp"
 
@@ -37,11 +36,6 @@ constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 bool joins_batches(const ContenderRequest& request) {
   return !request.on_done_inline && request.sequential && !request.held_once_created &&
          request.only_generation == 0 && request.parent_data.empty() && !request.policy.promotes_without_deleting();
-}
-
-std::string new_guid() {
-  thread_local boost::uuids::random_generator generator;
-  return boost::uuids::to_string(generator());
 }
 
 }  // namespace
