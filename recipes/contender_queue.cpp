@@ -29,14 +29,10 @@ constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
-// The acquisitions an open AcquisitionBatch takes in: those started without waiting (a blocking
-// one on the batch's thread would wait for a send only its own return can make), of a lock, a
-// read/write lock or an election. Not a semaphore's: it records its limit in the parent and
-// touches its nodes, and its leases hold on creation.
-bool joins_batches(const ContenderRequest& request) {
-  return !request.on_done_inline && request.sequential && !request.held_once_created &&
-         request.only_generation == 0 && request.parent_data.empty() && !request.policy.promotes_without_deleting();
-}
+// The acquisitions an open AcquisitionBatch takes in: the batchable ones (ContenderRequest::batchable)
+// started without waiting (a blocking one on the batch's thread would wait for a send only its own
+// return can make).
+bool joins_batches(const ContenderRequest& request) { return request.batchable && !request.on_done_inline; }
 
 }  // namespace
 

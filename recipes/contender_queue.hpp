@@ -82,6 +82,14 @@ struct ContenderRequest {
   // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes
   // our node. Runs with the session mutex held: must be quick and must not block.
   std::function<std::error_code(const std::vector<std::string>& children)> check_children;
+
+  // Whether an open AcquisitionBatch may hold this acquisition back (when it is started without
+  // waiting). Set for the one-holder recipes only (one_holder_request: locks, read/write locks,
+  // elections), whose acquisition is one plain contender: an ephemeral sequential node, no data
+  // of the parent's to read first, a grant by the queue. Never a semaphore's, in any layout
+  // (zkr/lock.hpp promises it): our layout records its limit in the parent and touches its nodes,
+  // and a peer layout's internal lock is a step that the semaphore's acquisition waits on.
+  bool batchable = false;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
