@@ -82,8 +82,7 @@ void Contender::set_phase_locked(Phase next) {
   if (phase_ == Phase::held && next != Phase::held) {
     // Every way out of held (released, lost) ends the hold here, once.
     const auto hold = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_);
-    core_->total_hold_ns += hold.count();
-    metrics_->hold_ended(hold);
+    counted_.hold_ended(hold);
   }
   phase_ = next;
 }
@@ -97,15 +96,14 @@ Contender::Acquiring& Contender::acquiring() const {
 }
 
 Contender::~Contender() {
-  if (metrics_ && !completed_) metrics_->abandoned();  // never decided, and no longer waiting
+  if (!completed_) counted_.abandoned();  // never decided, and no longer waiting
 }
 
 std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
   // One allocation for the contender and its reference counts.
   auto contender = std::make_shared<Contender>(StartKey(), std::move(core), std::move(request));
-  contender->acquiring_->started_at = Clock::now();
-  contender->metrics_ = &contender->core_->lock_metrics().series_for(contender->request().parent);
-  contender->metrics_->asked();
+  const ContenderRequest& asked = contender->request();
+  contender->counted_ = asked.counted ? *asked.counted : AcquisitionCount(*contender->core_, asked.parent);
   std::unique_lock lock(contender->core_->mutex());
   if (contender->core_->ended()) {
     contender->set_phase_locked(Phase::finished);
@@ -593,10 +591,7 @@ void Contender::grant_locked() {
   set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
-  ++core_->acquisitions;
-  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - acquiring().started_at);
-  core_->total_wait_ns += wait.count();
-  metrics_->granted(wait);
+  counted_.granted(granted_at_);
   log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
   if (request().policy.promotes_without_deleting()) touch_locked();
   if (!path_watch_live_) schedule_own_node_watch_locked();
@@ -768,8 +763,7 @@ void Contender::lose_locked(LossReason reason) {
   if (phase_ != Phase::held) return;
   set_phase_locked(Phase::lost);
   loss_reason_ = reason;
-  ++core_->locks_lost;
-  metrics_->lost(reason);
+  counted_.lost(reason);
   core_->detach(this);
   if (reason == LossReason::session_lost || reason == LossReason::connection_lost) {
     // The server may still have our node: it stays until we let go (see SessionCore).
@@ -794,8 +788,6 @@ void Contender::lose_locked(LossReason reason) {
 bool Contender::cancel(std::error_code why) {
   std::unique_lock lock(core_->mutex());
   if (completed_) return false;
-  if (why == errc::timed_out) ++core_->acquire_timeouts;
-  else if (why == errc::cancelled) ++core_->acquire_cancellations;
   complete_locked(why);
   abandon_ = true;
   switch (phase_) {
@@ -875,7 +867,7 @@ void Contender::remove_node_locked() {
 void Contender::complete_locked(std::error_code outcome) {
   if (completed_) return;
   completed_ = true;
-  metrics_->decided(outcome);
+  counted_.decided(outcome);
   cancel_timeout();
   if (!request().on_done) return;
   auto done = std::move(request().on_done);

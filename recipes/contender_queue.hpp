@@ -30,6 +30,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 
+#include "acquisition_count.hpp"
 #include "log.hpp"
 #include "queue_policy.hpp"
 #include "session_core.hpp"
@@ -90,6 +91,11 @@ struct ContenderRequest {
   // (zkr/lock.hpp promises it): our layout records its limit in the parent and touches its nodes,
   // and a peer layout's internal lock is a step that the semaphore's acquisition waits on.
   bool batchable = false;
+
+  // How the metrics count this contender (acquisition_count.hpp): unset, as an acquisition of its
+  // own under its parent's path; a recipe that builds one acquisition of several contenders gives
+  // each the part it plays.
+  std::optional<AcquisitionCount> counted;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
@@ -204,7 +210,6 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     // the same touch waits on the watch instead of re-checking forever.
     std::vector<std::pair<std::string, std::int32_t>> touches_seen;
     std::string blocker;  // the node we wait for, from the latest listing (see watch_locked)
-    Clock::time_point started_at{};
     int parent_retries = 0;
   };
   // The block, which exists until the grant (checked in sanitizer builds).
@@ -254,7 +259,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
-  LockSeries* metrics_ = nullptr;  // this path's per-lock metrics (set in start, lives with core_)
+  AcquisitionCount counted_;  // what the metrics count us as (set in start)
 };
 
 template <typename Body>
