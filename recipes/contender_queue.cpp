@@ -4,12 +4,11 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
-#include <boost/uuid/random_generator.hpp>
-#include <boost/uuid/uuid_io.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
 
+#include "guid.hpp"
 #include "log.hpp"
 #include "state_check.hpp"
 
@@ -30,19 +29,10 @@ constexpr int kMaxDropsInARow = 10;
 // How long after a grant the holder starts watching its own node (see schedule_own_node_watch_locked).
 constexpr auto kOwnNodeWatchDelay = std::chrono::milliseconds(50);
 
-// The acquisitions an open AcquisitionBatch takes in: those started without waiting (a blocking
-// one on the batch's thread would wait for a send only its own return can make), of a lock, a
-// read/write lock or an election. Not a semaphore's: it records its limit in the parent and
-// touches its nodes, and its leases hold on creation.
-bool joins_batches(const ContenderRequest& request) {
-  return !request.on_done_inline && request.sequential && !request.held_once_created &&
-         request.only_generation == 0 && request.parent_data.empty() && !request.policy.promotes_without_deleting();
-}
-
-std::string new_guid() {
-  thread_local boost::uuids::random_generator generator;
-  return boost::uuids::to_string(generator());
-}
+// The acquisitions an open AcquisitionBatch takes in: the batchable ones (ContenderRequest::batchable)
+// started without waiting (a blocking one on the batch's thread would wait for a send only its own
+// return can make).
+bool joins_batches(const ContenderRequest& request) { return request.batchable && !request.on_done_inline; }
 
 }  // namespace
 
@@ -92,8 +82,7 @@ void Contender::set_phase_locked(Phase next) {
   if (phase_ == Phase::held && next != Phase::held) {
     // Every way out of held (released, lost) ends the hold here, once.
     const auto hold = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_);
-    core_->total_hold_ns += hold.count();
-    metrics_->hold_ended(hold);
+    counted_.hold_ended(hold);
   }
   phase_ = next;
 }
@@ -107,15 +96,14 @@ Contender::Acquiring& Contender::acquiring() const {
 }
 
 Contender::~Contender() {
-  if (metrics_ && !completed_) metrics_->abandoned();  // never decided, and no longer waiting
+  if (!completed_) counted_.abandoned();  // never decided, and no longer waiting
 }
 
 std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
   // One allocation for the contender and its reference counts.
   auto contender = std::make_shared<Contender>(StartKey(), std::move(core), std::move(request));
-  contender->acquiring_->started_at = Clock::now();
-  contender->metrics_ = &contender->core_->lock_metrics().series_for(contender->request().parent);
-  contender->metrics_->asked();
+  const ContenderRequest& asked = contender->request();
+  contender->counted_ = asked.counted ? *asked.counted : AcquisitionCount(*contender->core_, asked.parent);
   std::unique_lock lock(contender->core_->mutex());
   if (contender->core_->ended()) {
     contender->set_phase_locked(Phase::finished);
@@ -603,10 +591,7 @@ void Contender::grant_locked() {
   set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
-  ++core_->acquisitions;
-  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(granted_at_ - acquiring().started_at);
-  core_->total_wait_ns += wait.count();
-  metrics_->granted(wait);
+  counted_.granted(granted_at_);
   log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
   if (request().policy.promotes_without_deleting()) touch_locked();
   if (!path_watch_live_) schedule_own_node_watch_locked();
@@ -778,8 +763,7 @@ void Contender::lose_locked(LossReason reason) {
   if (phase_ != Phase::held) return;
   set_phase_locked(Phase::lost);
   loss_reason_ = reason;
-  ++core_->locks_lost;
-  metrics_->lost(reason);
+  counted_.lost(reason);
   core_->detach(this);
   if (reason == LossReason::session_lost || reason == LossReason::connection_lost) {
     // The server may still have our node: it stays until we let go (see SessionCore).
@@ -804,8 +788,6 @@ void Contender::lose_locked(LossReason reason) {
 bool Contender::cancel(std::error_code why) {
   std::unique_lock lock(core_->mutex());
   if (completed_) return false;
-  if (why == errc::timed_out) ++core_->acquire_timeouts;
-  else if (why == errc::cancelled) ++core_->acquire_cancellations;
   complete_locked(why);
   abandon_ = true;
   switch (phase_) {
@@ -885,7 +867,7 @@ void Contender::remove_node_locked() {
 void Contender::complete_locked(std::error_code outcome) {
   if (completed_) return;
   completed_ = true;
-  metrics_->decided(outcome);
+  counted_.decided(outcome);
   cancel_timeout();
   if (!request().on_done) return;
   auto done = std::move(request().on_done);

@@ -30,6 +30,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
 
+#include "acquisition_count.hpp"
 #include "log.hpp"
 #include "queue_policy.hpp"
 #include "session_core.hpp"
@@ -82,6 +83,19 @@ struct ContenderRequest {
   // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes
   // our node. Runs with the session mutex held: must be quick and must not block.
   std::function<std::error_code(const std::vector<std::string>& children)> check_children;
+
+  // Whether an open AcquisitionBatch may hold this acquisition back (when it is started without
+  // waiting). Set for the one-holder recipes only (one_holder_request: locks, read/write locks,
+  // elections), whose acquisition is one plain contender: an ephemeral sequential node, no data
+  // of the parent's to read first, a grant by the queue. Never a semaphore's, in any layout
+  // (zkr/lock.hpp promises it): our layout records its limit in the parent and touches its nodes,
+  // and a peer layout's internal lock is a step that the semaphore's acquisition waits on.
+  bool batchable = false;
+
+  // How the metrics count this contender (acquisition_count.hpp): unset, as an acquisition of its
+  // own under its parent's path; a recipe that builds one acquisition of several contenders gives
+  // each the part it plays.
+  std::optional<AcquisitionCount> counted;
 };
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
@@ -196,7 +210,6 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     // the same touch waits on the watch instead of re-checking forever.
     std::vector<std::pair<std::string, std::int32_t>> touches_seen;
     std::string blocker;  // the node we wait for, from the latest listing (see watch_locked)
-    Clock::time_point started_at{};
     int parent_retries = 0;
   };
   // The block, which exists until the grant (checked in sanitizer builds).
@@ -246,7 +259,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   Clock::time_point granted_at_{};
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
-  LockSeries* metrics_ = nullptr;  // this path's per-lock metrics (set in start, lives with core_)
+  AcquisitionCount counted_;  // what the metrics count us as (set in start)
 };
 
 template <typename Body>

@@ -144,6 +144,7 @@ ContenderRequest one_holder_request(const std::string& path, const LockOptions& 
   request.owner_data = options.owner_data;
   request.acl = options.acl;
   request.timeout = timeout;
+  request.batchable = true;  // the acquisitions an AcquisitionBatch takes in (zkr/lock.hpp): these only
   // A semaphore's path counts our node as one of its N leases, and we would count its leases as
   // our predecessors: neither recipe's promise would hold. The semaphore records its limit in the
   // path node; refuse a path that carries one (the semaphore refuses a path without one).

@@ -78,6 +78,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
       : core_(std::move(core)),
         request_(std::move(request)),
         paths_(peer_layout_paths(request_.layout, request_.path)),
+        counted_(*core_, request_.path),
         done_(std::move(done)) {}
 
   void start(std::stop_token stop) {
@@ -121,6 +122,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     ++listing_;
     auto request = contender_request(paths_.internal_lock);
     if (kazoo()) request.marker = "__lock__";
+    request.counted = AcquisitionCount();  // a step of our acquisition, which counted_ counts
     // The deadline is ours (it covers all the steps), except that a try does not wait at all.
     request.timeout = request_.timeout == std::chrono::nanoseconds::zero() ? request_.timeout
                                                                             : std::chrono::nanoseconds(-1);
@@ -218,6 +220,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     auto request = contender_request(paths_.leases);
     request.held_once_created = true;
     request.only_generation = generation_;
+    request.counted = counted_.grant_part();
     if (kazoo()) {
       request.marker = "";
       request.sequential = false;
@@ -246,6 +249,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
 
   void finish_locked(std::error_code outcome, std::shared_ptr<Contender> lease) {
     completed_ = true;
+    counted_.decided(outcome);
     ++listing_;
     drop(internal_lock_, outcome ? outcome : make_error_code(errc::cancelled));
     if (!lease) drop(lease_, outcome);
@@ -283,6 +287,9 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
   const std::shared_ptr<SessionCore> core_;
   const PeerLeaseRequest request_;
   const PeerLayoutPaths paths_;
+  // The metrics count one acquisition of the semaphore, under its path: asked here, decided by
+  // finish_locked, its grant and hold counted by the lease (see acquisition_count.hpp).
+  const AcquisitionCount counted_;
 
   // Everything below is guarded by mutex_, which is taken before the session mutex, never after.
   // Replies, watches and the contenders' outcomes reach us without the session mutex held.

@@ -99,19 +99,25 @@ std::string path_problem(std::string_view path) {
   if (path == "/zookeeper" || path.starts_with("/zookeeper/"))
     return "is under /zookeeper, which the server reserves";
   if (path.size() > detail::kMaxRecipePathBytes)
-    return fmt::format("is {} bytes long: with a node name under it a request would exceed the server's request "
-                       "limit (jute.maxbuffer, {} bytes); a recipe path may have at most {} bytes",
-                       path.size(), detail::kServerRequestLimit, detail::kMaxRecipePathBytes);
+    return fmt::format("is {} bytes long: a recipe path may have at most {} bytes, so that a request under it, with "
+                       "a node name and at least one byte of owner data, fits the server's request limit "
+                       "(jute.maxbuffer, {} bytes)",
+                       path.size(), detail::kMaxRecipePathBytes, detail::kServerRequestLimit);
   return {};
 }
 
 namespace detail {
 
 std::string request_size_problem(std::size_t path_bytes, std::size_t data_bytes) {
-  if (path_bytes + data_bytes + kRequestAllowance <= kServerRequestLimit) return {};
+  if (request_bytes(path_bytes, data_bytes) <= kServerRequestLimit) return {};
+  const std::size_t without_path = request_bytes(0, data_bytes);
+  const std::string room = without_path < kServerRequestLimit
+                               ? fmt::format("with this data a path may have at most {} bytes",
+                                             kServerRequestLimit - without_path)
+                               : std::string("this much data fits under no path");
   return fmt::format("{} bytes of data under a path of {} bytes would exceed the server's request limit "
-                     "(jute.maxbuffer, {} bytes, including about {} bytes of node name and framing)",
-                     data_bytes, path_bytes, kServerRequestLimit, kRequestAllowance);
+                     "(jute.maxbuffer, {} bytes, including about {} bytes of node name and framing): {}",
+                     data_bytes, path_bytes, kServerRequestLimit, kRequestAllowance, room);
 }
 
 }  // namespace detail

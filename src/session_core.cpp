@@ -13,7 +13,9 @@
 #include <zkr/error.hpp>
 #include <zkr/names.hpp>
 
+#include "guid.hpp"
 #include "log.hpp"
+#include "request_limits.hpp"
 #include "state_check.hpp"
 
 namespace zkr::detail {
@@ -23,11 +25,16 @@ namespace {
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
-// Creates per multi-op in an acquisition batch: a few tens of kilobytes of request, far below the
-// server's 1 MB limit, and few enough that a refused multi costs little to redo one by one.
+// Creates per multi-op in an acquisition batch: few enough that a refused multi costs little to
+// redo one by one. Their size is bounded too (see send_batched_requests_locked).
 constexpr std::size_t kCreatesPerMulti = 100;
-// The node each batched multi-op creates, sets and deletes again (see send_batched_creates_locked).
-constexpr std::string_view kBatchStampName = "zkr-batch-stamp";
+// The node each batched multi-op creates, sets and deletes again (see send_batched_creates_locked),
+// "zkr-batch-stamp-<GUID>": named afresh for each multi-op, so that no node of anyone else's (a
+// user's node under a lock path, another batch's stamp) can be in its way or be touched by it.
+constexpr std::string_view kBatchStampPrefix = "zkr-batch-stamp-";
+
+// What the three ops on a multi-op's stamp under `parent` count against the request limit.
+std::size_t stamp_request_bytes(const std::string& parent) { return 3 * request_bytes(parent.size(), 0); }
 
 }  // namespace
 
@@ -611,13 +618,22 @@ void SessionCore::send_batch_locked() {
 // server answers one session's requests in order), and no listing depends on anything else.
 void SessionCore::send_batched_requests_locked(AcquisitionBatchState& batch) {
   // A multi-op takes each parent once: the nodes it creates share its zxid, which is their
-  // token, and two grants of one lock must never share a token.
+  // token, and two grants of one lock must never share a token. And it never grows past the
+  // server's request limit, counted as a recipe counts a single create (request_bytes: the
+  // recipe's constructor made sure that one fits), its stamp's ops included: the server would drop
+  // the connection, and with it whatever else the session was doing. A create that fits with no
+  // other goes out alone, as a plain create.
   std::vector<BatchedCreate> chunk;
+  std::size_t chunk_bytes = 0;
   for (auto& create : batch.creates) {
     const bool parent_taken = std::any_of(chunk.begin(), chunk.end(),
                                           [&](const BatchedCreate& taken) { return taken.parent == create.parent; });
-    if (!chunk.empty() && (parent_taken || chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation))
+    const std::size_t create_bytes = request_bytes(create.parent.size(), create.data.size());
+    if (!chunk.empty() && (parent_taken || chunk_bytes + create_bytes > kServerRequestLimit ||
+                           chunk.size() == kCreatesPerMulti || create.generation != chunk.front().generation))
       send_batched_creates_locked(std::exchange(chunk, {}));
+    if (chunk.empty()) chunk_bytes = stamp_request_bytes(create.parent);
+    chunk_bytes += create_bytes;
     chunk.push_back(std::move(create));
   }
   if (!chunk.empty()) send_batched_creates_locked(std::move(chunk));
@@ -640,7 +656,7 @@ void SessionCore::send_batched_creates_locked(std::vector<BatchedCreate> creates
     create(generation, only.path_prefix, only.data, CreateMode::ephemeral_sequential, only.acl, std::move(only.done));
     return;
   }
-  const std::string stamp = fmt::format("{}/{}", creates.front().parent, kBatchStampName);
+  const std::string stamp = fmt::format("{}/{}{}", creates.front().parent, kBatchStampPrefix, new_guid());
   std::vector<MultiOp> ops;
   ops.reserve(creates.size() + 3);
   ops.push_back({.kind = MultiOp::Kind::create, .path = stamp, .data = {}, .mode = CreateMode::ephemeral,

@@ -240,21 +240,26 @@ class Lock {
 // (Lock::async_acquire, also of a ReadWriteLock's locks, LeaderLatch::start) are held back and
 // sent a hundred at a time, the rest by send() or the destructor: their node creates merged into
 // ZooKeeper multi-ops (one transaction each; locks on one path go into separate multi-ops, so that
-// no two grants of a lock share a token), then their listings. Each acquisition then runs as if
-// started alone: same nodes, same queue order, same tokens (the node's czxid; the nodes of one
-// multi-op share it). Two differences: the listing also watches the path's children, which tells
-// a holder of its node's deletion until someone else comes or goes (one round trip later than a
-// watch on the node would), so that a holder nobody contends with sends no request of its own
-// after the grant (a holder then watches its node as usual); and a multi-op refused for one
-// create's sake (its path's parent is missing, say) applies none, and its other acquisitions start
-// again on their own. The server sees an extra node created and deleted in each multi-op
-// ("zkr-batch-stamp" under the path of its first lock), which no read ever shows (a persistent
-// recursive watch on the path hears it created and deleted); the sequence numbers on that path
-// skip one.
+// no two grants of a lock share a token), then their listings. No multi-op is larger than the
+// server takes (jute.maxbuffer, counted as a single acquisition's request is checked when its
+// recipe is made): locks with large owner data share smaller multi-ops, or go out alone, and
+// nothing else on the session is disturbed. Each acquisition then runs as if started alone: same
+// nodes, same queue order, same tokens (the node's czxid; the nodes of one multi-op share it). Two
+// differences: the listing also watches the path's children, which tells a holder of its node's
+// deletion until someone else comes or goes (one round trip later than a watch on the node
+// would), so that a holder nobody contends with sends no request of its own after the grant (a
+// holder then watches its node as usual); and a multi-op refused for one create's sake (its
+// path's parent is missing, say) applies none, and its other acquisitions start again on their
+// own. The server sees an extra node created and deleted in each multi-op
+// ("zkr-batch-stamp-<GUID>" under the path of its first lock, named afresh for each multi-op, so
+// that no other node, a user's included, is ever in its way or touched by it), which no read
+// ever shows (a persistent recursive watch on the path hears it created and deleted); the
+// sequence numbers on that path skip one.
 //
-// Blocking acquisitions, semaphores, other threads' calls and other sessions' locks are not
-// batched: they go out at once. A second batch opened on the session while one is open (on any
-// thread) batches nothing. Nothing waits for send() but the batched acquisitions themselves.
+// Blocking acquisitions, semaphores (in every layout, a peer layout's internal lock included),
+// other threads' calls and other sessions' locks are not batched: they go out at once. A second
+// batch opened on the session while one is open (on any thread) batches nothing. Nothing waits
+// for send() but the batched acquisitions themselves.
 class AcquisitionBatch {
  public:
   explicit AcquisitionBatch(Session& session);

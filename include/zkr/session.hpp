@@ -248,7 +248,9 @@ struct DurationHistogram {
 };
 
 // The metrics of the contenders (locks, read/write locks, semaphore leases, leadership) of one
-// recipe path, or of all paths without series of their own (path ""): see LockPathLabels.
+// recipe path, or of all paths without series of their own (path ""): see LockPathLabels. A
+// semaphore in a peer's layout counts each lease as one acquisition under its own path; its
+// internal lock, a step of that acquisition, is counted nowhere.
 struct LockMetrics {
   std::string path;
   std::int64_t held = 0;     // grants held now (a read/write lock's readers each count)

@@ -47,6 +47,11 @@ struct Grants {
       changed.notify_all();
     });
   }
+  // Takes every lock, in one batch on `session`.
+  void take_in_one_batch(Session& session, const std::vector<std::unique_ptr<Lock>>& locks) {
+    AcquisitionBatch batch(session);
+    for (std::size_t i = 0; i < locks.size(); ++i) take(*locks[i], i);
+  }
   bool wait_for(std::size_t count) {
     std::unique_lock guard(mutex);
     return changed.wait_for(guard, testenv::scaled(30s), [&] { return answered >= count; });
@@ -154,10 +159,7 @@ TEST_F(AcquisitionBatchTest, ARefusedMultiOpLosesNobody) {
   std::vector<std::unique_ptr<Lock>> locks;
   for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
   Grants grants(kLocks);
-  {
-    AcquisitionBatch batch(session);
-    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
-  }
+  grants.take_in_one_batch(session, locks);
   ASSERT_TRUE(grants.wait_for(kLocks));
   for (int i = 0; i < kLocks; ++i) {
     ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
@@ -179,10 +181,7 @@ TEST_F(AcquisitionBatchTest, ALostMultiOpReplyFindsEveryNode) {
   for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
   proxy.drop_next_reply({14});  // multi
   Grants grants(kLocks);
-  {
-    AcquisitionBatch batch(session);
-    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
-  }
+  grants.take_in_one_batch(session, locks);
   ASSERT_TRUE(grants.wait_for(kLocks));
   EXPECT_EQ(proxy.dropped_replies(), 1);
   for (int i = 0; i < kLocks; ++i) {
@@ -282,10 +281,7 @@ TEST_F(AcquisitionBatchTest, ShortPathsShareAMultiOp) {
   for (const auto& short_path : paths) locks.push_back(std::make_unique<Lock>(session, short_path));
   const std::uint64_t requests_before = requests_besides_heartbeats(session);
   Grants grants(kLocks);
-  {
-    AcquisitionBatch batch(session);
-    for (int i = 0; i < kLocks; ++i) grants.take(*locks[i], i);
-  }
+  grants.take_in_one_batch(session, locks);
   ASSERT_TRUE(grants.wait_for(kLocks));
   EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 1u + kLocks);  // one multi-op
   for (int i = 0; i < kLocks; ++i) {
@@ -297,6 +293,71 @@ TEST_F(AcquisitionBatchTest, ShortPathsShareAMultiOp) {
     EXPECT_TRUE(eventually([&] { return raw.children(short_path).empty(); }));
     raw.remove(short_path);
   }
+}
+
+// Two locks whose owner data is 600 KB each: each fits a request alone, together they would not.
+// The batch sends what fits, never a multi-op the server refuses by dropping the connection, so
+// nothing else on the session is disturbed: with LossPolicy::on_disconnect a drop would lose the
+// lock held meanwhile.
+TEST_F(AcquisitionBatchTest, ABatchNeverSendsARequestLargerThanTheServerTakes) {
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(make(lock_path(i)), ZOK);
+  SessionOptions options = session_options(servers);
+  options.loss_policy = LossPolicy::on_disconnect;
+  Session session(options);
+  Lock unrelated(session, lock_path(3));
+  HeldLock held = unrelated.acquire();
+  std::this_thread::sleep_for(300ms);  // past the moment it sets its own-node watch (one request)
+  const std::string big(600 * 1024, 'd');
+  Lock first(session, lock_path(0), {.owner_data = big}), second(session, lock_path(1), {.owner_data = big});
+  Lock small(session, lock_path(2));
+  const std::uint64_t requests_before = requests_besides_heartbeats(session);
+  Grants grants(3);
+  {
+    AcquisitionBatch batch(session);
+    grants.take(first, 0);
+    grants.take(second, 1);
+    grants.take(small, 2);
+  }
+  ASSERT_TRUE(grants.wait_for(3));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
+    EXPECT_EQ(grants.held[i].token().value(), raw.stat(grants.held[i].node_path()).czxid) << i;
+    EXPECT_EQ(raw.children(lock_path(i)).size(), 1u) << "no orphaned node under " << lock_path(i);
+  }
+  EXPECT_FALSE(held.lost()) << "the batch disturbed the session: " << to_string(*held.loss_reason());
+  const SessionMetrics metrics = session.metrics();
+  EXPECT_EQ(metrics.suspensions, 0u);
+  EXPECT_EQ(metrics.sessions_lost, 0u);
+  // The first lock's create alone, the second's with the small one's in a multi-op, three listings.
+  EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 2u + 3u);
+}
+
+// The stamp a multi-op creates and deletes is named for that multi-op alone: a user's node under a
+// lock's path named as the stamp once was ("zkr-batch-stamp") is neither touched nor in the way,
+// and the batch is still one multi-op.
+TEST_F(AcquisitionBatchTest, AUserNodeNamedLikeTheStampIsNeitherTouchedNorInTheWay) {
+  constexpr int kLocks = 3;
+  for (int i = 0; i < kLocks; ++i) ASSERT_EQ(make(lock_path(i)), ZOK);
+  const std::string users_node = lock_path(0) + "/zkr-batch-stamp";
+  ASSERT_EQ(raw.create(users_node, "the user's data"), ZOK);
+  Session session(session_options(servers));
+  std::vector<std::unique_ptr<Lock>> locks;
+  for (int i = 0; i < kLocks; ++i) locks.push_back(std::make_unique<Lock>(session, lock_path(i)));
+  const std::uint64_t requests_before = requests_besides_heartbeats(session);
+  Grants grants(kLocks);
+  grants.take_in_one_batch(session, locks);
+  ASSERT_TRUE(grants.wait_for(kLocks));
+  for (int i = 0; i < kLocks; ++i) ASSERT_FALSE(grants.errors[i]) << i << ": " << grants.errors[i].message();
+  EXPECT_EQ(requests_besides_heartbeats(session) - requests_before, 1u + kLocks) << "the batch was taken apart";
+  const Stat before_release = raw.stat(users_node);
+  for (auto& granted : grants.held) granted.release();
+  EXPECT_TRUE(eventually([&] { return raw.children(lock_path(0)).size() == 1; }));
+  char data[64];
+  int length = sizeof data;
+  ASSERT_EQ(zoo_get(raw.handle(), users_node.c_str(), 0, data, &length, nullptr), ZOK);
+  EXPECT_EQ(std::string(data, static_cast<std::size_t>(length)), "the user's data");
+  EXPECT_EQ(raw.stat(users_node).mzxid, before_release.mzxid);
+  raw.remove(users_node);
 }
 
 // A blocking acquisition on the batch's own thread is not held back (it would wait for a send

@@ -568,6 +568,50 @@ TEST_F(LockTest, InvalidPathsAreRefusedByName) {
   }
 }
 
+// The longest path the path check accepts is a path a Lock takes and acquires on a real server
+// (with the shortest owner data, one byte: owner data is never empty), and the constructor's
+// messages name the limits it applies: the path check and the request's size agree on one limit.
+TEST_F(LockTest, TheLongestPathThePathCheckAcceptsIsAcquired) {
+  // The boundary as the path check draws it, searched between a short path and one of 1 MiB.
+  const auto path_of = [&](std::size_t bytes) { return path + "/" + std::string(bytes - path.size() - 1, 'p'); };
+  std::size_t accepted = path.size() + 2, refused = 1 << 20;
+  ASSERT_TRUE(path_problem(path_of(accepted)).empty());
+  ASSERT_FALSE(path_problem(path_of(refused)).empty());
+  while (refused - accepted > 1) {
+    const std::size_t middle = accepted + (refused - accepted) / 2;
+    (path_problem(path_of(middle)).empty() ? accepted : refused) = middle;
+  }
+  const std::string longest = path_of(accepted);
+  const std::string refusal = path_problem(path_of(accepted + 1));
+  EXPECT_NE(refusal.find(fmt::format("at most {} bytes", accepted)), std::string::npos) << refusal;
+
+  Session session(session_options(servers));
+  std::optional<HeldLock> held;
+  try {
+    Lock lock(session, longest, {.owner_data = "x"});
+    held = lock.try_acquire_for(testenv::scaled(10s));
+  } catch (const Error& e) {
+    FAIL() << "a path of " << accepted << " bytes, which the path check accepts, was refused: " << e.what();
+  }
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->token().value(), raw.stat(held->node_path()).czxid);
+  held->release();
+  EXPECT_TRUE(eventually([&] { return raw.children(longest).empty(); }));
+  EXPECT_EQ(session.metrics().suspensions, 0u) << "the server dropped the connection";
+
+  // One byte more of owner data does not fit with that path: the message says how long a path may
+  // be with it.
+  try {
+    Lock lock(session, longest, {.owner_data = "xy"});
+    ADD_FAILURE() << "two bytes of owner data were accepted under a path of " << accepted << " bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    // (what() abbreviates the path.)
+    EXPECT_NE(std::string(e.what()).find(fmt::format("at most {} bytes", accepted - 1)), std::string::npos) << e.what();
+  }
+  raw.remove(longest);
+}
+
 TEST_F(LockTest, ContendersListHolderFirstWithOwnerData) {
   Session a(session_options(servers)), b(session_options(servers));
   LockOptions options;

@@ -5,10 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <stop_token>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
@@ -142,6 +145,65 @@ TEST(LockMetricsTest, EveryRecipeRecordsItsGrantsThroughTheQueue) {
     ASSERT_NE(series, nullptr) << name;
     EXPECT_EQ(series->held, held) << name;
     EXPECT_EQ(series->wait.count, static_cast<std::uint64_t>(held)) << name;
+  }
+}
+
+// A lease is one acquisition of its semaphore in every layout: one series, under the semaphore's
+// own path, with one grant and one hold per lease, and one busy try. A peer layout's internal lock
+// is a step of that acquisition, counted nowhere: not under its own path (opted in here with the
+// rest of the base), not under "".
+TEST(LockMetricsTest, ASemaphoreLeaseIsCountedOnceUnderTheSemaphoresPathInEveryLayout) {
+  const std::string servers = testenv::shared_server();
+  const std::string base = testenv::unique_path();
+  auto options = session_options(servers);
+  options.metrics_path_labels.paths = {base + "/"};
+  RawClient raw(servers);
+  for (const SemaphoreLayout layout : {SemaphoreLayout::zkrecipes, SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo}) {
+    SCOPED_TRACE(to_string(layout));
+    const std::string path = fmt::format("{}/{}", base, to_string(layout));
+    Session session(options);
+    SemaphoreOptions in_layout;
+    in_layout.layout = layout;
+    Semaphore semaphore(session, path, 1, in_layout);
+    Lease lease = semaphore.acquire();
+    SessionMetrics metrics = session.metrics();
+    EXPECT_EQ(metrics.acquisitions, 1u);
+    const LockMetrics* series = series_of(metrics, path);
+    EXPECT_NE(series, nullptr) << "no series under the semaphore's path";
+    if (series) {
+      EXPECT_EQ(series->held, 1);
+      EXPECT_EQ(series->waiting, 0);
+      EXPECT_EQ(series->wait.count, 1u);
+    }
+    std::vector<std::string> paths;
+    for (const auto& lock : metrics.locks) paths.push_back(lock.path);
+    EXPECT_EQ(paths, (std::vector<std::string>{"", path}));
+    EXPECT_EQ(metrics.locks[0].wait.count, 0u);
+    EXPECT_EQ(metrics.locks[0].held, 0);
+
+    Semaphore other(session, path, 1, in_layout);
+    EXPECT_FALSE(other.try_acquire());
+    lease.release();
+    EXPECT_TRUE(eventually([&] {
+      const SessionMetrics now = session.metrics();
+      return std::all_of(now.locks.begin(), now.locks.end(), [](const LockMetrics& lock) { return lock.held == 0; });
+    }));
+    metrics = session.metrics();
+    if ((series = series_of(metrics, path))) {
+      EXPECT_EQ(series->wait.count, 1u);
+      EXPECT_EQ(series->hold.count, 1u);
+      EXPECT_EQ(series->busy, 1u);
+      EXPECT_EQ(series->waiting, 0);
+      EXPECT_EQ(series->cancellations + series->timeouts + series->failures, 0u);
+    }
+    EXPECT_EQ(metrics.acquisitions, 1u);
+    EXPECT_EQ(metrics.acquire_cancellations + metrics.acquire_timeouts, 0u);
+    EXPECT_EQ(metrics.locks.size(), 2u);
+    session.close();
+    if (layout == SemaphoreLayout::kazoo) {  // kazoo's parents are persistent
+      raw.remove(path + "-__lock__");
+      raw.remove(path);
+    }
   }
 }
 

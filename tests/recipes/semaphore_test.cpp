@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <zkr/error.hpp>
 #include <zkr/semaphore.hpp>
 
@@ -489,6 +491,49 @@ TEST_P(PeerSemaphoreTest, AWaiterWhoseSessionIsLostWhileCountingStartsOver) {
 INSTANTIATE_TEST_SUITE_P(Layouts, PeerSemaphoreTest,
                          ::testing::Values(SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+// Semaphores are not batched, in any layout: an acquisition started inside an open
+// AcquisitionBatch goes out at once (a peer layout's internal lock included), so a wait for it
+// inside the batch's scope ends; a lock in the same batch is still held back until the send.
+TEST_F(SemaphoreTest, AnAcquisitionInsideABatchGoesOutAtOnceInEveryLayout) {
+  Session& session = sessions.add(servers);
+  auto close_sessions = sessions.closer();
+  for (const SemaphoreLayout layout : {SemaphoreLayout::zkrecipes, SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo}) {
+    SCOPED_TRACE(to_string(layout));
+    const std::string semaphore_path = fmt::format("{}-{}", path, to_string(layout));
+    SemaphoreOptions in_layout;
+    in_layout.layout = layout;
+    Semaphore semaphore(session, semaphore_path, 1, in_layout);
+    Lock lock(session, semaphore_path + "-lock");
+    using Outcome = std::pair<std::error_code, Lease>;
+    auto leased = std::make_shared<std::promise<Outcome>>();
+    auto locked = std::make_shared<std::promise<Outcome>>();
+    auto lease_future = leased->get_future(), lock_future = locked->get_future();
+    {
+      AcquisitionBatch batch(session);
+      lock.async_acquire(-1ns, [locked](std::error_code ec, HeldLock held) { locked->set_value({ec, std::move(held)}); });
+      semaphore.async_acquire(-1ns,
+                              [leased](std::error_code ec, Lease lease) { leased->set_value({ec, std::move(lease)}); });
+      EXPECT_EQ(lease_future.wait_for(testenv::scaled(10s)), std::future_status::ready)
+          << "the semaphore's acquisition was held back by the open batch";
+      EXPECT_EQ(lock_future.wait_for(200ms), std::future_status::timeout) << "the batch sent the lock early";
+    }
+    ASSERT_EQ(lease_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+    ASSERT_EQ(lock_future.wait_for(testenv::scaled(10s)), std::future_status::ready);
+    auto [lease_ec, lease] = lease_future.get();
+    ASSERT_FALSE(lease_ec) << lease_ec.message();
+    EXPECT_TRUE(lease);
+    auto [lock_ec, held] = lock_future.get();
+    EXPECT_FALSE(lock_ec) << lock_ec.message();
+    lease.release();
+    held.release();
+    if (layout == SemaphoreLayout::kazoo) {  // kazoo's parents are persistent
+      EXPECT_TRUE(eventually([&] { return raw.children(semaphore_path).empty(); }));
+      raw.remove(semaphore_path + "-__lock__");
+      raw.remove(semaphore_path);
+    }
+  }
+}
 
 // kazoo records the limit in the path's data and refuses another: so do we, in its layout, before
 // any lease is taken and leaving no node. A path of our own layout is refused as well.
