@@ -967,6 +967,54 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   server->resume(old_session);
 }
 
+// Session::on_deadline, which zklock relays to its keeper: the current deadline at once, then each
+// move as the heartbeats are answered, each at most the silence the session tolerates after it was
+// heard; and the last one heard before the server fell silent is the moment the monitor declares
+// the session lost, never later.
+TEST_F(QueueInterleaving, DeadlineListenerHearsEachMoveAndNoneLaterThanTheLoss) {
+  const auto timeout = scaled(2000ms);
+  auto session = open_session(timeout);
+  const auto session_id = session->id();
+  std::mutex mutex;
+  std::vector<std::pair<SessionDeadline, BootClock::time_point>> heard;  // with when it was heard
+  auto deadlines = session->on_deadline([&](SessionDeadline deadline) {
+    std::lock_guard guard(mutex);
+    heard.emplace_back(deadline, BootClock::now());
+  });
+  std::promise<BootClock::time_point> session_lost;
+  auto states = session->on_state_change([&session_lost, first = true](SessionState state) mutable {
+    if (state == SessionState::lost && std::exchange(first, false)) session_lost.set_value(BootClock::now());
+  });
+  auto lost_at = session_lost.get_future();
+  const auto heard_count = [&] {
+    std::lock_guard guard(mutex);
+    return heard.size();
+  };
+  ASSERT_TRUE(wait_until([&] { return heard_count() >= 4; }));
+
+  server->pause(session_id);
+  ASSERT_EQ(lost_at.wait_for(timeout * 3), std::future_status::ready);
+  const auto declared = lost_at.get();
+  std::vector<std::pair<SessionDeadline, BootClock::time_point>> of_the_session;
+  {
+    std::lock_guard guard(mutex);
+    for (const auto& entry : heard)
+      if (entry.first.session_id == session_id) of_the_session.push_back(entry);
+  }
+  ASSERT_GE(of_the_session.size(), 4u);
+  for (std::size_t i = 0; i < of_the_session.size(); ++i) {
+    const auto& [deadline, when] = of_the_session[i];
+    EXPECT_LE(deadline.at, when + session->silence_tolerance()) << "deadline " << i;
+    if (i > 0) {
+      EXPECT_GT(deadline.at, of_the_session[i - 1].first.at) << "deadline " << i << " did not move on";
+    }
+  }
+  const auto last = of_the_session.back().first.at;
+  EXPECT_LE(last, declared) << "a deadline later than the loss was announced";
+  EXPECT_LE(declared - last, session->lead_time() / 5) << "the monitor declared the loss long after the deadline";
+  server->resume(session_id);
+}
+
 // The container parent is reaped by the server after we created it and before our node's create
 // arrives: the create answers NONODE, and the contender creates the parent again and is granted.
 TEST_F(QueueInterleaving, ContainerParentReapedBetweenParentCreateAndNodeCreateIsRetried) {
