@@ -119,6 +119,7 @@ class Zklock {
   std::shared_ptr<Inbox> inbox_;
   std::unique_ptr<zkr::Session> session_;
   zkr::Subscription state_subscription_;
+  zkr::Subscription deadline_subscription_;  // run mode: the monitor's deadlines, for the job's keeper
   // One of these, alive as long as the session.
   std::optional<zkr::Lock> mutex_;
   std::optional<zkr::ReadWriteLock> read_write_;
@@ -408,6 +409,10 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
 int Zklock::run() {
   connect();
   require_lead_time();
+  // Before acquiring: the session's current deadline is then in the inbox before the grant is,
+  // both coming through its callback thread in order, and the job's keeper starts with it.
+  deadline_subscription_ =
+      session_->on_deadline([inbox = inbox_](zkr::SessionDeadline deadline) { inbox->post_deadline(deadline); });
   std::optional<OncePerGate> once_per;
   if (options_.once_per) {
     once_per.emplace(*session_, options_.lock_path, *options_.once_per);
@@ -435,9 +440,10 @@ int Zklock::run() {
   }
   SignalWaiter waiter(signals_, inbox_->wakeup());
   Supervisor supervisor(options_, *inbox_, waiter,
-                        [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+                        [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                               const KeeperDeadline& deadline) {
                           return std::make_unique<Job>(
-                              Job::start(std::move(keeper_.value()), argv, environment, given_descriptors_));
+                              Job::start(std::move(keeper_.value()), argv, environment, given_descriptors_, deadline));
                         });
   const int code = supervisor.run_under_lock(lock);
   session_->close();
