@@ -774,6 +774,73 @@ TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   EXPECT_TRUE(requests_of(session_id, Op::remove, parent + "/").empty());
 }
 
+// A holder on a lock path, and an operator's session to break it with (break_holder()).
+class BreakHolderInterleaving : public QueueInterleaving {
+ protected:
+  void hold(const std::string& parent) {
+    server->ensure_path(parent);
+    holder_session = open_session();
+    operator_session = open_session();
+    lock.emplace(*holder_session, parent);
+    held = lock->acquire();
+    node = held.node_path();
+  }
+  // `change` runs on the fake just before the operator's delete of the holder's node applies.
+  void before_the_delete(std::function<void()> change) {
+    Fault fault;
+    fault.op = Op::remove;
+    fault.path_prefix = node;
+    fault.session = operator_session->id();
+    fault.before = std::move(change);
+    server->inject(std::move(fault));
+  }
+
+  std::unique_ptr<Session> holder_session, operator_session;
+  std::optional<Lock> lock;
+  HeldLock held;
+  std::string node;
+};
+
+// break_holder() reads the holder's node (its czxid must be the token the operator was shown),
+// then deletes it. A node that took the shown node's name in between (the same GUID and sequence
+// number: its parent reaped and made again, and a GUID used again, as a kazoo Lock reuses its
+// prefix) is another grant's and must stay. ZooKeeper makes a delete conditional on the data
+// version only: the shown node had been rewritten by its owner (version 1, as a semaphore's grant
+// rewrites it), the newcomer has version 0.
+TEST_F(BreakHolderInterleaving, ANodeThatTookTheShownNodesNameMeanwhileIsLeftAlone) {
+  hold("/locks/break-name-reused");
+  ASSERT_EQ(server->set_data(node, "rewritten by its owner"), zk_errc::ok);
+  const auto rows = list_contenders(*operator_session, "/locks/break-name-reused");
+  ASSERT_EQ(rows.size(), 1u);
+  const ContenderInfo shown = rows.front();
+  ASSERT_TRUE(shown.holds);
+  before_the_delete([&] {
+    EXPECT_EQ(server->remove(node), zk_errc::ok);
+    EXPECT_EQ(server->create(node, "another grant", detail::CreateMode::ephemeral, holder_session->id()), zk_errc::ok);
+  });
+
+  EXPECT_FALSE(break_holder(*operator_session, "/locks/break-name-reused", shown));
+  const auto left = server->node(node);
+  ASSERT_TRUE(left) << "break_holder deleted a node of the same name that it was never shown";
+  EXPECT_NE(FencingToken(left->stat.czxid), shown.token);
+}
+
+// The holder's owner rewrites its node between the read and the delete (a semaphore's grant): the
+// versioned delete is refused, the node is read again, still holds the token, and is deleted.
+TEST_F(BreakHolderInterleaving, AHolderThatRewroteItsNodeMeanwhileIsStillBroken) {
+  hold("/locks/break-rewritten");
+  const ContenderInfo shown = list_contenders(*operator_session, "/locks/break-rewritten").at(0);
+  before_the_delete([&] { EXPECT_EQ(server->set_data(node, "rewritten by its owner"), zk_errc::ok); });
+
+  EXPECT_TRUE(break_holder(*operator_session, "/locks/break-rewritten", shown));
+  EXPECT_FALSE(server->node(node));
+  const auto removes = requests_of(operator_session->id(), Op::remove, node);
+  ASSERT_EQ(removes.size(), 2u);
+  EXPECT_EQ(removes[0].reported_rc, zk_errc::bad_version);
+  EXPECT_EQ(removes[1].reported_rc, zk_errc::ok);
+  EXPECT_TRUE(wait_until([&] { return held.lost(); }));
+}
+
 // The waiter's blocker is deleted, but the event that grants it is handled only after the waiter's
 // session passed its deadline (the monitor's timer has not run: its thread is busy). The grant
 // must not be handed out on a session the server may already have expired: the session is
