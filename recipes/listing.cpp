@@ -7,6 +7,7 @@
 
 #include <zkr/error.hpp>
 
+#include "data_calls.hpp"
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "log.hpp"
@@ -140,49 +141,43 @@ PathListing list_lock_path(Session& session, std::string_view path, int max_hold
 }
 
 bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder) {
-  const auto core = detail::Internals::core(session);
   if (auto problem = path_problem(path); !problem.empty())
     throw Error(make_error_code(errc::invalid_path), "break the holder of", path, problem);
   if (holder.node.find('/') != std::string::npos || !parse_contender_name(holder.node))
     throw Error(make_error_code(errc::invalid_argument), "break the holder of", path,
                 fmt::format("'{}' is not a contender node's name", holder.node));
   const std::string node = std::string(path) + "/" + holder.node;
-  const auto wait = core->options().connect_timeout;
-  if (!core->wait_connected(wait))
-    throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout), "break the holder of",
-                path);
-  // Only the node that holds this token: a node of the same name created since (its parent was
-  // reaped and made again) is another grant's. Between the read and the delete nothing but its
-  // owner's own rewrite can happen to it, so the delete is not version-checked.
-  auto done = std::make_shared<std::promise<std::pair<std::error_code, bool>>>();
-  auto future = done->get_future();
-  {
-    std::lock_guard lock(core->mutex());
-    const std::uint64_t generation = core->generation_locked();
-    std::weak_ptr<detail::SessionCore> weak_core = core;
-    core->get_data(generation, node, [done, weak_core, generation, node, token = holder.token](zk_errc rc, std::string, detail::NodeStat stat) {
-      if (rc == zk_errc::no_node || (rc == zk_errc::ok && FencingToken(stat.czxid) != token))
-        return done->set_value({{}, false});
-      if (rc != zk_errc::ok) return done->set_value({make_error_code(rc), false});
-      auto session_core = weak_core.lock();
-      if (!session_core) return done->set_value({make_error_code(errc::session_closed), false});
-      std::lock_guard session_lock(session_core->mutex());
-      session_core->remove(generation, node, -1, [done](zk_errc remove_rc) {
-        if (remove_rc == zk_errc::ok) return done->set_value({{}, true});
-        if (remove_rc == zk_errc::no_node) return done->set_value({{}, false});
-        done->set_value({make_error_code(remove_rc), false});
-      });
+  // Only the node that holds this token. ZooKeeper makes a delete conditional on the data version,
+  // never on the czxid: the delete names the version read along with the token, so a node of the
+  // same name made in between (its parent reaped and made again, and its GUID used again) is left
+  // alone unless it reached that very version. A version moved by the owner's own rewrite (a
+  // semaphore's grant) is read again.
+  const auto core = detail::Internals::core(session);
+  const std::string_view operation = "break the holder of";
+  struct Read {
+    zk_errc rc;
+    NodeStat stat;
+  };
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    const auto read = detail::wait_for_reply<Read>(core, operation, path, [&](std::uint64_t generation, auto deliver) {
+      core->exists(generation, node, [deliver](zk_errc rc, NodeStat stat) { deliver(Read{rc, stat}); });
     });
+    if (read.rc == zk_errc::no_node || (read.rc == zk_errc::ok && FencingToken(read.stat.czxid) != holder.token))
+      return false;
+    throw_if(make_error_code(read.rc), operation, path, holder.node);
+    const auto removed = detail::wait_for_reply<zk_errc>(core, operation, path, [&](std::uint64_t generation, auto deliver) {
+      core->remove(generation, node, read.stat.version, [deliver](zk_errc rc) { deliver(rc); });
+    });
+    if (removed == zk_errc::ok) break;
+    if (removed == zk_errc::no_node) return false;
+    if (removed != zk_errc::bad_version || attempt == kAttempts)
+      throw Error(make_error_code(removed), operation, path, holder.node);
   }
-  if (future.wait_for(wait) != std::future_status::ready)
-    throw Error(make_error_code(errc::timed_out), "break the holder of", path);
-  const auto [error, deleted] = future.get();
-  if (error) throw Error(error, "break the holder of", path);
-  if (deleted)
-    detail::log(LogLevel::warning, {.session_id = holder.session_id, .path = path, .node = holder.node},
-                "broke {}: deleted {} (token {}, session {})", path, holder.node, holder.token.value(),
-                session_id_text(holder.session_id));
-  return deleted;
+  detail::log(LogLevel::warning, {.session_id = holder.session_id, .path = path, .node = holder.node},
+              "broke {}: deleted {} (token {}, session {})", path, holder.node, holder.token.value(),
+              session_id_text(holder.session_id));
+  return true;
 }
 
 }  // namespace zkr

@@ -79,6 +79,9 @@ bool Session::wait_connected(std::chrono::milliseconds timeout) const { return c
 Subscription Session::on_state_change(std::function<void(SessionState)> listener) {
   return core_->on_state_change(std::move(listener));
 }
+Subscription Session::on_deadline(std::function<void(SessionDeadline)> listener) {
+  return core_->on_deadline(std::move(listener));
+}
 SessionMetrics Session::metrics() const { return core_->metrics(); }
 void Session::close() { core_->close(); }
 

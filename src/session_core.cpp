@@ -51,12 +51,6 @@ std::string SessionCore::implausible_handshake(std::chrono::milliseconds negotia
                      negotiated.count(), options_.session_timeout.count());
 }
 
-BootClock::time_point BootClock::now() noexcept {
-  timespec now{};
-  ::clock_gettime(CLOCK_BOOTTIME, &now);
-  return time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
-}
-
 SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
     : options_(std::move(options)),
       connection_factory_(std::move(factory)),
@@ -100,6 +94,12 @@ std::chrono::milliseconds lead_time_room(std::chrono::milliseconds timeout, std:
 }  // namespace zkr::detail
 
 namespace zkr {
+
+BootClock::time_point BootClock::now() noexcept {
+  timespec now{};
+  ::clock_gettime(clock_id, &now);
+  return time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
+}
 
 std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lead_time,
                                                    std::chrono::milliseconds ensemble_tick_time) {
@@ -314,6 +314,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         ++session_metrics_.sessions_established;
       }
       set_state_locked(SessionState::connected);
+      announce_deadline_locked();  // a new session's, or a resumed one's under a renegotiated timeout
       for (const auto& listener : snapshot_listeners_locked()) {
         if (resumed) listener->on_reconnected(generation);
         else listener->on_new_session(generation);
@@ -485,7 +486,9 @@ void SessionCore::send_heartbeat(std::uint64_t generation) {
 
 void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent) {
   std::lock_guard lock(mutex_);
-  if (generation == generation_) last_leader_proof_ = std::max(last_leader_proof_, sent);
+  if (generation != generation_ || sent <= last_leader_proof_) return;
+  last_leader_proof_ = sent;
+  announce_deadline_locked();
 }
 
 template <typename Callback, typename Issue, typename... FailArgs>
@@ -722,16 +725,44 @@ std::vector<std::shared_ptr<SessionListener>> SessionCore::snapshot_listeners_lo
   return listeners;
 }
 
-Subscription SessionCore::on_state_change(std::function<void(SessionState)> listener) {
-  std::lock_guard lock(mutex_);
+template <typename Event>
+Subscription SessionCore::subscribe_locked(std::vector<Listener<Event>> SessionCore::*listeners,
+                                          std::function<void(Event)> callback) {
   const std::uint64_t id = next_listener_id_++;
-  state_listeners_.push_back({id, std::make_shared<std::function<void(SessionState)>>(std::move(listener))});
-  return Subscription([self = weak_from_this(), id] {
+  (this->*listeners).push_back({id, std::make_shared<std::function<void(Event)>>(std::move(callback))});
+  return Subscription([self = weak_from_this(), id, listeners] {
     if (auto core = self.lock()) {
       std::lock_guard inner(core->mutex_);
-      std::erase_if(core->state_listeners_, [id](const StateListener& l) { return l.id == id; });
+      std::erase_if((*core).*listeners, [id](const Listener<Event>& l) { return l.id == id; });
     }
   });
+}
+
+Subscription SessionCore::on_state_change(std::function<void(SessionState)> listener) {
+  std::lock_guard lock(mutex_);
+  return subscribe_locked(&SessionCore::state_listeners_, std::move(listener));
+}
+
+Subscription SessionCore::on_deadline(std::function<void(SessionDeadline)> listener) {
+  std::lock_guard lock(mutex_);
+  auto subscription = subscribe_locked(&SessionCore::deadline_listeners_, std::move(listener));
+  if (session_established_) {
+    // The newcomer hears the current deadline at once; the others heard it already.
+    post_callback([callback = deadline_listeners_.back().callback, deadline = SessionDeadline{session_id_, deadline_locked()}] {
+      (*callback)(deadline);
+    });
+  }
+  return subscription;
+}
+
+void SessionCore::announce_deadline_locked() {
+  if (deadline_listeners_.empty() || !session_established_) return;
+  const SessionDeadline deadline{session_id_, deadline_locked()};
+  if (deadline.at == announced_deadline_) return;
+  announced_deadline_ = deadline.at;
+  for (const auto& listener : deadline_listeners_) {
+    post_callback([callback = listener.callback, deadline] { (*callback)(deadline); });
+  }
 }
 
 void SessionCore::post_to_worker(std::function<void()> task) { boost::asio::post(*worker_, std::move(task)); }

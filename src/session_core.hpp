@@ -37,16 +37,7 @@ namespace zkr::detail {
 
 using Clock = std::chrono::steady_clock;
 
-// CLOCK_BOOTTIME: like steady_clock, but it keeps counting while the machine is suspended, as the
-// servers' clocks do. The session deadline is kept on it.
-struct BootClock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<BootClock>;
-  static constexpr bool is_steady = true;
-  static time_point now() noexcept;
-};
+using BootClock = zkr::BootClock;  // the session deadline's clock
 
 // What a contender (recipes/) hears from its session. Called with the session mutex held.
 class SessionListener {
@@ -152,6 +143,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void detach(SessionListener* listener);
 
   [[nodiscard]] Subscription on_state_change(std::function<void(SessionState)> listener);
+  [[nodiscard]] Subscription on_deadline(std::function<void(SessionDeadline)> listener);
 
   // ---- executors ----
   boost::asio::io_context& worker() { return *worker_; }
@@ -225,12 +217,20 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // they detach.
   SessionListener* first_listener_ = nullptr;
   SessionListener* last_listener_ = nullptr;
-  struct StateListener {
+  template <typename Event>
+  struct Listener {
     std::uint64_t id;
-    std::shared_ptr<std::function<void(SessionState)>> callback;
+    std::shared_ptr<std::function<void(Event)>> callback;
   };
-  std::vector<StateListener> state_listeners_;
+  template <typename Event>
+  Subscription subscribe_locked(std::vector<Listener<Event>> SessionCore::*listeners,
+                                std::function<void(Event)> callback);
+  std::vector<Listener<SessionState>> state_listeners_;
+  std::vector<Listener<SessionDeadline>> deadline_listeners_;
   std::uint64_t next_listener_id_ = 1;
+  // Tells the deadline listeners the current session's deadline, if it moved since they last heard.
+  void announce_deadline_locked();
+  BootClock::time_point announced_deadline_{};
 
   // The open acquisition batch, if any (guarded by mutex_).
   struct AcquisitionBatchState {

@@ -85,6 +85,14 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+long long last_stamp(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  long long last = 0;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) last = std::stoll(line);
+  return last;
+}
+
 std::string source_dir() { return env_or("ZKR_SOURCE_DIR", ZKR_TESTENV_SOURCE_DIR); }
 std::string build_dir() { return env_or("ZKR_BUILD_DIR", ZKR_TESTENV_BINARY_DIR); }
 

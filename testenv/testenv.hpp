@@ -100,6 +100,10 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The number on the last non-empty line of `file` (0 if none): the latest of the time stamps a
+// job appends (`date +%s%N`, nanoseconds of the Unix epoch).
+long long last_stamp(const std::filesystem::path& file);
+
 // A TCP proxy between clients and one ZooKeeper server, running on its own thread (Boost.Asio).
 // All methods are thread-safe.
 class Proxy {

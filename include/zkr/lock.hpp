@@ -176,10 +176,13 @@ struct PathListing {
 PathListing list_lock_path(Session& session, std::string_view path, int max_holders = 1);
 
 // For operators breaking a stuck lock: deletes the node of `holder` (a row of list_contenders()),
-// if it is still the node with that token. Its owner is told node_deleted (through its own-node
-// watch) only as soon as its session hears of it; the next waiter may be granted before that, so
-// the fencing token is what still protects the resource. Returns false if the node was gone
-// already (or is another grant's). Throws Error (zk_errc::no_auth when the ACL forbids it).
+// if it is still the node with that token. The delete is conditional on the data version read
+// along with the token (ZooKeeper cannot condition one on the czxid), so a node that took the same
+// name since is deleted only if it also has that version. Its owner is told node_deleted (through
+// its own-node watch) only as soon as its session hears of it; the next waiter may be granted
+// before that, so the fencing token is what still protects the resource. Returns false if the
+// node was gone already (or is another grant's). Throws Error (zk_errc::no_auth when the ACL
+// forbids it).
 bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder);
 
 using AcquireHandler = std::function<void(std::error_code, HeldLock)>;

@@ -28,6 +28,8 @@
 // hand the lock to the next waiter while the old holder is still stopping.
 #pragma once
 
+#include <time.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -44,6 +46,25 @@
 #include <vector>
 
 namespace zkr {
+
+// CLOCK_BOOTTIME as a std::chrono clock: like steady_clock, but it keeps counting while the machine
+// is suspended, as the servers' clocks do. The session monitor keeps its deadline on it.
+struct BootClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<BootClock>;
+  static constexpr bool is_steady = true;
+  static constexpr clockid_t clock_id = CLOCK_BOOTTIME;
+  static time_point now() noexcept;
+};
+
+// The session monitor's deadline for one session: the moment it declares the session lost unless
+// a reply through the leader comes first (see the formula above).
+struct SessionDeadline {
+  std::int64_t session_id = 0;
+  BootClock::time_point at;
+};
 
 enum class SessionState {
   connecting,   // no session yet (first connect, or a replacement after loss)
@@ -351,6 +372,15 @@ class Session {
   // Listener runs on the session's callback thread, once per state change, in order. It must not
   // block for long: other notifications (lock loss) wait behind it.
   [[nodiscard]] Subscription on_state_change(std::function<void(SessionState)> listener);
+
+  // Listener runs on the session's callback thread with the current session's deadline: first at
+  // once (once a session is established), then each time the deadline moves (each heartbeat or
+  // write the leader answers, a reconnection). For a watchdog that must act even when this process
+  // cannot (zklock's keeper, which stops the job if the process stops renewing the deadline it
+  // relays): its deadline is never later than the moment the monitor declares the session lost,
+  // as long as it only ever takes the latest deadline heard. A listener that falls behind delays
+  // only the deadlines it hears, and so errs early.
+  [[nodiscard]] Subscription on_deadline(std::function<void(SessionDeadline)> listener);
 
   SessionMetrics metrics() const;
 

@@ -93,6 +93,19 @@ bool wait_until_stopped(pid_t pid, std::chrono::milliseconds timeout) {
   return false;
 }
 
+// The parent of `pid` (0 if gone): a zklock job's parent is zklock's keeper.
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  char state = 0;
+  pid_t parent = 0;
+  fields >> state >> parent;
+  return parent;
+}
+
 // Kills a job's process group that a failed test left running (or stopped).
 struct KillGroupAtEnd {
   pid_t pgid = 0;
@@ -233,8 +246,13 @@ class DatabaseFencingTest : public ::testing::Test {
     KillGroupAtEnd job{static_cast<pid_t>(number_after(*held, "pgid "))};
     const long long token_a = number_after(*held, " token ");
 
-    a.freeze();                   // zklock's group
-    ::kill(-job.pgid, SIGSTOP);   // the job's own group
+    // The whole holder frozen (a frozen machine): zklock's group, its keeper (which would stop
+    // the job at the session monitor's deadline), the job's own group.
+    const pid_t keeper = parent_of(job.pgid);
+    ASSERT_GT(keeper, 1);
+    a.freeze();
+    ::kill(keeper, SIGSTOP);
+    ::kill(-job.pgid, SIGSTOP);
 
     const Outcome b = run_to_end(zklock({"-w", scaled_seconds(30s), path_, shell_job(), database(), kName, "B"}), env);
     ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -256,6 +274,7 @@ class DatabaseFencingTest : public ::testing::Test {
     EXPECT_THAT(late_output, HasSubstr("stale fencing token"));
 
     a.thaw();
+    ::kill(keeper, SIGCONT);
     EXPECT_EQ(a.wait(scaled(30s)), 75) << "zklock did not report the lost lock";
 
     const auto fence = fence_rows();

@@ -63,14 +63,24 @@ class PartitionTest : public ::testing::Test {
     if (auto reason = NetLab::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
   }
 
+  // Where the holder and the waiter connect: the holder to one follower, the waiter to the others.
+  struct Placement {
+    int follower = -1;
+    std::string others;  // connect string
+  };
+  static Placement place(const NetLab& lab) {
+    const int leader = lab.leader();
+    EXPECT_GE(leader, 0) << "no leader";
+    Placement placement{leader == 0 ? 1 : 0, {}};
+    for (int i = 0; i < lab.servers(); ++i)
+      if (i != placement.follower)
+        placement.others += (placement.others.empty() ? "" : ",") + lab.server_address(i);
+    return placement;
+  }
+
   // Runs one shape: the holder on `follower` (client c0), the waiter on the other servers (c1).
   Measured run(NetLab& lab, const Shape& shape, int session_ms, std::chrono::milliseconds wait_bound) {
-    const int leader = lab.leader();
-    EXPECT_GE(leader, 0);
-    int follower = leader == 0 ? 1 : 0;
-    std::string others;
-    for (int i = 0; i < lab.servers(); ++i)
-      if (i != follower) others += (others.empty() ? "" : ",") + lab.server_address(i);
+    const auto [follower, others] = place(lab);
     const std::string path = unique_path(shape.name);
     const std::string tick = std::to_string(lab.options().tick_ms);
     Process::Options options;
@@ -192,12 +202,8 @@ TEST_F(PartitionTest, FollowerIsolatedWithDebianDefaults) {
 #ifdef ZKLOCK_BINARY
 TEST_F(FastPartitionTest, ZklocksJobStopsBeforeTheNextJobStartsEvenIfTheLinkHealsMeanwhile) {
   NetLab lab(options());
-  const int leader = lab.leader();
-  ASSERT_GE(leader, 0);
-  const int follower = leader == 0 ? 1 : 0;
-  std::string others;
-  for (int i = 0; i < lab.servers(); ++i)
-    if (i != follower) others += (others.empty() ? "" : ",") + lab.server_address(i);
+  const auto [follower, others] = place(lab);
+  ASSERT_FALSE(HasFailure()) << "no leader";
   const std::string path = unique_path("zklock-heal");
   const auto work = std::filesystem::temp_directory_path() / path.substr(path.rfind('/') + 1);
   std::filesystem::create_directories(work);
@@ -232,13 +238,7 @@ TEST_F(FastPartitionTest, ZklocksJobStopsBeforeTheNextJobStartsEvenIfTheLinkHeal
   ASSERT_TRUE(second_status);
   EXPECT_EQ(*second_status, 0);
 
-  long long last_write = 0, second_start = 0;
-  {
-    std::ifstream in(first_log);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) last_write = std::stoll(line);
-    std::ifstream(second_log) >> second_start;
-  }
+  const long long last_write = last_stamp(first_log), second_start = last_stamp(second_log);
   std::filesystem::remove_all(work);
   ASSERT_NE(last_write, 0);
   ASSERT_NE(second_start, 0);
@@ -248,6 +248,62 @@ TEST_F(FastPartitionTest, ZklocksJobStopsBeforeTheNextJobStartsEvenIfTheLinkHeal
                            lead_ms)
             << std::endl;
   EXPECT_GT(second_start, last_write) << "the next job started while the first one still wrote";
+}
+
+// The campaign's one overlap: zklock itself stopped (SIGSTOP) while its keeper and its job run on.
+// zklock's monitor cannot act; the keeper's own deadline, renewed by zklock with each proof of the
+// session, passes, and the keeper stops the job at the monitor's deadline: the job is gone before
+// the server expires the session, so the next zklock's job starts after the first job's last write.
+TEST_F(FastPartitionTest, PausedZklockAloneItsKeeperStopsTheJobBeforeTheNextJobStarts) {
+  NetLab lab(options());
+  const auto [follower, others] = place(lab);
+  ASSERT_FALSE(HasFailure()) << "no leader";
+  const std::string path = unique_path("zklock-paused");
+  TempDir work;
+  const auto first_log = work.file("first.log"), second_log = work.file("second.log");
+  const std::string tick = fmt::format("{:g}", lab.options().tick_ms / 1000.0);
+  Process::Options options;
+  options.merge_stderr = true;
+  options.new_process_group = true;  // zklock's own group: the keeper and the job have groups of their own
+  auto first = lab.spawn(0,
+                         {ZKLOCK_BINARY, "-v", "--zk", lab.server_address(follower), "--tick-time", tick,
+                          "--session-timeout", "3", "--kill-after", "0.5", path, "bash", "-c",
+                          fmt::format("echo started; while :; do date +%s%N >> {}; sleep 0.02; done", first_log.string())},
+                         options);
+  const auto connected = first->wait_for_line("zklock: connected", scaled(60s));
+  ASSERT_TRUE(connected);
+  ASSERT_TRUE(first->wait_for_line("started", scaled(60s)));
+  auto second = lab.spawn(1,
+                          {ZKLOCK_BINARY, "--zk", others, "--tick-time", tick, "--session-timeout", "3",
+                           "--kill-after", "0.5", "-w", "60", path, "bash", "-c",
+                           fmt::format("date +%s%N > {}", second_log.string())},
+                          options);
+  std::this_thread::sleep_for(1s);  // the second zklock queues
+
+  const long long paused_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+  first->freeze();
+  const auto second_status = second->wait(scaled(60s));
+  ASSERT_TRUE(second_status);
+  EXPECT_EQ(*second_status, 0);
+  const long long last_write = last_stamp(first_log), second_start = last_stamp(second_log);
+  first->thaw();
+  const auto first_status = first->wait(scaled(30s));
+  const std::string first_output = first->read_all(scaled(5s));
+  ASSERT_NE(last_write, 0);
+  ASSERT_NE(second_start, 0);
+  std::cout << fmt::format("zklock paused alone ({}): its job's last write {:.0f} ms into the pause, the next "
+                           "job started {:.0f} ms after that",
+                           connected->substr(connected->find("negotiated")), (last_write - paused_ns) / 1e6,
+                           (second_start - last_write) / 1e6)
+            << std::endl;
+  EXPECT_GT(second_start, last_write) << "the next job started while the paused zklock's job still wrote";
+  // The keeper acts at the monitor's deadline, at most T - lead time (3 s - 1.5 s) into the pause,
+  // and the job dies of the kill signal at once.
+  EXPECT_LT(last_write - paused_ns, 2'000'000'000LL) << "the job ran on past the monitor's deadline";
+  ASSERT_TRUE(first_status);
+  EXPECT_EQ(*first_status, 75) << first_output;
+  EXPECT_NE(first_output.find("its keeper stopped the job"), std::string::npos) << first_output;
 }
 #endif
 

@@ -774,6 +774,73 @@ TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   EXPECT_TRUE(requests_of(session_id, Op::remove, parent + "/").empty());
 }
 
+// A holder on a lock path, and an operator's session to break it with (break_holder()).
+class BreakHolderInterleaving : public QueueInterleaving {
+ protected:
+  void hold(const std::string& parent) {
+    server->ensure_path(parent);
+    holder_session = open_session();
+    operator_session = open_session();
+    lock.emplace(*holder_session, parent);
+    held = lock->acquire();
+    node = held.node_path();
+  }
+  // `change` runs on the fake just before the operator's delete of the holder's node applies.
+  void before_the_delete(std::function<void()> change) {
+    Fault fault;
+    fault.op = Op::remove;
+    fault.path_prefix = node;
+    fault.session = operator_session->id();
+    fault.before = std::move(change);
+    server->inject(std::move(fault));
+  }
+
+  std::unique_ptr<Session> holder_session, operator_session;
+  std::optional<Lock> lock;
+  HeldLock held;
+  std::string node;
+};
+
+// break_holder() reads the holder's node (its czxid must be the token the operator was shown),
+// then deletes it. A node that took the shown node's name in between (the same GUID and sequence
+// number: its parent reaped and made again, and a GUID used again, as a kazoo Lock reuses its
+// prefix) is another grant's and must stay. ZooKeeper makes a delete conditional on the data
+// version only: the shown node had been rewritten by its owner (version 1, as a semaphore's grant
+// rewrites it), the newcomer has version 0.
+TEST_F(BreakHolderInterleaving, ANodeThatTookTheShownNodesNameMeanwhileIsLeftAlone) {
+  hold("/locks/break-name-reused");
+  ASSERT_EQ(server->set_data(node, "rewritten by its owner"), zk_errc::ok);
+  const auto rows = list_contenders(*operator_session, "/locks/break-name-reused");
+  ASSERT_EQ(rows.size(), 1u);
+  const ContenderInfo shown = rows.front();
+  ASSERT_TRUE(shown.holds);
+  before_the_delete([&] {
+    EXPECT_EQ(server->remove(node), zk_errc::ok);
+    EXPECT_EQ(server->create(node, "another grant", detail::CreateMode::ephemeral, holder_session->id()), zk_errc::ok);
+  });
+
+  EXPECT_FALSE(break_holder(*operator_session, "/locks/break-name-reused", shown));
+  const auto left = server->node(node);
+  ASSERT_TRUE(left) << "break_holder deleted a node of the same name that it was never shown";
+  EXPECT_NE(FencingToken(left->stat.czxid), shown.token);
+}
+
+// The holder's owner rewrites its node between the read and the delete (a semaphore's grant): the
+// versioned delete is refused, the node is read again, still holds the token, and is deleted.
+TEST_F(BreakHolderInterleaving, AHolderThatRewroteItsNodeMeanwhileIsStillBroken) {
+  hold("/locks/break-rewritten");
+  const ContenderInfo shown = list_contenders(*operator_session, "/locks/break-rewritten").at(0);
+  before_the_delete([&] { EXPECT_EQ(server->set_data(node, "rewritten by its owner"), zk_errc::ok); });
+
+  EXPECT_TRUE(break_holder(*operator_session, "/locks/break-rewritten", shown));
+  EXPECT_FALSE(server->node(node));
+  const auto removes = requests_of(operator_session->id(), Op::remove, node);
+  ASSERT_EQ(removes.size(), 2u);
+  EXPECT_EQ(removes[0].reported_rc, zk_errc::bad_version);
+  EXPECT_EQ(removes[1].reported_rc, zk_errc::ok);
+  EXPECT_TRUE(wait_until([&] { return held.lost(); }));
+}
+
 // The waiter's blocker is deleted, but the event that grants it is handled only after the waiter's
 // session passed its deadline (the monitor's timer has not run: its thread is busy). The grant
 // must not be handed out on a session the server may already have expired: the session is
@@ -965,6 +1032,54 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   ASSERT_TRUE(session->wait_connected(scaled(10s)));
   EXPECT_NE(session->id(), old_session);
   server->resume(old_session);
+}
+
+// Session::on_deadline, which zklock relays to its keeper: the current deadline at once, then each
+// move as the heartbeats are answered, each at most the silence the session tolerates after it was
+// heard; and the last one heard before the server fell silent is the moment the monitor declares
+// the session lost, never later.
+TEST_F(QueueInterleaving, DeadlineListenerHearsEachMoveAndNoneLaterThanTheLoss) {
+  const auto timeout = scaled(2000ms);
+  auto session = open_session(timeout);
+  const auto session_id = session->id();
+  std::mutex mutex;
+  std::vector<std::pair<SessionDeadline, BootClock::time_point>> heard;  // with when it was heard
+  auto deadlines = session->on_deadline([&](SessionDeadline deadline) {
+    std::lock_guard guard(mutex);
+    heard.emplace_back(deadline, BootClock::now());
+  });
+  std::promise<BootClock::time_point> session_lost;
+  auto states = session->on_state_change([&session_lost, first = true](SessionState state) mutable {
+    if (state == SessionState::lost && std::exchange(first, false)) session_lost.set_value(BootClock::now());
+  });
+  auto lost_at = session_lost.get_future();
+  const auto heard_count = [&] {
+    std::lock_guard guard(mutex);
+    return heard.size();
+  };
+  ASSERT_TRUE(wait_until([&] { return heard_count() >= 4; }));
+
+  server->pause(session_id);
+  ASSERT_EQ(lost_at.wait_for(timeout * 3), std::future_status::ready);
+  const auto declared = lost_at.get();
+  std::vector<std::pair<SessionDeadline, BootClock::time_point>> of_the_session;
+  {
+    std::lock_guard guard(mutex);
+    for (const auto& entry : heard)
+      if (entry.first.session_id == session_id) of_the_session.push_back(entry);
+  }
+  ASSERT_GE(of_the_session.size(), 4u);
+  for (std::size_t i = 0; i < of_the_session.size(); ++i) {
+    const auto& [deadline, when] = of_the_session[i];
+    EXPECT_LE(deadline.at, when + session->silence_tolerance()) << "deadline " << i;
+    if (i > 0) {
+      EXPECT_GT(deadline.at, of_the_session[i - 1].first.at) << "deadline " << i << " did not move on";
+    }
+  }
+  const auto last = of_the_session.back().first.at;
+  EXPECT_LE(last, declared) << "a deadline later than the loss was announced";
+  EXPECT_LE(declared - last, session->lead_time() / 5) << "the monitor declared the loss long after the deadline";
+  server->resume(session_id);
 }
 
 // The container parent is reaped by the server after we created it and before our node's create

@@ -7,8 +7,12 @@
 namespace zklock {
 namespace {
 
+const KeeperDeadline sample_deadline{zkr::BootClock::time_point(std::chrono::nanoseconds(123'456'789'012)), 10,
+                                     std::chrono::milliseconds(2500)};
+
 JobSpec sample_spec() {
-  return {true, {0, 1, 2, 7}, "/bin/sh", {"sh", "-c", "echo \"a b\"", ""}, {"A=1", "EMPTY=", "ZKLOCK_PATH=/x"}};
+  return {true, sample_deadline, {0, 1, 2, 7}, "/bin/sh", {"sh", "-c", "echo \"a b\"", ""},
+          {"A=1", "EMPTY=", "ZKLOCK_PATH=/x"}};
 }
 
 TEST(JobSpec, CrossesThePipeWhole) {
@@ -16,6 +20,9 @@ TEST(JobSpec, CrossesThePipeWhole) {
   const auto decoded = decode_job_spec(encode_job_spec(spec));
   ASSERT_TRUE(decoded);
   EXPECT_EQ(decoded->take_terminal, spec.take_terminal);
+  EXPECT_EQ(decoded->deadline.at, sample_deadline.at);
+  EXPECT_EQ(decoded->deadline.kill_signal, sample_deadline.kill_signal);
+  EXPECT_EQ(decoded->deadline.grace, sample_deadline.grace);
   EXPECT_EQ(decoded->passed_fds, spec.passed_fds);
   EXPECT_EQ(decoded->path, spec.path);
   EXPECT_EQ(decoded->argv, spec.argv);
@@ -23,7 +30,7 @@ TEST(JobSpec, CrossesThePipeWhole) {
 }
 
 TEST(JobSpec, WithoutDescriptorsOrEnvironment) {
-  const auto decoded = decode_job_spec(encode_job_spec({false, {}, "/usr/bin/true", {"true"}, {}}));
+  const auto decoded = decode_job_spec(encode_job_spec({false, sample_deadline, {}, "/usr/bin/true", {"true"}, {}}));
   ASSERT_TRUE(decoded);
   EXPECT_FALSE(decoded->take_terminal);
   EXPECT_TRUE(decoded->passed_fds.empty());
@@ -40,7 +47,7 @@ TEST(JobSpec, CutShortIsNoJob) {
 }
 
 TEST(JobSpec, NoCommandIsNoJob) {
-  EXPECT_FALSE(decode_job_spec(encode_job_spec({false, {}, "/usr/bin/true", {}, {"A=1"}})));
+  EXPECT_FALSE(decode_job_spec(encode_job_spec({false, sample_deadline, {}, "/usr/bin/true", {}, {"A=1"}})));
 }
 
 }  // namespace

@@ -47,7 +47,11 @@ struct JobState {
   bool leaves_processes_behind = false;
   std::set<int> ignored_signals;  // besides SIGKILL, every signal but SIGCONT/SIGCHLD ends a process
   bool keeper_fails = false;
+  int keeper_stops_after_polls = -1;  // the keeper's deadline passes: it sends keeper_signal; -1: never
+  int keeper_signal = SIGTERM;
   // Record.
+  std::vector<zkr::BootClock::time_point> renewals;  // deadlines relayed to the keeper
+  bool stopped_by_keeper = false;
   int polls = 0;
   std::vector<int> group_signals;
   std::vector<int> tree_signals;
@@ -79,8 +83,21 @@ class FakeJob final : public JobControl {
     note_if_gone();
   }
   void kill_everything() override { signal_tree(SIGKILL, nullptr); }
+  void renew_deadline(zkr::BootClock::time_point deadline) override { state_->renewals.push_back(deadline); }
+  void announce_stop() override { timeline_.add("stop announced to the keeper"); }
+  bool stopped_by_keeper() const noexcept override { return state_->stopped_by_keeper; }
   bool poll() override {
     ++state_->polls;
+    if (!state_->stopped_by_keeper && state_->keeper_stops_after_polls >= 0 &&
+        state_->polls > state_->keeper_stops_after_polls) {
+      state_->stopped_by_keeper = true;
+      timeline_.add("keeper's deadline passed");
+      if (state_->ends(state_->keeper_signal)) {  // as the keeper sends it: to the whole tree
+        if (state_->command_running) end_command(state_->keeper_signal);
+        state_->others_running = false;
+        note_if_gone();
+      }
+    }
     if (state_->command_running && state_->exits_after_polls >= 0 && state_->polls > state_->exits_after_polls) {
       state_->command_running = false;
       state_->wait_status = state_->exit_status_on_exit;
@@ -179,14 +196,16 @@ class SupervisorTest : public ::testing::Test {
     options.command = {"job", "arg"};
     options.kill_after = 50ms;
     lock.job = job;
+    inbox.post_deadline({lock.session_id(), first_deadline});  // as the session tells zklock at once
   }
 
   int run() {
     Supervisor supervisor(options, inbox, waiter,
-                          [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment)
-                              -> std::unique_ptr<JobControl> {
+                          [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                                 const KeeperDeadline& deadline) -> std::unique_ptr<JobControl> {
                             started_argv = argv;
                             started_environment = environment;
+                            started_deadline = deadline;
                             timeline.add("job started");
                             if (start_error) throw *start_error;
                             auto started = std::make_unique<FakeJob>(job, timeline);
@@ -216,6 +235,8 @@ class SupervisorTest : public ::testing::Test {
   std::function<void()> after_start;
   std::vector<std::string> started_argv;
   std::vector<std::string> started_environment;
+  std::optional<KeeperDeadline> started_deadline;
+  const zkr::BootClock::time_point first_deadline = zkr::BootClock::now() + std::chrono::hours(1);
 };
 
 TEST_F(SupervisorTest, JobExitingNormallyGivesItsStatusAndReleasesAfterIt) {
@@ -310,6 +331,75 @@ TEST_F(SupervisorTest, LostBeforeTheJobStartedStartsNothing) {
 
   EXPECT_EQ(run(), 75);
   EXPECT_FALSE(timeline.has("job started"));
+}
+
+// The keeper starts with the session monitor's deadline for the lock's session and the stop terms,
+// and hears every later deadline of that session once; a replacement session's never.
+TEST_F(SupervisorTest, TheLocksSessionDeadlinesAreRelayedToTheKeeper) {
+  options.kill_signal = SIGUSR2;
+  const auto later = first_deadline + 1s, latest = first_deadline + 2s;
+  waiter.on_wait = [&](int wait) {
+    if (wait == 1) inbox.post_deadline({lock.session_id(), later});
+    if (wait == 3) inbox.post_deadline({lock.session_id() + 1, latest + 1s});  // another session's
+    if (wait == 5) inbox.post_deadline({lock.session_id(), latest});
+  };
+  job->exits_after_polls = 8;
+
+  EXPECT_EQ(run(), 0);
+  ASSERT_TRUE(started_deadline);
+  EXPECT_EQ(started_deadline->at, first_deadline);
+  EXPECT_EQ(started_deadline->kill_signal, SIGUSR2);
+  EXPECT_EQ(started_deadline->grace, options.kill_after);
+  EXPECT_THAT(job->renewals, ElementsAre(later, latest));
+  expect_job_stopped_before_release();
+}
+
+// zklock stalled past the deadline: the keeper stopped the job (kill signal to the tree). zklock,
+// running again, gives the lost code, sends no second kill signal (a trap must not run twice), and
+// releases only once the tree is gone.
+TEST_F(SupervisorTest, KeeperStoppingTheJobAtItsDeadlineGivesTheLostCodeWithoutASecondSignal) {
+  job->keeper_stops_after_polls = 2;
+  job->leaves_processes_behind = true;
+
+  EXPECT_EQ(run(), 75);
+  EXPECT_TRUE(job->tree_signals.empty()) << ::testing::PrintToString(job->tree_signals);
+  EXPECT_FALSE(timeline.has("stop announced to the keeper"));
+  expect_job_stopped_before_release();
+}
+
+// The same when the job ignores the kill signal: SIGKILL after the grace, before the release.
+TEST_F(SupervisorTest, KeeperStoppingAJobThatIgnoresTheSignalEndsInSigkillBeforeRelease) {
+  job->keeper_stops_after_polls = 1;
+  job->ignored_signals = {SIGTERM};
+
+  EXPECT_EQ(run(), 75);
+  EXPECT_THAT(job->tree_signals, ElementsAre(SIGKILL));
+  expect_job_stopped_before_release();
+}
+
+// zklock stops the job itself: the keeper hears it first, so that it can SIGKILL after the grace
+// should zklock stall in the middle.
+TEST_F(SupervisorTest, ZklocksOwnStopIsAnnouncedToTheKeeperFirst) {
+  waiter.on_wait = [&](int wait) {
+    if (wait == 2) lock.declare_lost(zkr::LossReason::session_lost);
+  };
+
+  EXPECT_EQ(run(), 75);
+  const auto announced = std::find(timeline.events.begin(), timeline.events.end(), "stop announced to the keeper");
+  const auto killed = std::find(timeline.events.begin(), timeline.events.end(), "command killed by 15");
+  EXPECT_LT(announced, killed) << ::testing::PrintToString(timeline.events);
+  expect_job_stopped_before_release();
+}
+
+// No deadline of the lock's session is known (the session was replaced), or it has passed: the
+// job must not start.
+TEST_F(SupervisorTest, NoLiveDeadlineOfTheLocksSessionStartsNothing) {
+  for (const zkr::SessionDeadline deadline : {zkr::SessionDeadline{lock.session_id() + 1, first_deadline},
+                                              zkr::SessionDeadline{lock.session_id(), zkr::BootClock::now() - 1ms}}) {
+    inbox.post_deadline(deadline);
+    EXPECT_EQ(run(), 75);
+    EXPECT_FALSE(timeline.has("job started"));
+  }
 }
 
 TEST_F(SupervisorTest, SignalIsPassedToTheJobsGroup) {

@@ -40,6 +40,7 @@ using ::testing::Not;
 using zkr::testenv::Cluster;
 using zkr::testenv::Process;
 using zkr::testenv::TempDir;
+using zkr::testenv::last_stamp;
 using zkr::testenv::scaled;
 
 const std::string zklock_binary = ZKLOCK_BINARY;
@@ -600,9 +601,9 @@ TEST_F(ZklockTest, ZklockKilledWhileWaitingStartsNoJobAndLeavesNoKeeper) {
 // ---------------------------------------------------------------------------------------------
 // Lock loss
 
-// zklock and its job frozen past the session: another client gets the lock with a larger token;
-// on thaw the job is stopped and zklock exits with the lost code; the job's late write, carrying
-// the old token, is refused by the fenced store.
+// The whole holder - zklock, its keeper and its job - frozen past the session (a frozen machine):
+// another client gets the lock with a larger token; on thaw the job is stopped and zklock exits
+// with the lost code; the job's late write, carrying the old token, is refused by the fenced store.
 TEST_F(ZklockTest, FrozenPastTheSessionTheJobIsStoppedAndItsLateWritesRefused) {
   zkr::FenceGate store;
   Process first(zklock({path_, "-c",
@@ -616,7 +617,10 @@ TEST_F(ZklockTest, FrozenPastTheSessionTheJobIsStoppedAndItsLateWritesRefused) {
   const zkr::FencingToken first_token(number_after(*write, "write "));
   EXPECT_TRUE(store.admit("key", first_token));
 
+  const std::vector<pid_t> keepers = zklock::children_of(first.pid());
+  ASSERT_EQ(keepers.size(), 1u);
   first.freeze();
+  ::kill(keepers[0], SIGSTOP);
   ::kill(-job.pid, SIGSTOP);
   // Writes sent before the freeze were timely.
   while (auto line = first.read_line(scaled(300ms))) {
@@ -639,6 +643,7 @@ TEST_F(ZklockTest, FrozenPastTheSessionTheJobIsStoppedAndItsLateWritesRefused) {
   EXPECT_GE(store.refused(), 1u);
 
   first.thaw();
+  ::kill(keepers[0], SIGCONT);
   EXPECT_EQ(first.wait(scaled(30s)), 75);
   EXPECT_THAT(first.read_all(scaled(5s)), HasSubstr("lost the lock"));
   EXPECT_TRUE(eventually([&] { return ::kill(-job.pid, 0) != 0; }, 10s));
@@ -879,6 +884,74 @@ TEST_F(ZklockTest, KeeperKilledTakesTheJobWithIt) {
   ::kill(holder.pid(), SIGCONT);
   EXPECT_TRUE(holder.wait(scaled(30s))) << "zklock kept running without its job";
   EXPECT_TRUE(eventually([&] { return contender_count() == 0; }, 30s));
+}
+
+// A duration as zklock's messages write it ("2s", "1.3s", "600ms"), after `prefix` in `line`.
+std::chrono::milliseconds duration_after(const std::string& line, std::string_view prefix) {
+  std::istringstream in(line.substr(line.find(prefix) + prefix.size()));
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  const double ms = unit.starts_with("ms") ? value : value * 1000;
+  return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+long long system_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// zklock alone is paused (a stop signal, a debugger, swap) while its keeper and its job run on.
+// The session monitor cannot act, but the keeper's own deadline, renewed by zklock with each proof
+// of the session, passes: the keeper stops the job then, at the monitor's deadline, so the job is
+// gone before the server can expire the session, and the waiting zklock's job starts only after
+// the first job's last write. Thawed, zklock exits with the lost code.
+TEST_F(ZklockTest, PausedZklockAloneItsKeeperStopsTheJobBeforeTheNextJobStarts) {
+  TempDir dir;
+  const auto first_log = dir.file("first"), second_log = dir.file("second");
+  Process holder(zklock({"-v", path_, "-c",
+                         fmt::format("echo \"job $$\"; while :; do date +%s%N >> {}; sleep 0.02; done", first_log.string())}),
+                 merged_output());
+  const auto connected = holder.wait_for_line("zklock: connected", scaled(30s));
+  ASSERT_TRUE(connected);
+  const auto negotiated = duration_after(*connected, "negotiated timeout ");
+  const auto lead_time = duration_after(*connected, "lead time ");
+  const auto line = holder.wait_for_line("job ", scaled(30s));
+  ASSERT_TRUE(line);
+  KillAtEnd job{static_cast<pid_t>(number_after(*line, "job ")), true};
+  Process waiter(zklock({"-w", scaled_seconds(60s), path_, "-c", fmt::format("date +%s%N > {}", second_log.string())}),
+                 merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  ASSERT_TRUE(eventually([&] { return last_stamp(first_log) != 0; }, 10s));
+
+  const long long paused_ns = system_now_ns();
+  holder.freeze();  // zklock's own group: zklock alone (the keeper and the job have groups of their own)
+  const auto waited = waiter.wait(scaled(60s));
+  EXPECT_EQ(waited, 0) << waiter.read_all(scaled(5s));
+  const long long last_write = last_stamp(first_log), second_start = last_stamp(second_log);
+  ASSERT_NE(second_start, 0);
+  EXPECT_LT(last_write, second_start) << "the next job started while the paused zklock's job still wrote ("
+                                      << (last_write - second_start) / 1'000'000 << " ms after)";
+  // Stopped at the monitor's deadline (at most the silence it tolerates, T - lead time, after the
+  // pause) within the grace: before the server could expire the session, a second ahead of it.
+  const auto bound = negotiated - lead_time + scaled(300ms) + scaled(200ms);
+  EXPECT_LE(last_write - paused_ns, std::chrono::nanoseconds(bound).count())
+      << "the job wrote " << (last_write - paused_ns) / 1'000'000 << " ms into zklock's pause";
+  EXPECT_TRUE(eventually([&] { return ::kill(-job.pid, 0) != 0; }, 1s)) << "the job outlived the lock";
+
+  holder.thaw();
+  EXPECT_EQ(holder.wait(scaled(30s)), 75);
+  const std::string said = holder.read_all(scaled(5s));
+  EXPECT_THAT(said, HasSubstr("its keeper stopped the job with SIGTERM at the session monitor's deadline"));
+  EXPECT_THAT(said, HasSubstr("zklock itself ran again only"));
+}
+
+// The keeper's deadline moves on with every proof of the session: a job that runs for many times
+// the silence the session tolerates, zklock running beside it, is never stopped by it.
+TEST_F(ZklockTest, KeepersDeadlineNeverStopsAJobWhileZklockRuns) {
+  const Outcome outcome = run_to_end(zklock({"-v", path_, "-c", fmt::format("sleep {}; echo job-done", scaled_seconds(4s))}));
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("job-done"));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("lost")));
 }
 
 // Signals zklock neither forwards nor expects must not end it (and so orphan the job's lock).

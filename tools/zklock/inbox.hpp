@@ -46,6 +46,14 @@ class Inbox {
     }
     wakeup_.notify();
   }
+  // The session monitor's deadline moved (Session::on_deadline): only the latest one counts.
+  void post_deadline(zkr::SessionDeadline deadline) {
+    {
+      std::lock_guard guard(mutex_);
+      deadline_ = deadline;
+    }
+    wakeup_.notify();
+  }
   void post_connected() { wakeup_.notify(); }
   // A watch on the listed path fired (--list --watch).
   void post_path_changed() {
@@ -64,6 +72,10 @@ class Inbox {
     std::lock_guard guard(mutex_);
     return lost_;
   }
+  std::optional<zkr::SessionDeadline> deadline() const {
+    std::lock_guard guard(mutex_);
+    return deadline_;
+  }
   bool take_path_changed() {
     std::lock_guard guard(mutex_);
     return std::exchange(path_changed_, false);
@@ -78,6 +90,7 @@ class Inbox {
   mutable std::mutex mutex_;
   std::deque<zkr::SessionState> states_;
   std::optional<zkr::LossReason> lost_;
+  std::optional<zkr::SessionDeadline> deadline_;
   std::optional<Acquired> acquired_;
   bool path_changed_ = false;
 };

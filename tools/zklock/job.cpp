@@ -108,13 +108,14 @@ std::vector<int> open_descriptors() {
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
 Job Job::start(WaitingKeeper keeper, const std::vector<std::string>& argv,
-               const std::vector<std::string>& environment, const std::vector<int>& passed_on) {
+               const std::vector<std::string>& environment, const std::vector<int>& passed_on,
+               const KeeperDeadline& deadline) {
   if (argv.empty()) throw start_error("", ENOENT);
   const ResolvedCommand command = resolve_command(argv.front());
   if (command.error) throw start_error(argv.front(), command.error);
 
   const bool give_terminal = zklock_owns_terminal();
-  const auto handed = keeper.hand_over({give_terminal, passed_on, command.path, argv, environment});
+  const auto handed = keeper.hand_over({give_terminal, deadline, passed_on, command.path, argv, environment});
   if (!handed) {
     throw JobStartError(exit_code::cannot_execute,
                         fmt::format("{}: cannot start: zklock's keeper process is gone ({})", argv.front(),
@@ -149,6 +150,7 @@ Job::Job(Job&& other) noexcept
       keeper_gone_(other.keeper_gone_),
       no_child_left_(other.no_child_left_),
       left_processes_behind_(other.left_processes_behind_),
+      stopped_by_keeper_(other.stopped_by_keeper_),
       wait_status_(other.wait_status_) {}
 
 Job::~Job() {
@@ -171,21 +173,8 @@ void Job::signal_group(int signal) const {
 }
 
 void Job::signal_tree(int signal, std::vector<pid_t>* already) const {
-  const auto done = [&](pid_t pid) {
-    if (!already) return false;
-    if (std::find(already->begin(), already->end(), pid) != already->end()) return true;
-    already->push_back(pid);
-    return false;
-  };
-  // -pid_ stands for the group in `already`.
-  if (pid_ > 0 && !done(-pid_)) ::kill(-pid_, signal);
-  for (pid_t pid : descendants_of(::getpid())) {
-    // The keeper blocks what it can; only SIGCONT (it may be stopped too) is for it.
-    if (pid == keeper_ && signal != SIGCONT) continue;
-    // The group's members had it with the group: a shell's trap would run twice.
-    if (pid_ > 0 && ::getpgid(pid) == pid_) continue;
-    if (!done(pid)) ::kill(pid, signal);
-  }
+  // The keeper blocks what it can; only SIGCONT (it may be stopped too) is for it.
+  signal_process_tree(::getpid(), pid_, signal, signal == SIGCONT ? 0 : keeper_, already);
 }
 
 void Job::kill_everything() {
@@ -196,10 +185,23 @@ void Job::kill_everything() {
   for (pid_t pid : descendants_of(::getpid())) ::kill(pid, SIGKILL);
 }
 
+void Job::order(const KeeperOrder& order) {
+  // Never blocks: the keeper reads its orders at once, and a full buffer means it is stopped (then
+  // a lost renewal only errs early).
+  if (socket_ >= 0 && !keeper_gone_) ::send(socket_, &order, sizeof order, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void Job::renew_deadline(zkr::BootClock::time_point deadline) {
+  order({KeeperOrder::renew, deadline.time_since_epoch().count()});
+}
+
+void Job::announce_stop() { order({KeeperOrder::stopping, 0}); }
+
 void Job::read_reports() {
   if (socket_ < 0) return;
   KeeperReport report{};
   while (::recv(socket_, &report, sizeof report, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof report)) {
+    if (report.kind == KeeperReport::deadline_passed) stopped_by_keeper_ = true;
     if (report.kind == KeeperReport::exited && !wait_status_) {
       wait_status_ = report.value;
       left_processes_behind_ = report.descendants_left;

@@ -54,9 +54,16 @@ class JobControl {
   virtual void signal_tree(int signal, std::vector<pid_t>* already = nullptr) const = 0;
   // SIGKILLs every process of the job once (call until tree_gone()).
   virtual void kill_everything() = 0;
+  // Moves the keeper's deadline (keeper.hpp) to the session monitor's latest one.
+  virtual void renew_deadline(zkr::BootClock::time_point deadline) = 0;
+  // Tells the keeper that zklock is stopping the job now (its kill signal, SIGKILL after the
+  // grace): should zklock stall meanwhile, the keeper SIGKILLs what is left after the grace.
+  virtual void announce_stop() = 0;
   // Without blocking: true once the command has exited (wait_status()) or its watcher failed
   // (keeper_failed()).
   virtual bool poll() = 0;
+  // Whether the keeper is stopping the job because its deadline passed unrenewed (as of poll()).
+  virtual bool stopped_by_keeper() const noexcept = 0;
   virtual int wait_status() const = 0;
   virtual bool keeper_failed() const noexcept = 0;
   // Whether, when the command exited, processes it started were still running.
@@ -73,9 +80,11 @@ class Job final : public JobControl {
   // `environment` in a new process group, with stdin/stdout/stderr inherited and an empty signal
   // mask. If zklock owns the terminal, the job's group becomes the terminal's foreground group.
   // Of zklock's descriptors beyond stdin, stdout and stderr only `passed_on` reach the command.
+  // The keeper stops the job by itself once `deadline` passes unrenewed (renew_deadline()).
   // Throws JobStartError (126 not executable, 127 not found).
   static Job start(WaitingKeeper keeper, const std::vector<std::string>& argv,
-                   const std::vector<std::string>& environment, const std::vector<int>& passed_on);
+                   const std::vector<std::string>& environment, const std::vector<int>& passed_on,
+                   const KeeperDeadline& deadline);
 
   Job(Job&& other) noexcept;
   Job& operator=(Job&&) = delete;
@@ -94,6 +103,9 @@ class Job final : public JobControl {
   void signal_tree(int signal, std::vector<pid_t>* already = nullptr) const override;
   // SIGKILLs the keeper and every descendant once (call until tree_gone()).
   void kill_everything() override;
+  void renew_deadline(zkr::BootClock::time_point deadline) override;
+  void announce_stop() override;
+  bool stopped_by_keeper() const noexcept override { return stopped_by_keeper_; }
 
   // Reads the keeper's reports and reaps, without blocking. True once the command has exited
   // (then wait_status() is its status) or the keeper died without saying (keeper_failed()).
@@ -114,6 +126,7 @@ class Job final : public JobControl {
  private:
   Job(pid_t keeper, int socket, bool owns_terminal) : keeper_(keeper), socket_(socket), owns_terminal_(owns_terminal) {}
   void read_reports();
+  void order(const KeeperOrder& order);
   // True once the keeper and every child of zklock are reaped.
   bool all_reaped();
   // Waits up to `bound` for the keeper to exit on its own.
@@ -126,6 +139,7 @@ class Job final : public JobControl {
   bool keeper_gone_ = false;
   bool no_child_left_ = false;
   bool left_processes_behind_ = false;
+  bool stopped_by_keeper_ = false;
   std::optional<int> wait_status_;
 };
 

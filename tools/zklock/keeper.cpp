@@ -9,6 +9,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -52,13 +53,99 @@ void report(int socket, KeeperReport::Kind kind, int value, bool descendants_lef
   const auto deadline = std::chrono::steady_clock::now() + kill_bound;
   std::optional<int> ignored;
   while (std::chrono::steady_clock::now() < deadline) {
-    ::kill(-job, SIGKILL);
-    for (pid_t pid : descendants_of(::getpid())) ::kill(pid, SIGKILL);
+    signal_process_tree(::getpid(), job, SIGKILL);
     if (reap_children(job, ignored)) ::_exit(0);
     std::this_thread::sleep_for(10ms);
   }
   ::_exit(1);
 }
+
+// The keeper's deadline (see keeper.hpp) and the stop it makes when the deadline passes, paced by
+// a timer on the session monitor's clock: the kill signal to the whole tree (again every poll
+// interval, for processes that appear meanwhile), SIGKILL once the grace is over, again until
+// nothing is left. Mirrors zklock's own stop (Supervisor::stop_job), which it backs up.
+class DeadlineWatch {
+ public:
+  // Throws std::system_error if the timer cannot be made.
+  DeadlineWatch(int socket, const KeeperDeadline& terms)
+      : socket_(socket), terms_(terms),
+        timer_(::timerfd_create(zkr::BootClock::clock_id, TFD_CLOEXEC | TFD_NONBLOCK)) {
+    if (timer_ < 0) throw std::system_error(errno, std::generic_category(), "timerfd_create");
+  }
+  ~DeadlineWatch() { ::close(timer_); }
+  DeadlineWatch(const DeadlineWatch&) = delete;
+  DeadlineWatch& operator=(const DeadlineWatch&) = delete;
+
+  int fd() const { return timer_; }
+  // The job runs: the deadline counts from now on.
+  void start(pid_t job) {
+    job_ = job;
+    arm(terms_.at);
+  }
+
+  void obey(const KeeperOrder& order) {
+    if (phase_ != Phase::watching) return;  // a stop once begun is never called off
+    if (order.kind == KeeperOrder::renew) arm(zkr::BootClock::time_point(std::chrono::nanoseconds(order.deadline_ns)));
+    if (order.kind == KeeperOrder::stopping) {
+      // zklock signals the tree itself; the keeper only makes sure of the SIGKILL after the grace.
+      phase_ = Phase::signalling;
+      stop_began_ = zkr::BootClock::now();
+      signalled_by_zklock_ = true;
+      arm(stop_began_ + terms_.grace);
+    }
+  }
+
+  // The timer is readable: act if it has expired.
+  void on_timer() {
+    std::uint64_t expirations = 0;
+    if (::read(timer_, &expirations, sizeof expirations) != static_cast<ssize_t>(sizeof expirations)) return;
+    const auto now = zkr::BootClock::now();
+    if (phase_ == Phase::watching) {
+      // zklock did not renew in time: it is paused, or starved, and cannot stop the job itself.
+      report(socket_, KeeperReport::deadline_passed, terms_.kill_signal);
+      phase_ = Phase::signalling;
+      stop_began_ = now;
+    }
+    if (phase_ == Phase::signalling) {
+      const bool plain_kill = terms_.kill_signal == SIGKILL;
+      if (!signalled_by_zklock_ && !plain_kill) {  // at least once, even with no grace at all
+        signal_process_tree(::getpid(), job_, terms_.kill_signal, 0, &signalled_);
+        // A stopped process acts on the signal only once continued.
+        signal_process_tree(::getpid(), job_, SIGCONT);
+      }
+      if (!plain_kill && now - stop_began_ < terms_.grace) {
+        arm(std::min(now + poll_interval, stop_began_ + terms_.grace));
+        return;
+      }
+      phase_ = Phase::killing;
+      kill_began_ = now;
+    }
+    signal_process_tree(::getpid(), job_, SIGKILL);
+    if (now - kill_began_ < kill_bound) arm(now + poll_interval);  // until no child is left: keep() returns then
+  }
+
+ private:
+  static constexpr auto poll_interval = 20ms;
+  enum class Phase { watching, signalling, killing };
+
+  void arm(zkr::BootClock::time_point at) {
+    // An absolute time on CLOCK_BOOTTIME: it counts a suspend of the machine, as the monitor does.
+    const auto since_epoch = std::max(at.time_since_epoch(), std::chrono::nanoseconds(1));  // 0 would disarm
+    itimerspec value{};
+    value.it_value.tv_sec = static_cast<time_t>(since_epoch.count() / 1'000'000'000);
+    value.it_value.tv_nsec = static_cast<long>(since_epoch.count() % 1'000'000'000);
+    ::timerfd_settime(timer_, TFD_TIMER_ABSTIME, &value, nullptr);
+  }
+
+  pid_t job_ = -1;
+  int socket_;
+  KeeperDeadline terms_;
+  int timer_;
+  Phase phase_ = Phase::watching;
+  bool signalled_by_zklock_ = false;
+  zkr::BootClock::time_point stop_began_{}, kill_began_{};
+  std::vector<pid_t> signalled_;
+};
 
 // What the job's process needs until its execve.
 struct JobLaunch {
@@ -164,6 +251,14 @@ int keep(int socket, JobSpec spec) {
   sigaddset(&child_exits, SIGCHLD);
   const int signals = ::signalfd(-1, &child_exits, SFD_CLOEXEC | SFD_NONBLOCK);
 
+  // No job without its deadline.
+  std::optional<DeadlineWatch> deadline;
+  try {
+    deadline.emplace(socket, spec.deadline);
+  } catch (const std::system_error& error) {
+    report(socket, KeeperReport::exec_failed, error.code().value());
+    return exit_code::internal;
+  }
   int exec_report[2];
   if (signals < 0 || ::pipe2(exec_report, O_CLOEXEC) != 0) {
     report(socket, KeeperReport::exec_failed, errno);
@@ -194,11 +289,12 @@ int keep(int socket, JobSpec spec) {
     return 0;
   }
   report(socket, KeeperReport::started, job);
+  deadline->start(job);
 
   std::optional<int> job_status;
   while (true) {
-    pollfd fds[2] = {{socket, POLLIN, 0}, {signals, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) continue;
+    pollfd fds[3] = {{socket, POLLIN, 0}, {signals, POLLIN, 0}, {deadline->fd(), POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0) continue;
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
       while (::read(signals, &info, sizeof info) > 0) {
@@ -208,12 +304,20 @@ int keep(int socket, JobSpec spec) {
       if (job_status && !had_status) report(socket, KeeperReport::exited, *job_status, !no_child_left);
       if (no_child_left) return 0;  // the job and every descendant are gone
     }
+    // zklock's orders before the timer: a renewal that came in time counts, even if the keeper
+    // itself was slow to read it.
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      char byte;
-      const ssize_t read = ::recv(socket, &byte, sizeof byte, MSG_DONTWAIT);
-      // EOF: zklock died or gave up on the job. Nothing else is ever sent.
-      if (read == 0 || (read < 0 && errno != EAGAIN && errno != EINTR)) kill_everything_and_exit(job);
+      while (true) {
+        KeeperOrder order{};
+        const ssize_t read = ::recv(socket, &order, sizeof order, MSG_DONTWAIT);
+        if (read < 0 && errno == EINTR) continue;
+        if (read < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        // EOF: zklock died or gave up on the job.
+        if (read <= 0) kill_everything_and_exit(job);
+        if (read == static_cast<ssize_t>(sizeof order)) deadline->obey(order);
+      }
     }
+    if (fds[2].revents & POLLIN) deadline->on_timer();
   }
 }
 
@@ -242,6 +346,9 @@ std::string encode_job_spec(const JobSpec& spec) {
     fields += '\0';
   };
   add(spec.take_terminal ? "1" : "0");
+  add(std::to_string(spec.deadline.at.time_since_epoch().count()));
+  add(std::to_string(spec.deadline.kill_signal));
+  add(std::to_string(spec.deadline.grace.count()));
   add(std::to_string(spec.passed_fds.size()));
   for (int fd : spec.passed_fds) add(std::to_string(fd));
   add(spec.path);
@@ -276,6 +383,10 @@ std::optional<JobSpec> decode_job_spec(std::string_view bytes) {
   JobSpec spec;
   if (fields.empty() || (fields[0] != "0" && fields[0] != "1")) return std::nullopt;
   spec.take_terminal = fields[next++] == "1";
+  const auto deadline_ns = count(), kill_signal = count(), grace_ms = count();
+  if (!deadline_ns || !kill_signal || !grace_ms || *kill_signal < 1 || *kill_signal >= NSIG) return std::nullopt;
+  spec.deadline = {zkr::BootClock::time_point(std::chrono::nanoseconds(static_cast<std::int64_t>(*deadline_ns))), static_cast<int>(*kill_signal),
+                   std::chrono::milliseconds(*grace_ms)};
   const auto passed = count();
   if (!passed || *passed > fields.size() - next) return std::nullopt;
   for (std::size_t i = 0; i < *passed; ++i) {

@@ -10,14 +10,26 @@
 // on the job): the keeper SIGKILLs every descendant until none is left, then exits. It runs in a
 // process group of its own and blocks every signal it can, so nothing sent to zklock's process
 // group ends it, not even SIGKILL.
+//
+// zklock stops the job when its session monitor declares the lock lost; but a zklock that does not
+// run (stopped by a signal, a debugger, swapped out, starved while the job is not) cannot, and
+// its job would outlive the lock. So the keeper keeps a deadline of its own: the session monitor's
+// deadline for the lock's session, which zklock relays each time it moves (each heartbeat the
+// leader answers). When the latest deadline it heard passes, the keeper stops the job itself as
+// zklock would: the kill signal to the whole tree, SIGKILL after the grace. zklock's silence alone
+// is enough: the keeper uses no network, and it keeps time on the monitor's clock (CLOCK_BOOTTIME).
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <zkr/session.hpp>
 
 namespace zklock {
 
@@ -30,15 +42,34 @@ struct KeeperReport {
     started = 1,      // value: the job's pid (also its process group)
     exec_failed = 2,  // value: the errno of execve; the keeper exits after it
     exited = 3,       // value: the job's wait status; descendants_left: whether any still runs
+    deadline_passed = 4,  // value: the kill signal; the keeper is stopping the job (zklock fell silent)
   };
   Kind kind;
   int value;
   bool descendants_left = false;
 };
 
+// What zklock tells the keeper once the job runs, one fixed-size message each.
+struct KeeperOrder {
+  enum Kind : int {
+    renew = 1,     // deadline: the session monitor's latest deadline for the lock's session
+    stopping = 2,  // zklock sends the job its kill signal now: SIGKILL what is left after the grace
+  };
+  Kind kind;
+  std::int64_t deadline_ns = 0;  // renew: zkr::BootClock's time since its epoch
+};
+
+// When and how the keeper stops the job by itself.
+struct KeeperDeadline {
+  zkr::BootClock::time_point at;      // the first deadline; KeeperOrder::renew moves it
+  int kill_signal = 15;               // sent to the whole tree at the deadline (SIGTERM)
+  std::chrono::milliseconds grace{0};  // then SIGKILL to what is left (--kill-after)
+};
+
 // The job zklock hands to its waiting keeper.
 struct JobSpec {
   bool take_terminal = false;    // make the job's group the terminal's foreground group
+  KeeperDeadline deadline;
   std::vector<int> passed_fds;   // beyond 0-2, the descriptors the job keeps; others are closed
   std::string path;              // the resolved executable
   std::vector<std::string> argv;

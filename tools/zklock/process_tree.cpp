@@ -1,7 +1,10 @@
 #include "process_tree.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +30,21 @@ std::vector<pid_t> descendants_of(pid_t root) {
     for (pid_t child : children_of(found[next])) found.push_back(child);
   }
   return found;
+}
+
+void signal_process_tree(pid_t root, pid_t group, int signal, pid_t spared, std::vector<pid_t>* already) {
+  const auto done = [already](pid_t pid) {
+    if (!already) return false;
+    if (std::find(already->begin(), already->end(), pid) != already->end()) return true;
+    already->push_back(pid);
+    return false;
+  };
+  if (group > 0 && !done(-group)) ::kill(-group, signal);
+  for (pid_t pid : descendants_of(root)) {
+    if (pid == spared) continue;
+    if (group > 0 && ::getpgid(pid) == group) continue;
+    if (!done(pid)) ::kill(pid, signal);
+  }
 }
 
 bool reap_children(pid_t watched, std::optional<int>& watched_status) {

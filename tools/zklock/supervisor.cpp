@@ -22,6 +22,10 @@ namespace {
 // zklock gives up rather than hang.
 constexpr auto after_sigkill_bound = 5s;
 constexpr auto group_poll_interval = 20ms;
+// The session monitor checks its deadline at least every 100 ms: once zklock runs, its verdict on a
+// deadline that passed comes within that.
+constexpr auto monitor_verdict_bound = 500ms;
+constexpr auto noticeably_late = 100ms;
 
 }  // namespace
 
@@ -63,7 +67,8 @@ void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 // the only one that starts a job, and every path through it passes stop_job() before
 // lock.release(). Should anything throw in between, the job's destructor (Job: SIGKILL to the
 // whole tree, waited for, bounded) runs before the caller's lock is destroyed. Should zklock
-// itself die, the keeper (keeper.hpp) kills the tree.
+// itself die, the keeper (keeper.hpp) kills the tree; should it stall past the session monitor's
+// deadline, the keeper stops the tree as stop_job() would.
 int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (const auto reason = lock.loss_reason()) {
     if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason));
@@ -81,9 +86,21 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
       {"ZKLOCK_SESSION_ID", zkr::session_id_text(lock.session_id())},
   });
 
+  // The keeper's deadline starts at the session monitor's for the lock's session (zklock asked to
+  // hear it before acquiring, so it is known by now). None known, or one passed already: that
+  // session is gone, or nearly; the job must not start.
+  const std::optional<zkr::SessionDeadline> deadline = inbox_.deadline();
+  if (!deadline || deadline->session_id != lock.session_id() || deadline->at <= zkr::BootClock::now()) {
+    if (!options_.quiet()) {
+      say("lost the lock on {} ({}) before the job started", options_.lock_path,
+          lock.describe_loss(lock.loss_reason().value_or(zkr::LossReason::session_lost)));
+    }
+    return options_.lost_exit_code;
+  }
+
   std::unique_ptr<JobControl> job;
   try {
-    job = start_job_(argv, environment);
+    job = start_job_(argv, environment, {deadline->at, options_.kill_signal, options_.kill_after});
   } catch (const JobStartError& error) {
     say("{}", error.what());
     lock.job_ended(error.exit_code());
@@ -91,7 +108,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     return error.exit_code();
   }
 
-  const Supervised outcome = supervise(*job, lock);
+  const Supervised outcome = supervise(*job, lock, deadline->at);
 
   // The command has exited, or the lock was lost. Whatever is left of the job (the command, or
   // processes it left behind, in its group or not) still works under the lock: stop it here, the
@@ -131,11 +148,21 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   return options_.lost_exit_code;
 }
 
-// Waits for the command to exit while passing signals on, or for the lock to be lost (the caller
-// then stops the job).
-Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLock& lock) {
+// Waits for the command to exit while passing signals on and relaying the session monitor's
+// deadlines to the keeper, or for the lock to be lost, or for the keeper to have stopped the job at
+// its deadline (the caller then stops the job).
+Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLock& lock,
+                                             zkr::BootClock::time_point relayed_deadline) {
   int termination_requests = 0;
-  while (!job.poll()) {
+  while (true) {
+    const bool ended = job.poll();
+    // Checked first: a job that the keeper's stop made exit ran up to the lock's deadline.
+    if (job.stopped_by_keeper()) {
+      const std::string message = describe_keeper_stop(job, lock, relayed_deadline);
+      if (!options_.quiet()) say("{}", message);
+      return {options_.lost_exit_code, true};
+    }
+    if (ended) break;
     if (const auto reason = inbox_.lost()) {
       if (!options_.quiet()) {
         say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, lock.describe_loss(*reason),
@@ -144,7 +171,16 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
       return {options_.lost_exit_code, true};
     }
     const Readiness ready = waiter_.wait(-1ms, job.keeper_socket());
-    if (ready.wakeup) handle_inbox();
+    if (ready.wakeup) {
+      handle_inbox();
+      // Only the lock's own session's deadlines: a replacement session's would keep a job alive
+      // whose lock went with the old one.
+      const auto deadline = inbox_.deadline();
+      if (deadline && deadline->session_id == lock.session_id() && deadline->at != relayed_deadline) {
+        job.renew_deadline(deadline->at);
+        relayed_deadline = deadline->at;
+      }
+    }
     if (!ready.signal) continue;
     while (const auto signal = waiter_.next_signal()) {
       if (*signal == SIGCHLD) continue;
@@ -165,19 +201,49 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
   return {exit_code_from_wait_status(job.wait_status()), false};
 }
 
+// The keeper stopped the job at the session monitor's deadline (keeper.hpp) because zklock had
+// not: it raced with the keeper (the monitor declares the loss at that very deadline), or it did
+// not run (stopped, starved). Says which, with the monitor's own verdict, which comes soon after
+// zklock runs; the keeper is stopping the job meanwhile.
+std::string Supervisor::describe_keeper_stop(JobControl& job, const SupervisedLock& lock,
+                                             zkr::BootClock::time_point deadline) {
+  const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(zkr::BootClock::now() - deadline);
+  const auto verdict_bound = Clock::now() + monitor_verdict_bound;
+  std::optional<zkr::LossReason> reason;
+  while (!(reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason()) && Clock::now() < verdict_bound) {
+    wait_a_little(job, group_poll_interval);
+  }
+  std::string message =
+      fmt::format("lost the lock on {} ({}); its keeper stopped the job with {} at the session monitor's deadline",
+                  options_.lock_path,
+                  reason ? lock.describe_loss(*reason) : std::string("zklock relayed no later deadline in time"),
+                  signal_label(options_.kill_signal));
+  if (late > noticeably_late) {
+    message += fmt::format(": zklock itself ran again only {} after it (stopped or starved)", format_duration(late));
+  }
+  return message;
+}
+
 // Sends `signal` to every process of the job's tree, SIGKILL after `grace`; returns once no process
 // of the job is left (true) or the bound after SIGKILL passed (false). Processes that appear while
 // it waits (forked, or escaped from their group) get the signal too.
 bool Supervisor::stop_job(JobControl& job, int signal, std::chrono::milliseconds grace) {
   if (job.tree_gone()) return true;
+  // The keeper, stopping the job at its deadline, sent the signal already: a shell's trap must not
+  // run twice. Otherwise it learns that zklock stops the job, and SIGKILLs after the grace should
+  // zklock stall meanwhile.
+  const bool keeper_signalled = job.stopped_by_keeper();
+  if (!keeper_signalled) job.announce_stop();
   if (signal != SIGKILL) {
     std::vector<pid_t> signalled;
     bool insisted = false;
     const auto deadline = Clock::now() + grace;
     do {  // at least once, even with no grace at all
-      job.signal_tree(signal, &signalled);
-      // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
-      job.signal_tree(SIGCONT);
+      if (!keeper_signalled) {
+        job.signal_tree(signal, &signalled);
+        // A stopped job (SIGSTOP, or frozen along with zklock) acts on the signal only once continued.
+        job.signal_tree(SIGCONT);
+      }
       insisted = wait_a_little(job, std::min<Clock::duration>(group_poll_interval, deadline - Clock::now()));
       if (job.tree_gone()) return true;
     } while (!insisted && Clock::now() < deadline);

@@ -97,10 +97,10 @@ class HeldZkLock final : public SupervisedLock {
   std::string lock_path_;
 };
 
-// Starts the job (argv, environment); throws JobStartError.
-using JobStarter =
-    std::function<std::unique_ptr<JobControl>(const std::vector<std::string>& argv,
-                                              const std::vector<std::string>& environment)>;
+// Starts the job (argv, environment), whose keeper stops it by itself once `deadline` passes
+// unrenewed; throws JobStartError.
+using JobStarter = std::function<std::unique_ptr<JobControl>(
+    const std::vector<std::string>& argv, const std::vector<std::string>& environment, const KeeperDeadline& deadline)>;
 
 class Supervisor {
  public:
@@ -117,7 +117,8 @@ class Supervisor {
     int exit_code;
     bool lost;  // the lock was lost and the job stopped for it
   };
-  Supervised supervise(JobControl& job, const SupervisedLock& lock);
+  Supervised supervise(JobControl& job, const SupervisedLock& lock, zkr::BootClock::time_point relayed_deadline);
+  std::string describe_keeper_stop(JobControl& job, const SupervisedLock& lock, zkr::BootClock::time_point deadline);
   bool stop_job(JobControl& job, int signal, std::chrono::milliseconds grace);
   bool wait_a_little(JobControl& job, Clock::duration step);
   void handle_inbox();

@@ -124,6 +124,7 @@ class Zklock {
   std::unique_ptr<zkr::Session> session_;
   Clock::time_point connect_started_;  // -w counts from here
   zkr::Subscription state_subscription_;
+  zkr::Subscription deadline_subscription_;  // run mode: the monitor's deadlines, for the job's keeper
   // One of these, alive as long as the session.
   std::optional<zkr::Lock> mutex_;
   std::optional<zkr::ReadWriteLock> read_write_;
@@ -439,6 +440,10 @@ int Zklock::run() {
   connect();
   require_lead_time();
   refuse_a_wait_for_the_parent();
+  // Before acquiring: the session's current deadline is then in the inbox before the grant is,
+  // both coming through its callback thread in order, and the job's keeper starts with it.
+  deadline_subscription_ =
+      session_->on_deadline([inbox = inbox_](zkr::SessionDeadline deadline) { inbox->post_deadline(deadline); });
   std::optional<OncePerGate> once_per;
   if (options_.once_per) {
     once_per.emplace(*session_, options_.lock_path, *options_.once_per);
@@ -466,9 +471,10 @@ int Zklock::run() {
   }
   SignalWaiter waiter(signals_, inbox_->wakeup());
   Supervisor supervisor(options_, *inbox_, waiter,
-                        [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+                        [this](const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+                               const KeeperDeadline& deadline) {
                           return std::make_unique<Job>(
-                              Job::start(std::move(keeper_.value()), argv, environment, given_descriptors_));
+                              Job::start(std::move(keeper_.value()), argv, environment, given_descriptors_, deadline));
                         });
   const int code = supervisor.run_under_lock(lock);
   session_->close();
