@@ -22,17 +22,6 @@ std::string owner_data(int size_class, const std::string& path) {
   return bytes == 0 ? std::string() : std::string(bytes, 'o');
 }
 
-std::chrono::nanoseconds blocking_timeout(int timeout_class) {
-  constexpr std::chrono::milliseconds kTimeouts[] = {0ms, 20ms, 100ms, 400ms};
-  return kTimeouts[timeout_class & 3];
-}
-
-// Async forms: negative waits for ever, zero does not wait.
-std::chrono::nanoseconds async_timeout(int timeout_class) {
-  constexpr std::chrono::milliseconds kTimeouts[] = {-1ms, 0ms, 50ms, 400ms};
-  return kTimeouts[timeout_class & 3];
-}
-
 // Runs one blocking acquisition on the actor's thread and records its outcome. The HeldLock is
 // built inside its box, never moved there (a move would unbind it from the thread).
 template <typename Recipe>
@@ -91,6 +80,21 @@ AcquireHandler record_into(const std::shared_ptr<Outcome>& outcome, bool release
 
 }  // namespace
 
+std::unique_ptr<Pending> Swarm::new_pending(const Op& op) {
+  auto pending = std::make_unique<Pending>();
+  pending->id = next_id_++;
+  pending->kind = op.kind;
+  pending->step = step_index_;
+  pending->actor = op.actor;
+  pending->slot = op.session;
+  pending->epoch = slots_[static_cast<std::size_t>(op.session)]->epoch;
+  pending->resource = op.resource;
+  pending->what = fmt::format("step {} {}", step_index_, describe(op));
+  pending->started_event = next_event();
+  pending->started = Clock::now();
+  return pending;
+}
+
 int Swarm::lock_object(int slot, int resource_index, int size) {
   // One Lock object per (session epoch, resource, owner data size): reentrancy is per object.
   const auto& s = *slots_[static_cast<std::size_t>(slot)];
@@ -113,22 +117,12 @@ bool Swarm::acquire(const Op& op) {
   if (!blocking && batch_here && size_class(op) > 1 && config_.excluded(Exclusion::large_batch)) return false;
   if (peer_semaphore) slot.used_peer_semaphore = true;
 
-  auto pending = std::make_unique<Pending>();
-  pending->id = next_id_++;
-  pending->kind = op.kind;
-  pending->step = step_index_;
-  pending->actor = op.actor;
-  pending->slot = op.session;
-  pending->epoch = slot.epoch;
-  pending->resource = op.resource;
+  auto pending = new_pending(op);
   pending->blocking = blocking;
   pending->lock_object = lock_object(op.session, op.resource, size_class(op));
   // Held back by the open batch: the lock's acquisitions (semaphores go out at once).
   pending->held_back = !blocking && is_lock_like(r.kind) && batch_here;
   pending->release_in_handler = !blocking && variant(op);
-  pending->what = fmt::format("step {} {}", step_index_, describe(op));
-  pending->started_event = next_event();
-  pending->started = Clock::now();
   predict(*pending, op);
 
   // The recipe object, made on first use.
@@ -158,7 +152,7 @@ bool Swarm::acquire(const Op& op) {
   pending_.push_back(std::move(pending));
   if (blocking) {
     actor.blocking_pending = recorded.id;
-    const auto timeout = blocking_timeout(timeout_class(op));
+    const auto timeout = wait_timeout(op);
     const auto kind = op.kind;
     actor.actor.post([lock, semaphore, kind, timeout, outcome](std::stop_token stop) {
       if (lock) run_blocking(lock, kind, timeout, outcome, stop);
@@ -168,7 +162,7 @@ bool Swarm::acquire(const Op& op) {
     if (recorded.prompt_by) actor.actor.wait_idle(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   *recorded.prompt_by - Clock::now() + 1ms));
   } else {
-    const auto timeout = async_timeout(timeout_class(op));
+    const auto timeout = async_timeout(op);
     auto handler = record_into(outcome, recorded.release_in_handler);
     auto token = recorded.stop.get_token();
     actor.actor.post([lock, semaphore, timeout, handler, token](std::stop_token) {
@@ -202,7 +196,14 @@ void Swarm::predict(Pending& pending, const Op& op) {
            hold.owner == pending.actor && !hold.moved && !hold.released && !hold.destroyed &&
            hold.slot == pending.slot && hold.epoch == pending.epoch && resource(hold.resource).path == r.path;
   };
-  pending.thread_may_hold = std::any_of(holds_.begin(), holds_.end(), bound_to_thread);
+  // A hold moved to this thread may count as the thread's too (lock.hpp leaves a moved hold to
+  // nobody; a library that gives it to its new thread refuses or reenters here, and may).
+  pending.thread_may_hold = std::any_of(holds_.begin(), holds_.end(), [&](const Hold& hold) {
+    return bound_to_thread(hold) ||
+           (pending.blocking && is_lock_like(r.kind) && hold.blocking && hold.owner == pending.actor && !hold.released &&
+            !hold.destroyed && hold.slot == pending.slot && hold.epoch == pending.epoch &&
+            resource(hold.resource).path == r.path);
+  });
   if (!usable(pending.slot)) return bound(0ns, "its session is closed");
   if (!healthy(pending.slot) || pending.held_back) return;
   if (pending.thread_may_hold) {
@@ -228,21 +229,21 @@ void Swarm::predict(Pending& pending, const Op& op) {
   }
   const bool free = free_for(pending);
   const bool never_waits = op.kind == OpKind::try_acquire ||
-                           (op.kind == OpKind::async_acquire && async_timeout(timeout_class(op)) == 0ns) ||
+                           (op.kind == OpKind::async_acquire && async_timeout(op) == 0ns) ||
                            ((op.kind == OpKind::try_acquire_for || op.kind == OpKind::try_acquire_for_ec) &&
-                            blocking_timeout(timeout_class(op)) == 0ns);
+                            wait_timeout(op) == 0ns);
   // A free lock is granted whatever the wait allows, but a short timer can beat a busy machine.
-  const auto timeout = pending.blocking ? (op.kind == OpKind::acquire ? -1ns : blocking_timeout(timeout_class(op)))
-                                        : async_timeout(timeout_class(op));
+  const auto timeout = pending.blocking ? (op.kind == OpKind::acquire ? -1ns : wait_timeout(op))
+                                        : async_timeout(op);
   const bool long_enough = timeout <= 0ns || timeout >= 400ms;
   if (free && long_enough) {
     pending.expect_grant = true;
     return bound(0ns, fmt::format("{} was free (no node, no holder, no other acquisition) on a healthy session", r.path));
   }
   if (never_waits) return bound(0ns, "it never waits");
-  if (pending.blocking && op.kind != OpKind::acquire) return bound(blocking_timeout(timeout_class(op)), "its timeout");
-  if (!pending.blocking && async_timeout(timeout_class(op)) > 0ns)
-    return bound(async_timeout(timeout_class(op)), "its timeout");
+  if (pending.blocking && op.kind != OpKind::acquire) return bound(wait_timeout(op), "its timeout");
+  if (!pending.blocking && async_timeout(op) > 0ns)
+    return bound(async_timeout(op), "its timeout");
 }
 
 std::vector<std::string> Swarm::contender_nodes(int resource_index) {
@@ -432,7 +433,7 @@ bool Swarm::hold_op(const Op& op) {
             try {
               *answer = std::string(to_string(box->held().release_and_confirm(timeout)));
             } catch (const Error& e) {
-              *answer = e.what();
+              *answer = e.code().message();  // a hold its on_lost callback released meanwhile
             }
           },
           world_.slack() * 2);

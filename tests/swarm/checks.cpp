@@ -53,23 +53,23 @@ void Swarm::check_step() {
   if (failed()) return;
   check_losses_told();
   if (failed() || world_.faults_active()) return;
-  std::string problem;
-  auto metrics_agree = [&] { return check_metrics(false, problem); };
-  auto watches_agree = [&] { return check_watches(problem); };
-  const auto deadline = Clock::now() + world_.slack() / 2;
-  while (!metrics_agree()) {
-    if (Clock::now() > deadline) return fail("metrics", "", problem);
+  eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
+  eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
+}
+
+// For what reaches the test a moment after the library acts: `problem` is asked again, once the
+// world settled and the outcomes are harvested, until it finds nothing or `bound` passes.
+void Swarm::eventually(std::string_view invariant, std::chrono::milliseconds bound,
+                       const std::function<std::string()>& problem) {
+  const auto deadline = Clock::now() + bound;
+  for (;;) {
+    auto found = problem();
+    if (found.empty() || failed()) return;
+    if (Clock::now() > deadline) return fail(std::string(invariant), "", std::move(found));
     std::this_thread::sleep_for(10ms);
+    if (step_index_ < 0) world_.heal(true);  // the end phase: sessions left behind expire
     world_.settle([] { return true; }, world_.slack());
     harvest();
-    if (failed()) return;
-  }
-  while (!watches_agree()) {
-    if (Clock::now() > deadline) return fail("leader watch", "", problem);
-    std::this_thread::sleep_for(10ms);
-    world_.settle([] { return true; }, world_.slack());
-    harvest();
-    if (failed()) return;
   }
 }
 
@@ -135,7 +135,7 @@ void Swarm::check_exclusion() {
 // healthy, hears of it; a grant whose session was replaced is lost; a grant that is lost() had its
 // on_lost callbacks run.
 void Swarm::check_losses_told() {
-  auto problem = [&]() -> std::string {
+  eventually("loss not told", world_.slack() / 2, [&]() -> std::string {
     for (auto& [node, grant] : grants_) {
       const auto& r = resource(grant.resource);
       if (is_election(r.kind)) continue;
@@ -150,25 +150,16 @@ void Swarm::check_losses_told() {
       const auto& slot = *slots_[static_cast<std::size_t>(grant.slot)];
       if (!s || slot.epoch != grant.epoch || !usable(grant.slot)) continue;
       if (s->id() != grant.session_id && s->state() == SessionState::connected)
-        return fmt::format("grant {} on {} was made on session {} which has been replaced by {}, and it is not lost",
-                           node, r.path, session_id_text(grant.session_id), session_id_text(s->id()));
+        return fmt::format("after step {}: grant {} on {} was made on session {} which has been replaced by {}, "
+                           "and it is not lost",
+                           step_index_, node, r.path, session_id_text(grant.session_id), session_id_text(s->id()));
       if (healthy(grant.slot) && !world_.exists(node))
-        return fmt::format("grant {} on {} is gone from the server while its session {} is connected, and it is "
-                           "not lost",
-                           node, r.path, session_id_text(grant.session_id));
+        return fmt::format("after step {}: grant {} on {} is gone from the server while its session {} is "
+                           "connected, and it is not lost",
+                           step_index_, node, r.path, session_id_text(grant.session_id));
     }
     return {};
-  };
-  const auto deadline = Clock::now() + world_.slack() / 2;
-  for (;;) {
-    const auto found = problem();
-    if (found.empty()) return;
-    if (Clock::now() > deadline) return fail("loss not told", "", fmt::format("after step {}: {}", step_index_, found));
-    std::this_thread::sleep_for(10ms);
-    world_.settle([] { return true; }, world_.slack());
-    harvest();
-    if (failed()) return;
-  }
+  });
 }
 
 // ---- grants ----
@@ -264,7 +255,7 @@ void Swarm::check_gate(const Hold& hold, bool admitted, FencingToken highest_bef
 // The per-lock series agree with what the test did on each session: acquisitions asked, grants,
 // holds now, losses by reason, and the ways acquisitions ended without a grant; no series for a
 // path nobody acquired; with every path labelled, nothing under "".
-bool Swarm::check_metrics(bool final, std::string& problem) {
+std::string Swarm::metrics_problem(bool final) {
   for (auto& slot_ptr : slots_) {
     auto& slot = *slot_ptr;
     if (slot.used_peer_semaphore && config_.excluded(Exclusion::peer_semaphore_metrics)) continue;
@@ -290,9 +281,8 @@ bool Swarm::check_metrics(bool final, std::string& problem) {
     const auto where = fmt::format("session s{} (metrics labels {})", slot.slot, to_string(labels));
     if (labels == MetricsLabels::off) {
       if (!slot.used_elections && metrics.acquisitions != grants_total) {
-        problem = fmt::format("{}: SessionMetrics::acquisitions is {}, the test saw {} grants", where,
-                              metrics.acquisitions, grants_total);
-        return false;
+        return fmt::format("{}: SessionMetrics::acquisitions is {}, the test saw {} grants", where,
+                           metrics.acquisitions, grants_total);
       }
       continue;
     }
@@ -303,17 +293,15 @@ bool Swarm::check_metrics(bool final, std::string& problem) {
       if (series.path.empty()) {
         const bool all_labelled = labels == MetricsLabels::prefix;
         if (all_labelled && (series.wait.count != 0 || series.held != 0 || series.waiting != 0)) {
-          problem = fmt::format("{}: the unlabelled series (path \"\") counts {} grant(s), {} held, {} waiting, though "
-                                "every recipe path has a label",
-                                where, series.wait.count, series.held, series.waiting);
-          return false;
+          return fmt::format("{}: the unlabelled series (path \"\") counts {} grant(s), {} held, {} waiting, though "
+                             "every recipe path has a label",
+                             where, series.wait.count, series.held, series.waiting);
         }
         continue;
       }
       if (!recipe_paths.count(series.path)) {
-        problem = fmt::format("{}: a series for {} ({} grant(s), {} held), a path no recipe of the test acquires",
-                              where, series.path, series.wait.count, series.held);
-        return false;
+        return fmt::format("{}: a series for {} ({} grant(s), {} held), a path no recipe of the test acquires",
+                           where, series.path, series.wait.count, series.held);
       }
     }
     for (const auto& r : resources()) {
@@ -329,7 +317,7 @@ bool Swarm::check_metrics(bool final, std::string& problem) {
                                     got.failures == want.failures;
       if (got.wait.count != want.grants || got.held != held[r.path] || got.waiting != waiting[r.path] ||
           got.losses != want.losses || !categories_agree) {
-        problem = fmt::format(
+        return fmt::format(
             "{}: the series of {} says {} grant(s), {} held, {} waiting, losses {}/{}/{}/{}, ended without a grant "
             "{} timed out/{} cancelled/{} busy/{} failed; the test saw {} grant(s), {} held, {} waiting, losses "
             "{}/{}/{}/{}, {} timed out/{} cancelled/{} either/{} busy/{} failed{}",
@@ -337,17 +325,16 @@ bool Swarm::check_metrics(bool final, std::string& problem) {
             got.losses[3], got.timeouts, got.cancellations, got.busy, got.failures, want.grants, held[r.path],
             waiting[r.path], want.losses[0], want.losses[1], want.losses[2], want.losses[3], want.timeouts,
             want.cancellations, want.gave_up, want.busy, want.failures, final ? " (at the end)" : "");
-        return false;
       }
     }
   }
-  return true;
+  return {};
 }
 
 // ---- leader watches ----
 
 // A watch tells the leader as of its latest listing: once quiet, the first contender on the path.
-bool Swarm::check_watches(std::string& problem) {
+std::string Swarm::watch_problem() {
   for (auto& slot : slots_) {
     if (!healthy(slot->slot)) continue;
     for (auto& [index, made] : slot->watches) {
@@ -364,20 +351,18 @@ bool Swarm::check_watches(std::string& problem) {
       const std::string expected = contenders.empty() ? "nobody" : contenders.front().name;
       const auto told = made->watch->leader();
       const std::string actual = told ? told->node : "nobody";
-      if (expected != actual) {
-        problem = fmt::format("after step {}: the LeaderWatch of session s{} on {} tells {} as leader; the first "
-                              "contender on the server is {}",
-                              step_index_, slot->slot, r.path, actual, expected);
-        return false;
-      }
+      if (expected != actual)
+        return fmt::format("after step {}: the LeaderWatch of session s{} on {} tells {} as leader; the first "
+                           "contender on the server is {}",
+                           step_index_, slot->slot, r.path, actual, expected);
     }
   }
-  return true;
+  return {};
 }
 
 // ---- once everything is released ----
 
-void Swarm::check_orphans(bool) {
+void Swarm::check_orphans() {
   std::vector<std::string> parents;
   for (const auto& r : resources()) {
     parents.push_back(r.path);
@@ -390,26 +375,16 @@ void Swarm::check_orphans(bool) {
   }
   std::sort(parents.begin(), parents.end());
   parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
-  auto orphans = [&] {
+  eventually("orphan node", world_.slack(), [&]() -> std::string {
     std::vector<std::string> found;
     for (const auto& parent : parents)
       for (const auto& node : world_.children(parent))
         if (node.ephemeral_owner != 0 && world_.session_alive(node.ephemeral_owner))
           found.push_back(fmt::format("{}/{} (session {})", parent, node.name, session_id_text(node.ephemeral_owner)));
-    return found;
-  };
-  const auto deadline = Clock::now() + world_.slack();
-  for (;;) {
-    const auto found = orphans();
-    if (found.empty()) return;
-    if (Clock::now() > deadline)
-      return fail("orphan node", "",
-                  fmt::format("once everything was released and healed, {} node(s) remain: {}", found.size(),
-                              node_list(found)));
-    std::this_thread::sleep_for(20ms);
-    world_.heal(true);
-    world_.settle([] { return true; }, world_.slack());
-  }
+    if (found.empty()) return {};
+    return fmt::format("once everything was released and healed, {} node(s) remain: {}", found.size(),
+                       node_list(found));
+  });
 }
 
 void Swarm::check_end() {
@@ -417,16 +392,8 @@ void Swarm::check_end() {
     return fail("oversized request", "",
                 fmt::format("end phase: the server refused a request for its size and dropped the connection: {}",
                             refused));
-  check_orphans(true);
-  if (failed()) return;
-  std::string problem;
-  const auto deadline = Clock::now() + world_.slack();
-  while (!check_metrics(true, problem)) {
-    if (Clock::now() > deadline) return fail("metrics", "", problem);
-    std::this_thread::sleep_for(10ms);
-    harvest();
-    if (failed()) return;
-  }
+  check_orphans();
+  eventually("metrics", world_.slack(), [&] { return metrics_problem(true); });
 }
 
 }  // namespace zkr::swarm

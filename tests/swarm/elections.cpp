@@ -17,11 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::chrono::nanoseconds wait_timeout(int timeout_class) {
-  constexpr std::chrono::milliseconds kTimeouts[] = {0ms, 20ms, 100ms, 400ms};
-  return kTimeouts[timeout_class & 3];
-}
-
 TermEvent term_event(LeadershipEvent event, const Leadership& term) {
   return {event, term.node_path(), term.token(), term.session_id(), next_event()};
 }
@@ -204,23 +199,14 @@ bool Swarm::election_op(const Op& op) {
       return on_actor([raw] { raw->resign(); }, slack);
     case OpKind::latch_wait: {
       if (!l.started) return false;
-      const auto timeout = wait_timeout(timeout_class(op));
+      const auto timeout = wait_timeout(op);
       return on_actor([raw, timeout] { raw->wait_for_leadership(timeout); },
                       std::chrono::duration_cast<std::chrono::milliseconds>(timeout) + slack);
     }
     case OpKind::latch_async_wait: {
       if (!l.started) return false;
-      auto pending = std::make_unique<Pending>();
-      pending->id = next_id_++;
-      pending->kind = op.kind;
-      pending->step = step_index_;
-      pending->actor = op.actor;
-      pending->slot = op.session;
-      pending->epoch = slot.epoch;
-      pending->resource = op.resource;
-      pending->what = what;
-      pending->started = Clock::now();
-      const auto timeout = wait_timeout(timeout_class(op)) + 50ms;
+      auto pending = new_pending(op);
+      const auto timeout = wait_timeout(op) + 50ms;
       pending->prompt_by = pending->started + std::chrono::duration_cast<Clock::duration>(timeout + slack);
       pending->expectation = "its timeout";
       auto outcome = pending->outcome;

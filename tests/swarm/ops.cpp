@@ -72,6 +72,18 @@ int number(std::string_view text, std::string_view whole) {
 
 }  // namespace
 
+std::chrono::milliseconds wait_timeout(const Op& op) {
+  using namespace std::chrono_literals;
+  constexpr std::chrono::milliseconds kTimeouts[] = {0ms, 20ms, 100ms, 400ms};
+  return kTimeouts[timeout_class(op)];
+}
+
+std::chrono::milliseconds async_timeout(const Op& op) {
+  using namespace std::chrono_literals;
+  constexpr std::chrono::milliseconds kTimeouts[] = {-1ms, 0ms, 50ms, 400ms};
+  return kTimeouts[timeout_class(op)];
+}
+
 const OpInfo& info(OpKind kind) { return kTable.at(static_cast<std::size_t>(kind)); }
 
 std::optional<OpKind> op_kind_named(std::string_view name) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -104,6 +105,10 @@ inline bool variant(const Op& op) { return ((op.arg >> 4) & 1) != 0; }
 inline int rank(const Op& op) { return op.arg & 7; }
 inline int destination(const Op& op) { return (op.arg >> 3) & 7; }
 inline bool hold_variant(const Op& op) { return ((op.arg >> 6) & 1) != 0; }
+// The timeout class as a wait: 0, 20, 100 or 400 ms (try_acquire_for, wait_for_leadership); as an
+// async acquisition's: for ever (negative), 0, 50 or 400 ms.
+std::chrono::milliseconds wait_timeout(const Op& op);
+std::chrono::milliseconds async_timeout(const Op& op);
 // Faults: how many steps the fault lasts before the world heals it.
 inline int fault_steps(const Op& op) { return 1 + (op.arg & 3); }
 

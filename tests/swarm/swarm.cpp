@@ -91,9 +91,9 @@ std::string describe(const Op& op) {
     }
     case OpFamily::hold:
       on = fmt::format(" hold #{} on {}{}", rank(op), resource(op.resource).name,
-                       op.kind == OpKind::move ? fmt::format(" to actor {}", destination(op))
-                       : hold_variant(op)      ? " (released first)"
-                                               : "");
+                       op.kind == OpKind::move                                ? fmt::format(" to actor {}", destination(op))
+                       : op.kind == OpKind::fenced_commit && hold_variant(op) ? " (released first)"
+                                                                              : "");
       break;
     case OpFamily::election: on = fmt::format(" {}", resource(op.resource).name); break;
     case OpFamily::fault: on = fmt::format(" for {} steps", fault_steps(op)); break;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -207,6 +208,7 @@ class Swarm {
   bool control_op(const Op& op);
   bool gate_reopen();
   int lock_object(int slot, int resource, int size_class);
+  std::unique_ptr<Pending> new_pending(const Op& op);  // its id, step, actor, session and start
   void predict(Pending& pending, const Op& op);
   bool free_for(const Pending& pending);
   Hold* find_hold(int actor, int resource, int rank, bool include_released);
@@ -232,9 +234,11 @@ class Swarm {
   void check_end();
   void check_exclusion();
   void check_losses_told();
-  void check_orphans(bool final);
-  bool check_metrics(bool final, std::string& problem);
-  bool check_watches(std::string& problem);
+  void check_orphans();
+  std::string metrics_problem(bool final);  // empty: they agree
+  std::string watch_problem();
+  void eventually(std::string_view invariant, std::chrono::milliseconds bound,
+                  const std::function<std::string()>& problem);
   void check_new_grant(const Grant& grant, const Pending& pending);
   void check_loss_explained(Grant& grant);
   void check_gate(const Hold& hold, bool admitted, FencingToken highest_before);
