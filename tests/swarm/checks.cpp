@@ -4,6 +4,7 @@
 // Some facts reach the test a moment after the library acts (a callback on its own thread, a
 // watch on a node): those checks are "eventually" ones, retried for a short bound before they fail.
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include <fmt/format.h>
@@ -204,9 +205,12 @@ void Swarm::check_new_grant(const Grant& grant, const Pending& pending) {
 void Swarm::check_loss_explained(Grant& grant) {
   const auto& r = resource(grant.resource);
   const auto& faults = faults_on_[grant.session_id];
+  const int now = step_index_ >= 0 ? step_index_ : std::numeric_limits<int>::max();
+  const bool restarted = std::any_of(restarts_.begin(), restarts_.end(), [&](const auto& window) {
+    return window.first <= now && grant.step <= window.second;
+  });
   auto any_of = [&](std::initializer_list<OpKind> kinds) {
-    return std::any_of(kinds.begin(), kinds.end(), [&](OpKind kind) { return faults.count(kind) != 0; }) ||
-           faults.count(OpKind::fault_restart) != 0;
+    return restarted || std::any_of(kinds.begin(), kinds.end(), [&](OpKind kind) { return faults.count(kind) != 0; });
   };
   const auto& slot = *slots_[static_cast<std::size_t>(grant.slot)];
   bool explained = false;
@@ -214,21 +218,21 @@ void Swarm::check_loss_explained(Grant& grant) {
   switch (*grant.loss) {
     case LossReason::session_closed:
       explained = slot.epoch != grant.epoch || !usable(grant.slot);
-      expected = "a close of its Session";
+      expected = "close of its Session";
       break;
     case LossReason::node_deleted:
       explained = broken_nodes_.count(grant.node) || any_of({OpKind::fault_expire, OpKind::fault_partition});
-      expected = "an operator's break_holder or an expiry";
+      expected = "break_holder or expiry";
       break;
     case LossReason::connection_lost:
       explained = any_of({OpKind::fault_drop, OpKind::fault_lost_reply, OpKind::fault_failed_create,
                           OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause});
-      expected = "a fault that dropped its connection";
+      expected = "fault that dropped its connection";
       break;
     case LossReason::session_lost:
       explained = any_of({OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_drop,
                           OpKind::fault_lost_reply, OpKind::fault_failed_create});
-      expected = "an expiry or a cut";
+      expected = "expiry or cut";
       break;
   }
   if (!explained)

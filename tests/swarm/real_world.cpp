@@ -3,6 +3,8 @@
 // effect) and the connection reset, a reset, a cut (blackhole) for some steps, an expiry forced by
 // a second handle while the session is cut off, and a restart of the server. Slower than the fake
 // and without its quiet points: each step waits a little, and bounds are longer.
+#include <algorithm>
+#include <future>
 #include <thread>
 
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 #include "internals.hpp"
 #include "session_core.hpp"
 #include "world.hpp"
+#include "zk_client.hpp"
 
 namespace zkr::swarm {
 namespace {
@@ -23,14 +26,82 @@ using Clock = std::chrono::steady_clock;
 // session and an expiry comes within the run.
 constexpr int kTickMs = 200;
 
+// The test's own eyes on the server: the library's adapter over the C client, without the
+// Session's checks (its data calls refuse a path through a contender node, which is what the test
+// reads). Each call waits for its reply; a call that meets a restart of the server is retried.
+class Observer {
+ public:
+  explicit Observer(const std::string& servers) {
+    std::error_code ec;
+    connection_ = detail::connect_zookeeper(servers, 30s, [](detail::ConnectionEvent) {}, ec);
+    if (!connection_) throw std::runtime_error("swarm observer: cannot connect to " + servers + ": " + ec.message());
+  }
+  ~Observer() { connection_->close(); }
+
+  // The children of `path` with their Stat; empty if it does not exist.
+  std::vector<ServerNode> children(const std::string& path) {
+    std::vector<std::string> names;
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->get_children(path, [done, &names](zk_errc rc, std::vector<std::string> got, detail::NodeStat) {
+        names = std::move(got);
+        done(rc);
+      });
+    });
+    if (rc == zk_errc::no_node) return {};
+    std::sort(names.begin(), names.end());
+    std::vector<ServerNode> out;
+    for (const auto& name : names)
+      if (auto found = stat(path + "/" + name)) out.push_back({name, found->czxid, found->ephemeral_owner});
+    return out;
+  }
+
+  std::optional<detail::NodeStat> stat(const std::string& path) {
+    detail::NodeStat stat;
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->exists(path, [done, &stat](zk_errc rc, detail::NodeStat got) {
+        stat = got;
+        done(rc);
+      });
+    });
+    if (rc == zk_errc::no_node) return std::nullopt;
+    return stat;
+  }
+
+  void create(const std::string& path) {
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->create(path, {}, detail::CreateMode::persistent, NodeAcl::open,
+                                 [done](zk_errc rc, std::string, detail::NodeStat) { done(rc); });
+    });
+    if (rc != zk_errc::ok && rc != zk_errc::node_exists)
+      throw std::runtime_error(fmt::format("swarm observer: create {}: {}", path, make_error_code(rc).message()));
+  }
+
+ private:
+  // Issues a request until the server answers it (ok or the server's refusal: no_node, ...).
+  template <typename Result, typename Issue>
+  Result call(Issue issue) {
+    const auto deadline = Clock::now() + testenv::scaled(30s);
+    for (;;) {
+      auto reply = std::make_shared<std::promise<zk_errc>>();
+      auto answered = reply->get_future();
+      const zk_errc queued = issue([reply](zk_errc rc) { reply->set_value(rc); });
+      zk_errc rc = queued;
+      if (queued == zk_errc::ok)
+        rc = answered.wait_for(testenv::scaled(10s)) == std::future_status::ready ? answered.get()
+                                                                                 : zk_errc::operation_timeout;
+      if (detail::server_answered(rc)) return rc;
+      if (Clock::now() > deadline)
+        throw std::runtime_error("swarm observer: no answer from the server: " + make_error_code(rc).message());
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  std::unique_ptr<detail::ZooKeeperConnection> connection_;
+};
+
 class RealWorld final : public World {
  public:
-  RealWorld() {
-    SessionOptions options;
-    options.servers = cluster_.connect_string();
-    tune(options);
-    observer_ = std::make_unique<Session>(options);
-  }
+  RealWorld() : observer_(cluster_.connect_string()) {}
 
   ~RealWorld() override {
     for (auto& proxy : proxies_)
@@ -46,39 +117,13 @@ class RealWorld final : public World {
     return std::make_unique<Session>(options);
   }
 
-  std::vector<ServerNode> children(const std::string& path) override {
-    std::vector<ServerNode> out;
-    read([&] {
-      out.clear();
-      std::vector<std::string> names;
-      try {
-        names = observer_->children(path);
-      } catch (const Error& e) {
-        if (e.code() == zk_errc::no_node) return;
-        throw;
-      }
-      std::sort(names.begin(), names.end());
-      for (const auto& name : names)
-        if (auto stat = observer_->exists(path + "/" + name)) out.push_back({name, stat->czxid, stat->ephemeral_owner});
-    });
-    return out;
-  }
+  std::vector<ServerNode> children(const std::string& path) override { return observer_.children(path); }
 
-  bool exists(const std::string& path) override {
-    bool found = false;
-    read([&] { found = observer_->exists(path).has_value(); });
-    return found;
-  }
+  bool exists(const std::string& path) override { return observer_.stat(path).has_value(); }
 
   void ensure_persistent(const std::string& path) override {
     for (std::size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-      read([&] {
-        try {
-          observer_->create(path.substr(0, slash));
-        } catch (const Error& e) {
-          if (e.code() != zk_errc::node_exists) throw;
-        }
-      });
+      observer_.create(path.substr(0, slash));
       if (slash == std::string::npos) return;
     }
   }
@@ -165,21 +210,6 @@ class RealWorld final : public World {
   }
 
  private:
-  // A read of the server's view, retried through a restart of the server.
-  template <typename Read>
-  void read(Read read_once) {
-    const auto deadline = Clock::now() + testenv::scaled(20s);
-    for (;;) {
-      try {
-        read_once();
-        return;
-      } catch (const Error&) {
-        if (Clock::now() > deadline) throw;
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-  }
-
   struct Cut {
     int slot;
     int steps_left;
@@ -189,7 +219,7 @@ class RealWorld final : public World {
     int dropped_before;
   };
   testenv::Cluster cluster_{{.servers = 1, .tick_ms = kTickMs}};
-  std::unique_ptr<Session> observer_;
+  Observer observer_;
   std::vector<std::unique_ptr<testenv::Proxy>> proxies_;
   std::vector<Cut> cut_;
   std::vector<Armed> armed_;

@@ -245,14 +245,14 @@ bool Swarm::fault_op(const Op& op) {
     settle_after(op.actor);
     return true;
   }
-  const auto id = target->id();
-  world_.inject(op.kind, op.session, *target, fault_steps(op));
+  // The sessions it may cost their grants, named before it strikes (one may be replaced at once).
   if (op.kind == OpKind::fault_restart) {
-    for (auto& slot : slots_)
-      if (slot->session) faults_on_[slot->session->id()].insert(op.kind);
+    // Sessions made while the server restarts may go with it too: the window excuses them.
+    restarts_.push_back({step_index_, step_index_ + fault_steps(op) + 2});
   } else {
-    faults_on_[id].insert(op.kind);
+    faults_on_[target->id()].insert(op.kind);
   }
+  world_.inject(op.kind, op.session, *target, fault_steps(op));
   count(fmt::format("faults: {}", info(op.kind).name.substr(6)));
   settle_after(-1);
   return true;

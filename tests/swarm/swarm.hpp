@@ -262,6 +262,7 @@ class Swarm {
   // What was injected, per session id: the causes a loss may have.
   std::map<std::int64_t, std::set<OpKind>> faults_on_;
   std::set<std::string> broken_nodes_;
+  std::vector<std::pair<int, int>> restarts_;  // steps from which to which a restart may cost a grant
   // The resource side: a durable gate and what the test expects of it.
   std::unique_ptr<struct GateState> gate_;
   // The series counts per (slot, epoch, path).
