@@ -433,12 +433,23 @@ void Swarm::teardown() {
   }
   for (auto& slot : slots_)
     if (slot->session) slot->session->close();
+  bool abandoned = false;
   for (std::size_t i = 0; i < actors_.size(); ++i) {
     auto& actor = actors_[i]->actor;
     if (!actor.wait_idle(world_.slack() * 4)) {
       fail("hang", "", fmt::format("teardown: actor {} did not return from its operation after cancel and close", i));
       actor.abandon();
+      abandoned = true;
     }
+  }
+  if (abandoned) {
+    // A thread still inside the library uses the actors, sessions and recipes: leave them to it
+    // (the run has failed anyway).
+    for (auto& slot : slots_) (void)slot.release();
+    for (auto& actor : actors_) (void)actor.release();
+    for (auto& hold : holds_) new std::shared_ptr<HoldBox>(std::move(hold.box));
+    slots_.clear();
+    actors_.clear();
   }
   for (auto& actor : actors_) actor->batch.reset();
   holds_.clear();
