@@ -358,11 +358,7 @@ void Swarm::note_grant(const Pending& pending, const std::shared_ptr<HoldBox>& b
   hold.step = step_index_;
   holds_.push_back(hold);
   watch_loss(holds_.back());
-  if (pending.release_in_handler) {
-    holds_.back().released = true;
-    auto& grant = grants_.at(node);
-    if (--grant.holds == 0 && grant.ended_event == 0) grant.ended_event = next_event();
-  }
+  if (pending.release_in_handler) let_go(holds_.back());
 }
 
 void Swarm::watch_loss(Hold& hold) {
@@ -385,8 +381,10 @@ Hold* Swarm::find_hold(int actor, int resource_index, int which, bool include_re
 void Swarm::release_hold(Hold& hold, bool destroy) {
   if (hold.destroyed || (hold.released && !destroy)) return;
   trace("  {} hold #{} ({})", destroy ? "destroy" : "release", hold.id, hold.node);
+  std::optional<LossReason> lost_before;
   {
     std::lock_guard lock(hold.box->mutex);
+    lost_before = hold.box->held().loss_reason();  // a destroyed HeldLock answers nothing
     if (destroy) {
       hold.box->maybe.reset();
       hold.box->direct = HeldLock{};
@@ -394,12 +392,8 @@ void Swarm::release_hold(Hold& hold, bool destroy) {
       hold.box->held().release();
     }
   }
-  const bool was_released = hold.released;
-  hold.released = true;
   hold.destroyed = hold.destroyed || destroy;
-  if (was_released) return;
-  auto& grant = grants_.at(hold.node);
-  if (--grant.holds == 0 && grant.ended_event == 0) grant.ended_event = next_event();
+  let_go(hold, lost_before);
 }
 
 // ---- holds ----
@@ -438,10 +432,7 @@ bool Swarm::hold_op(const Op& op) {
           },
           world_.slack() * 2);
       if (!returned) fail("hang", std::string(r.name), fmt::format("{}: release_and_confirm did not return", what));
-      const bool was_released = hold().released;
-      hold().released = true;
-      auto& grant = grants_.at(hold().node);
-      if (!was_released && --grant.holds == 0 && grant.ended_event == 0) grant.ended_event = next_event();
+      let_go(hold());
       count(fmt::format("release_and_confirm: {}", *answer));
       settle_after(op.actor);
       return true;

@@ -289,21 +289,36 @@ void Swarm::harvest() {
       reason = hold.box->held().loss_reason();
     }
     if (!reason) continue;
-    grant.loss = reason;
-    trace("  grant {} lost ({})", grant.node, to_string(*reason));
-    if (grant.ended_event == 0) grant.ended_event = next_event();
-    count(fmt::format("losses: {}", to_string(*reason)));
-    auto& series = series_[{grant.slot, grant.epoch, resource(grant.resource).path}];
-    if (is_acquirable(resource(grant.resource).kind)) ++series.losses[static_cast<std::size_t>(*reason)];
-    check_loss_explained(grant);
+    note_loss(grant, *reason);
     // Holds whose on_lost callback releases them are released by now (or in a moment).
     for (auto& other : holds_)
-      if (other.node == grant.node && other.release_on_loss && !other.released && !other.destroyed) {
-        other.released = true;
-        if (--grant.holds == 0 && grant.ended_event == 0) grant.ended_event = next_event();
-      }
+      if (other.node == grant.node && other.release_on_loss && !other.destroyed) let_go(other);
   }
   harvest_elections();
+}
+
+void Swarm::note_loss(Grant& grant, LossReason reason) {
+  grant.loss = reason;
+  trace("  grant {} lost ({})", grant.node, to_string(reason));
+  if (grant.ended_event == 0) grant.ended_event = grant.told->load() ? grant.told->load() : next_event();
+  count(fmt::format("losses: {}", to_string(reason)));
+  if (is_acquirable(resource(grant.resource).kind))
+    ++series_[{grant.slot, grant.epoch, resource(grant.resource).path}].losses[static_cast<std::size_t>(reason)];
+  check_loss_explained(grant);
+}
+
+// A hold was released (by the test, a handler or a callback). A loss before the release still
+// counts; none comes after it.
+void Swarm::let_go(Hold& hold, std::optional<LossReason> lost_before) {
+  if (hold.released) return;
+  hold.released = true;
+  auto& grant = grants_.at(hold.node);
+  if (!grant.loss && !hold.destroyed) {
+    std::lock_guard lock(hold.box->mutex);
+    lost_before = hold.box->held().loss_reason();
+  }
+  if (!grant.loss && lost_before) note_loss(grant, *lost_before);
+  if (--grant.holds == 0 && grant.ended_event == 0) grant.ended_event = next_event();
 }
 
 void Swarm::harvest_outcome(Pending& pending) {

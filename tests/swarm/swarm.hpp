@@ -214,6 +214,8 @@ class Swarm {
   Hold* find_hold(int actor, int resource, int rank, bool include_released);
   void note_grant(const Pending& pending, const std::shared_ptr<HoldBox>& box);
   void release_hold(Hold& hold, bool destroy);
+  void let_go(Hold& hold, std::optional<LossReason> lost_before = std::nullopt);
+  void note_loss(Grant& grant, LossReason reason);
   void watch_loss(Hold& hold);
   std::vector<std::string> contender_nodes(int resource);
 
