@@ -52,6 +52,8 @@ void Swarm::check_step() {
   }
   check_exclusion();
   if (failed()) return;
+  check_watch_count();
+  if (failed()) return;
   check_losses_told();
   if (failed() || world_.faults_active()) return;
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
@@ -129,6 +131,37 @@ void Swarm::check_exclusion() {
                   fmt::format("after step {}: {} believed holders of {} whose nodes stand (at most {}): {}", step_index_,
                               alive.size(), path, r.max_leases, node_list(alive)));
     if (holders.size() > alive.size() && holders.size() > 1) count("overlaps a fence refuses");
+  }
+}
+
+// Watches do not pile up: however often a session reconnected, re-listed or gave up waiting, its
+// client keeps a few watches per path (a listing's, a leader watch's, each waiter's on the node
+// before it and the one before that, a holder's on its own node), not one more per round.
+void Swarm::check_watch_count() {
+  constexpr std::size_t kBase = 8;
+  for (auto& slot : slots_) {
+    const auto id = slot->session->id();
+    if (id == 0) continue;
+    for (std::size_t index = 0; index < resources().size(); ++index) {
+      const auto& r = resources()[index];
+      // Two per contender of this session on the path, on top of the base.
+      std::size_t contenders = 0;
+      for (const auto& pending : pending_)
+        contenders += pending->slot == slot->slot && resource(pending->resource).path == r.path;
+      for (const auto& hold : holds_)
+        contenders += hold.slot == slot->slot && !hold.released && resource(hold.resource).path == r.path;
+      const std::size_t most = kBase + 2 * contenders;
+      std::vector<std::string> paths{r.path};
+      for (const auto& node : world_.children(r.path)) paths.push_back(r.path + "/" + node.name);
+      for (const auto& path : paths) {
+        const auto count = world_.watches(path, id);
+        if (!count) return;  // the world cannot count them
+        if (*count > most)
+          return fail("watch pile-up", std::string(r.name),
+                      fmt::format("after step {}: session {} (s{}) keeps {} watches on {} (at most {} expected)",
+                                  step_index_, session_id_text(id), slot->slot, *count, path, most));
+      }
+    }
   }
 }
 

@@ -53,6 +53,10 @@ class FakeWorld final : public World {
 
   bool session_alive(std::int64_t session_id) override { return server_->session_alive(session_id); }
 
+  std::optional<std::size_t> watches(const std::string& path, std::int64_t session_id) override {
+    return server_->data_watches(path, session_id) + server_->children_watches(path, session_id);
+  }
+
   bool supports(OpKind fault) const override { return fault != OpKind::fault_restart; }
 
   void inject(OpKind fault, int, Session& session, int steps) override {

@@ -131,6 +131,8 @@ class RealWorld final : public World {
   // A session's ephemeral nodes go with it: a node that stands has a live owner.
   bool session_alive(std::int64_t) override { return true; }
 
+  std::optional<std::size_t> watches(const std::string&, std::int64_t) override { return std::nullopt; }
+
   bool supports(OpKind fault) const override { return fault != OpKind::fault_failed_create; }
 
   void inject(OpKind fault, int slot, Session& session, int steps) override {

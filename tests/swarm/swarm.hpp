@@ -236,6 +236,7 @@ class Swarm {
   void check_end();
   void check_exclusion();
   void check_losses_told();
+  void check_watch_count();
   void check_orphans();
   std::string metrics_problem(bool final);  // empty: they agree
   std::string watch_problem();

@@ -40,6 +40,9 @@ class World {
   virtual void ensure_persistent(const std::string& path) = 0;
   // True if the server still has the session (its ephemeral nodes stand).
   virtual bool session_alive(std::int64_t session_id) = 0;
+  // The watches the session's client keeps on `path` (data and children), where the world can
+  // count them (the fake); nullopt otherwise.
+  virtual std::optional<std::size_t> watches(const std::string& path, std::int64_t session_id) = 0;
 
   // ---- faults ----
   virtual bool supports(OpKind fault) const = 0;
