@@ -43,6 +43,30 @@ bool is_ephemeral(CreateMode mode) {
   return mode == CreateMode::ephemeral || mode == CreateMode::ephemeral_sequential;
 }
 
+// Request sizes as the server reads them (jute): a string or buffer is 4 bytes of length and its
+// bytes, the request header (xid, type) 8 bytes. ACLs count as an empty list: a lower bound, so
+// that only a request that is surely too long is refused.
+constexpr std::size_t kRequestHeaderBytes = 8;
+constexpr std::size_t kMultiHeaderBytes = 9;  // type, done, err
+std::size_t field_bytes(std::string_view text) { return 4 + text.size(); }
+std::size_t create_body_bytes(std::string_view path, std::string_view data) {
+  return field_bytes(path) + field_bytes(data) + 4 /* ACL count */ + 4 /* flags */;
+}
+std::size_t op_body_bytes(const detail::MultiOp& op) {
+  switch (op.kind) {
+    case detail::MultiOp::Kind::create: return create_body_bytes(op.path, op.data);
+    case detail::MultiOp::Kind::set: return field_bytes(op.path) + field_bytes(op.data) + 4;
+    case detail::MultiOp::Kind::remove:
+    case detail::MultiOp::Kind::check: return field_bytes(op.path) + 4;
+  }
+  return field_bytes(op.path);
+}
+std::size_t multi_bytes(const std::vector<detail::MultiOp>& ops) {
+  std::size_t bytes = kRequestHeaderBytes + kMultiHeaderBytes;  // the closing header
+  for (const auto& op : ops) bytes += kMultiHeaderBytes + op_body_bytes(op);
+  return bytes;
+}
+
 std::int64_t wall_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -72,6 +96,7 @@ struct FakeServer::Request {
   std::function<Applied(std::int64_t owner_override)> apply;  // under the mutex
   std::function<void(zk_errc)> fail;                              // the callback with an error, no results
   FakeClock::time_point sent;
+  std::size_t bytes = 0;  // as the server reads it
 };
 
 namespace {
@@ -143,6 +168,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::create;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + create_body_bytes(path, data);
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, data, mode, session = link_->session,
                      callback](std::int64_t owner_override) {
@@ -169,6 +195,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::get_children;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path) + 1;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
       auto it = server->nodes_.find(path);
@@ -197,6 +224,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::get_data;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path) + 1;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
     request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
       auto it = server->nodes_.find(path);
@@ -225,6 +253,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::exists;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path) + 1;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
     request.apply = [server = server_.get(), path, callback](std::int64_t) {
       auto it = server->nodes_.find(path);
@@ -243,6 +272,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::set_data;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path) + field_bytes(data) + 4;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
     request.apply = [server = server_.get(), path, data, version, callback](std::int64_t) {
       NodeStat stat;
@@ -259,6 +289,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::remove;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path) + 4;
     request.fail = [callback](zk_errc rc) { (*callback)(rc); };
     request.apply = [server = server_.get(), path, version, callback](std::int64_t) {
       zk_errc rc = server->remove_locked(path, version);
@@ -267,17 +298,31 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     return server_->submit(*link_, std::move(request));
   }
 
-  // The fake does not model transactions (no recipe sends one): the server's answer for an
-  // operation it does not implement, through the request queue, so that faults still apply.
+  // Every op or none (FakeServer::multi_locked). The server's answer carries one outcome per op,
+  // a refusal too; a lost reply carries none.
   zk_errc multi(const std::vector<detail::MultiOp>& ops, detail::MultiCallback done) override {
-    if (ops.empty() || !valid_path(ops.front().path)) return zk_errc::bad_arguments;
+    if (ops.empty()) return zk_errc::bad_arguments;
+    for (const auto& op : ops) {
+      const bool sequential = op.kind == detail::MultiOp::Kind::create && op.mode == CreateMode::ephemeral_sequential;
+      if (!valid_path(sequential ? op.path + "0" : op.path)) return zk_errc::bad_arguments;
+    }
     auto callback = std::make_shared<detail::MultiCallback>(std::move(done));
     FakeServer::Request request;
     request.op = Op::multi;
     request.path = ops.front().path;
+    request.bytes = multi_bytes(ops);
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}); };
-    request.apply = [callback](std::int64_t) {
-      return FakeServer::Applied{zk_errc::unimplemented, [callback](zk_errc reported) { (*callback)(reported, {}); }, {}};
+    request.apply = [server = server_.get(), ops, session = link_->session, callback](std::int64_t owner_override) {
+      std::vector<detail::MultiOpOutcome> outcomes;
+      const zk_errc rc = server->multi_locked(ops, session, owner_override, outcomes);
+      std::string created;
+      for (const auto& outcome : outcomes)
+        if (!outcome.created_path.empty()) created = outcome.created_path;
+      return FakeServer::Applied{rc,
+                                 [callback, rc, outcomes](zk_errc reported) {
+                                   (*callback)(reported, reported == rc ? outcomes : std::vector<detail::MultiOpOutcome>{});
+                                 },
+                                 rc == zk_errc::ok ? created : std::string()};
     };
     return server_->submit(*link_, std::move(request));
   }
@@ -289,6 +334,7 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     FakeServer::Request request;
     request.op = Op::sync;
     request.path = path;
+    request.bytes = kRequestHeaderBytes + field_bytes(path);
     request.fail = [callback](zk_errc rc) { (*callback)(rc); };
     request.apply = [callback](std::int64_t) {
       return FakeServer::Applied{zk_errc::ok, [callback](zk_errc reported) { (*callback)(reported); }, {}};
@@ -358,7 +404,8 @@ zk_errc FakeServer::create_locked(const std::string& path, const std::string& da
   FakeNode node;
   node.data = data;
   node.mode = mode;
-  node.stat.czxid = ++zxid_;
+  node.stat.czxid = next_zxid_locked();
+  node.stat.mzxid = node.stat.czxid;
   node.stat.ctime_ms = wall_clock_ms();
   node.stat.version = 0;
   node.stat.ephemeral_owner = is_ephemeral(mode) ? owner : 0;
@@ -379,7 +426,7 @@ zk_errc FakeServer::remove_locked(const std::string& path, int version) {
   if (version != -1 && it->second.stat.version != version) return zk_errc::bad_version;
   if (!it->second.children.empty()) return zk_errc::not_empty;
   nodes_.erase(it);
-  ++zxid_;
+  next_zxid_locked();
   const std::string parent_path = parent_of(path);
   auto parent = nodes_.find(parent_path);
   parent->second.children.erase(name_of(path));
@@ -397,15 +444,81 @@ zk_errc FakeServer::set_data_locked(const std::string& path, const std::string& 
   if (version != -1 && it->second.stat.version != version) return zk_errc::bad_version;
   it->second.data = data;
   ++it->second.stat.version;
-  ++zxid_;
+  it->second.stat.mzxid = next_zxid_locked();
   stat = stat_locked(it->second);
   fire_locked(data_watches_, path, NodeEvent::changed);
   changed_locked();
   return zk_errc::ok;
 }
 
+std::int64_t FakeServer::next_zxid_locked() {
+  if (multi_zxid_) return zxid_ = *multi_zxid_;
+  return ++zxid_;
+}
+
+// All ops or none. Applied one after the other on the tree, which is restored if one fails; the
+// watches fire only once all of them took effect.
+zk_errc FakeServer::multi_locked(const std::vector<detail::MultiOp>& ops, std::int64_t session,
+                                 std::int64_t owner_override, std::vector<detail::MultiOpOutcome>& outcomes) {
+  const auto saved_nodes = nodes_;
+  const auto saved_zxid = zxid_;
+  std::vector<DeferredFire> fires;
+  deferred_fires_ = &fires;
+  multi_zxid_ = zxid_ + 1;
+  outcomes.assign(ops.size(), {});
+  std::optional<std::size_t> failed;
+  for (std::size_t i = 0; i < ops.size() && !failed; ++i) {
+    const auto& op = ops[i];
+    auto& outcome = outcomes[i];
+    switch (op.kind) {
+      case detail::MultiOp::Kind::create: {
+        std::string created;
+        NodeStat stat;
+        outcome.rc = create_locked(op.path, op.data, op.mode, session, created, stat);
+        if (outcome.rc == zk_errc::ok) {
+          outcome.created_path = created;
+          if (owner_override != 0 && is_ephemeral(op.mode)) nodes_[created].stat.ephemeral_owner = owner_override;
+        }
+        break;
+      }
+      case detail::MultiOp::Kind::set:
+        outcome.rc = set_data_locked(op.path, op.data, op.version, outcome.stat);
+        break;
+      case detail::MultiOp::Kind::remove:
+        outcome.rc = remove_locked(op.path, op.version);
+        break;
+      case detail::MultiOp::Kind::check: {
+        auto it = nodes_.find(op.path);
+        outcome.rc = it == nodes_.end()                                             ? zk_errc::no_node
+                     : op.version != -1 && it->second.stat.version != op.version ? zk_errc::bad_version
+                                                                                   : zk_errc::ok;
+        break;
+      }
+    }
+    if (outcome.rc != zk_errc::ok) failed = i;
+  }
+  deferred_fires_ = nullptr;
+  multi_zxid_.reset();
+  if (failed) {
+    nodes_ = saved_nodes;
+    zxid_ = saved_zxid;
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      if (i != *failed) outcomes[i] = {i < *failed ? zk_errc::ok : zk_errc::runtime_inconsistency, {}, {}};
+      else outcomes[i].created_path.clear();
+    }
+    changed_locked();
+    return outcomes[*failed].rc;
+  }
+  for (auto& fire : fires) fire_locked(*fire.watches, fire.path, fire.event);
+  return zk_errc::ok;
+}
+
 // A fired watch travels to its session's client like a reply: in order, on the completion thread.
 void FakeServer::fire_locked(std::multimap<std::string, Watch>& watches, const std::string& path, NodeEvent event) {
+  if (deferred_fires_) {
+    deferred_fires_->push_back({&watches, path, event});
+    return;
+  }
   auto [first, last] = watches.equal_range(path);
   std::vector<Watch> fired;
   for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second));
@@ -478,7 +591,17 @@ void FakeServer::run_request_locked(Link& link, Request request) {
                          request.sent, describe(request));
     return;
   }
-  RequestRecord record{link.session, request.op, request.path, {}, zk_errc::ok, false, request.sent};
+  RequestRecord record{link.session, request.op, request.path, {}, zk_errc::ok, false, request.sent, request.bytes};
+  if (request_limit_ != 0 && request.bytes > request_limit_) {
+    // The server reads the length, finds it over jute.maxbuffer and closes the connection.
+    record.oversized = true;
+    record.reported_rc = zk_errc::connection_loss;
+    enqueue_reply_locked(link, zk_errc::connection_loss, request.fail, request.sent, describe(request));
+    records_.push_back(std::move(record));
+    drop_locked(link);
+    changed_locked();
+    return;
+  }
   if (fault && fault->rc != zk_errc::ok && !fault->after_apply) {
     record.reported_rc = fault->rc;
     enqueue_reply_locked(link, fault->rc, request.fail, request.sent, describe(request));
@@ -722,6 +845,11 @@ std::int64_t FakeServer::last_zxid() const {
   return zxid_;
 }
 
+std::uint64_t FakeServer::changes() const {
+  std::lock_guard lock(mutex_);
+  return change_count_;
+}
+
 int FakeServer::reap_empty_containers() {
   std::lock_guard lock(mutex_);
   int reaped = 0;
@@ -750,6 +878,16 @@ std::size_t FakeServer::pending_faults() const {
   return faults_.size();
 }
 
+void FakeServer::clear_faults() {
+  std::lock_guard lock(mutex_);
+  faults_.clear();
+}
+
+void FakeServer::set_request_limit(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  request_limit_ = bytes;
+}
+
 bool FakeServer::session_alive(std::int64_t session) const {
   std::lock_guard lock(mutex_);
   return live_sessions_.count(session) != 0;
@@ -764,6 +902,31 @@ bool FakeServer::connected(std::int64_t session) const {
   std::lock_guard lock(mutex_);
   Link* link = link_locked(session);
   return link && link->state == Link::State::connected;
+}
+
+bool FakeServer::paused(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  Link* link = link_locked(session);
+  return link && link->paused;
+}
+
+std::vector<std::int64_t> FakeServer::disconnected_sessions() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::int64_t> out;
+  for (const auto& [session, weak] : links_)
+    if (Link* link = link_locked(session); link && link->state == Link::State::disconnected) out.push_back(session);
+  return out;
+}
+
+int FakeServer::expire_abandoned_sessions() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::int64_t> abandoned;
+  for (auto session : live_sessions_) {
+    Link* link = link_locked(session);
+    if (!link || link->state == Link::State::closed) abandoned.push_back(session);
+  }
+  for (auto session : abandoned) end_session_locked(session);
+  return static_cast<int>(abandoned.size());
 }
 
 void FakeServer::drop_connection(std::int64_t session) {

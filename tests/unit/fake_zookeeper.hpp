@@ -29,7 +29,13 @@
 //   - pause()/resume()/step()/step_through(): hold the connection's deliveries, or let exactly n
 //     (or up to a named entry, see queued_entries()) through.
 //   - ZooKeeperConnection::close() of a connected session ends it on the server at once (its
-//     ephemerals go); a session whose connection is down lingers until the test expires it.
+//     ephemerals go); a session whose connection is down lingers until the test expires it
+//     (expire_abandoned_sessions() does so for every session whose client has closed its handle).
+//   - multi(): every op or none, under one zxid (the czxid of its creates, the mzxid of its sets),
+//     with the watches of what it changed fired only once it committed.
+//   - A request larger than the server's jute.maxbuffer (set_request_limit; 0xfffff bytes by
+//     default, as the server's) is refused as the server refuses it: it does not take effect and
+//     the connection drops. Its record says `oversized`.
 //
 // Locking: one (recursive) mutex guards the whole fake. Library callbacks never run under it.
 // Fault hooks run under it, on the thread that sends the request (which holds the session mutex):
@@ -96,7 +102,12 @@ struct RequestRecord {
   zk_errc reported_rc = zk_errc::ok;  // what the client is told (before any later connection loss)
   bool applied = false; // took effect on the tree
   FakeClock::time_point sent;
+  std::size_t bytes = 0;    // the request's size as the server reads it (a lower bound)
+  bool oversized = false;   // larger than the request limit: refused, connection dropped
 };
+
+// The server's default jute.maxbuffer: a request whose length exceeds it drops the connection.
+inline constexpr std::size_t kServerRequestLimit = 0xfffff;
 
 class FakeServer : public std::enable_shared_from_this<FakeServer> {
  public:
@@ -122,17 +133,31 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::size_t children_watches(const std::string& path, std::int64_t session) const;  // `session`'s own
   std::size_t watches_of(std::int64_t session) const;  // `session`'s own, data and children, on every path
   std::int64_t last_zxid() const;
+  // Bumps on every change of the fake (a request, a delivery, a fault, a session event): a test
+  // that sees it stand still while nothing is queued knows the fake is quiet.
+  std::uint64_t changes() const;
   // Deletes every container without children, as the server's container reaper does.
   int reap_empty_containers();
 
   // ---- faults ----
   void inject(Fault fault);
   std::size_t pending_faults() const;
+  // Forgets every fault not yet triggered.
+  void clear_faults();
+  // Requests longer than this many bytes are refused by dropping the connection (0: no limit).
+  void set_request_limit(std::size_t bytes);
 
   // ---- sessions and their connections (by session id) ----
   bool session_alive(std::int64_t session) const;
   std::vector<std::int64_t> live_sessions() const;
   bool connected(std::int64_t session) const;  // its connection is up
+  bool paused(std::int64_t session) const;
+  // Sessions whose connection is down and whose client may still reconnect it (not closed): an
+  // expired one among them learns of its expiry on reconnect().
+  std::vector<std::int64_t> disconnected_sessions() const;
+  // Expires every live session whose client has closed its handle while disconnected, as the
+  // server does once the session timeout has passed. Returns how many.
+  int expire_abandoned_sessions();
   void drop_connection(std::int64_t session);
   // Reconnects a dropped connection: ConnectionEvent::connected on the same session, or expired if
   // the server expired it meanwhile.
@@ -205,6 +230,9 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
                         std::int64_t owner, std::string& created, detail::NodeStat& stat);
   zk_errc remove_locked(const std::string& path, int version);
   zk_errc set_data_locked(const std::string& path, const std::string& data, int version, detail::NodeStat& stat);
+  zk_errc multi_locked(const std::vector<detail::MultiOp>& ops, std::int64_t session, std::int64_t owner_override,
+                       std::vector<detail::MultiOpOutcome>& outcomes);
+  std::int64_t next_zxid_locked();
   detail::NodeStat stat_locked(const FakeNode& node) const;
 
   mutable std::recursive_mutex mutex_;
@@ -213,6 +241,15 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
 
   std::map<std::string, FakeNode> nodes_;
   std::int64_t zxid_ = std::int64_t{1} << 32;  // epoch 1
+  // While a multi is applied: its one zxid, and the watch events it fires once it commits.
+  std::optional<std::int64_t> multi_zxid_;
+  struct DeferredFire {
+    std::multimap<std::string, Watch>* watches;
+    std::string path;
+    detail::NodeEvent event;
+  };
+  std::vector<DeferredFire>* deferred_fires_ = nullptr;
+  std::size_t request_limit_ = kServerRequestLimit;
   std::int64_t next_session_ = 0x1000000000000001;
   std::set<std::int64_t> live_sessions_;
   std::map<std::int64_t, std::weak_ptr<Link>> links_;

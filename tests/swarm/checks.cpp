@@ -1,0 +1,436 @@
+// The invariants, checked after every step (check_step) and once everything is released
+// (check_end). Each names what broke and what showed it; docs in tests/swarm/README.md.
+//
+// Some facts reach the test a moment after the library acts (a callback on its own thread, a
+// watch on a node): those checks are "eventually" ones, retried for a short bound before they fail.
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <zkr/names.hpp>
+
+#include "slots.hpp"
+
+namespace zkr::swarm {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string node_list(const std::vector<std::string>& nodes) {
+  std::string out;
+  for (const auto& node : nodes) out += (out.empty() ? "" : ", ") + node;
+  return out;
+}
+
+bool lost_now(const Hold& hold) {
+  std::lock_guard lock(hold.box->mutex);
+  return hold.box->held().lost();
+}
+
+}  // namespace
+
+// ---- after every step ----
+
+void Swarm::check_step() {
+  for (const auto& refused : world_.take_oversized_requests()) {
+    fail("oversized request", "",
+         fmt::format("step {}: the server refused a request for its size and dropped the connection: {}",
+                     step_index_, refused));
+    return;
+  }
+  const auto now = Clock::now();
+  for (const auto& pending : pending_) {
+    if (!pending->prompt_by || now <= *pending->prompt_by) continue;
+    std::lock_guard lock(pending->outcome->mutex);
+    if (pending->outcome->done) continue;
+    fail("hang", std::string(resource(pending->resource).name),
+         fmt::format("{} did not end within its bound ({})", pending->what, pending->expectation));
+    return;
+  }
+  check_exclusion();
+  if (failed()) return;
+  check_watch_count();
+  if (failed()) return;
+  check_losses_told();
+  if (failed() || world_.faults_active()) return;
+  eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
+  eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
+}
+
+// For what reaches the test a moment after the library acts: `problem` is asked again, once the
+// world settled and the outcomes are harvested, until it finds nothing or `bound` passes.
+void Swarm::eventually(std::string_view invariant, std::chrono::milliseconds bound,
+                       const std::function<std::string()>& problem) {
+  const auto deadline = Clock::now() + bound;
+  for (;;) {
+    auto found = problem();
+    if (found.empty() || failed()) return;
+    if (Clock::now() > deadline) return fail(std::string(invariant), "", std::move(found));
+    std::this_thread::sleep_for(10ms);
+    if (step_index_ < 0) world_.heal(true);  // the end phase: sessions left behind expire
+    world_.settle([] { return true; }, world_.slack());
+    harvest();
+  }
+}
+
+// Never more believed holders whose node stands than the recipe allows. A believed holder whose
+// node is gone (its session expired on the server while it was cut off) is an overlap the fence
+// refuses: its node fails a FencedTransaction's check and its token is below the new holder's.
+void Swarm::check_exclusion() {
+  struct Holder {
+    std::string node;
+    FencingToken token;
+    bool alive = false;
+    bool writer = false;
+  };
+  std::map<std::string, std::vector<Holder>> by_path;
+  for (const auto& [node, grant] : grants_) {
+    const auto& r = resource(grant.resource);
+    if (grant.holds <= 0 || is_election(r.kind)) continue;
+    const auto held = std::find_if(holds_.begin(), holds_.end(),
+                                   [&](const Hold& h) { return h.node == node && !h.released && !h.destroyed; });
+    if (held == holds_.end() || lost_now(*held)) continue;
+    by_path[r.path].push_back({node, grant.token, world_.exists(node), r.kind == ResourceKind::write_lock});
+  }
+  for (auto& slot : slots_) {
+    for (auto& [index, made] : slot->latches) {
+      if (!made->latch->is_leader()) continue;
+      const auto term = made->latch->leadership();
+      if (term) by_path[resource(index).path].push_back({term.node_path(), term.token(), world_.exists(term.node_path())});
+    }
+    if (slot->selector) {
+      std::optional<Leadership> running;
+      {
+        std::lock_guard lock(slot->selector->shared->mutex);
+        running = slot->selector->shared->running;
+      }
+      if (running && !running->ended()) {
+        const auto& r = *std::find_if(resources().begin(), resources().end(),
+                                      [](const Resource& each) { return each.kind == ResourceKind::selector; });
+        by_path[r.path].push_back({running->node_path(), running->token(), world_.exists(running->node_path())});
+      }
+    }
+  }
+  for (const auto& [path, holders] : by_path) {
+    const auto& r = *std::find_if(resources().begin(), resources().end(), [&](const Resource& each) { return each.path == path; });
+    std::vector<std::string> alive;
+    int alive_writers = 0;
+    for (const auto& holder : holders)
+      if (holder.alive) {
+        alive.push_back(fmt::format("{} (token {})", holder.node, holder.token.to_string()));
+        alive_writers += holder.writer ? 1 : 0;
+      }
+    const bool too_many = r.kind == ResourceKind::read_lock || r.kind == ResourceKind::write_lock
+                              ? alive_writers > 0 && alive.size() > 1
+                              : static_cast<int>(alive.size()) > r.max_leases;
+    if (too_many)
+      return fail(is_election(r.kind) ? "two leaders" : "two holders", std::string(r.name),
+                  fmt::format("after step {}: {} believed holders of {} whose nodes stand (at most {}): {}", step_index_,
+                              alive.size(), path, r.max_leases, node_list(alive)));
+    if (holders.size() > alive.size() && holders.size() > 1) count("overlaps a fence refuses");
+  }
+}
+
+// Watches do not pile up: however often a session reconnected, re-listed or gave up waiting, its
+// client keeps a few watches per path (a listing's, a leader watch's, each waiter's on the node
+// before it and the one before that, a holder's on its own node), not one more per round.
+void Swarm::check_watch_count() {
+  constexpr std::size_t kBase = 8;
+  for (auto& slot : slots_) {
+    const auto id = slot->session->id();
+    if (id == 0) continue;
+    for (std::size_t index = 0; index < resources().size(); ++index) {
+      const auto& r = resources()[index];
+      // Two per contender of this session on the path, on top of the base.
+      std::size_t contenders = 0;
+      for (const auto& pending : pending_)
+        contenders += pending->slot == slot->slot && resource(pending->resource).path == r.path;
+      for (const auto& hold : holds_)
+        contenders += hold.slot == slot->slot && !hold.released && resource(hold.resource).path == r.path;
+      const std::size_t most = kBase + 2 * contenders;
+      std::vector<std::string> paths{r.path};
+      for (const auto& node : world_.children(r.path)) paths.push_back(r.path + "/" + node.name);
+      for (const auto& path : paths) {
+        const auto count = world_.watches(path, id);
+        if (!count) return;  // the world cannot count them
+        if (*count > most)
+          return fail("watch pile-up", std::string(r.name),
+                      fmt::format("after step {}: session {} (s{}) keeps {} watches on {} (at most {} expected)",
+                                  step_index_, session_id_text(id), slot->slot, *count, path, most));
+      }
+    }
+  }
+}
+
+// A loss is told: a believed holder whose node is gone, on a session that is connected and
+// healthy, hears of it; a grant whose session was replaced is lost; a grant that is lost() had its
+// on_lost callbacks run.
+void Swarm::check_losses_told() {
+  eventually("loss not told", world_.slack() / 2, [&]() -> std::string {
+    for (auto& [node, grant] : grants_) {
+      const auto& r = resource(grant.resource);
+      if (is_election(r.kind)) continue;
+      if (grant.loss) {
+        if (grant.loss_watched && grant.told->load() == 0)
+          return fmt::format("grant {} on {} is lost ({}) but its on_lost callback never ran", node, r.path,
+                             to_string(*grant.loss));
+        continue;
+      }
+      if (grant.holds <= 0) continue;
+      auto* s = session(grant.slot);
+      const auto& slot = *slots_[static_cast<std::size_t>(grant.slot)];
+      if (!s || slot.epoch != grant.epoch || !usable(grant.slot)) continue;
+      if (s->id() != grant.session_id && s->state() == SessionState::connected)
+        return fmt::format("after step {}: grant {} on {} was made on session {} which has been replaced by {}, "
+                           "and it is not lost",
+                           step_index_, node, r.path, session_id_text(grant.session_id), session_id_text(s->id()));
+      if (healthy(grant.slot) && !world_.exists(node))
+        return fmt::format("after step {}: grant {} on {} is gone from the server while its session {} is "
+                           "connected, and it is not lost",
+                           step_index_, node, r.path, session_id_text(grant.session_id));
+    }
+    return {};
+  });
+}
+
+// ---- grants ----
+
+void Swarm::check_new_grant(const Grant& grant, const Pending& pending) {
+  const auto& r = resource(grant.resource);
+  for (const auto& [node, other] : grants_) {
+    if (node == grant.node) continue;
+    const auto& o = resource(other.resource);
+    // Tokens grow per path: a node created after another was seen has a larger czxid; a term
+    // begun after another ended comes later in the queue.
+    if (o.path == r.path) {
+      if (other.token == grant.token)
+        return fail("token order", std::string(r.name),
+                    fmt::format("{}: grant {} has token {}, as grant {} (step {}) has", pending.what, grant.node,
+                                grant.token.to_string(), node, other.step));
+      const bool before = is_election(r.kind) ? other.ended_event != 0 && other.ended_event < pending.started_event
+                                               : other.observed_event < pending.started_event;
+      if (before && grant.token <= other.token)
+        return fail("token order", std::string(r.name),
+                    fmt::format("{}: grant {} has token {}, not above token {} of grant {} (step {}), seen before "
+                                "this acquisition began",
+                                pending.what, grant.node, grant.token.to_string(), other.token.to_string(), node,
+                                other.step));
+    }
+    // A Session's next session is used only once every grant of the one before is lost.
+    if (other.slot == grant.slot && other.epoch == grant.epoch && other.session_id < grant.session_id &&
+        other.holds > 0 && !is_election(o.kind)) {
+      const auto held = std::find_if(holds_.begin(), holds_.end(),
+                                     [&](const Hold& h) { return h.node == node && !h.released && !h.destroyed; });
+      if (held != holds_.end() && !lost_now(*held))
+        return fail("loss order", std::string(r.name),
+                    fmt::format("{}: granted {} on session {} while grant {} of the same Session's earlier session "
+                                "{} is not lost",
+                                pending.what, grant.node, session_id_text(grant.session_id), node,
+                                session_id_text(other.session_id)));
+    }
+  }
+}
+
+// Every loss has a cause the run injected on that session (or the session was closed).
+void Swarm::check_loss_explained(Grant& grant) {
+  const auto& r = resource(grant.resource);
+  const auto& faults = faults_on_[grant.session_id];
+  const int now = step_index_ >= 0 ? step_index_ : std::numeric_limits<int>::max();
+  const bool restarted = std::any_of(restarts_.begin(), restarts_.end(), [&](const auto& window) {
+    return window.first <= now && grant.step <= window.second;
+  });
+  auto any_of = [&](std::initializer_list<OpKind> kinds) {
+    return restarted || std::any_of(kinds.begin(), kinds.end(), [&](OpKind kind) { return faults.count(kind) != 0; });
+  };
+  const auto& slot = *slots_[static_cast<std::size_t>(grant.slot)];
+  bool explained = false;
+  std::string_view expected;
+  switch (*grant.loss) {
+    case LossReason::session_closed:
+      explained = slot.epoch != grant.epoch || !usable(grant.slot);
+      expected = "close of its Session";
+      break;
+    case LossReason::node_deleted:
+      explained = broken_nodes_.count(grant.node) || any_of({OpKind::fault_expire, OpKind::fault_partition});
+      expected = "break_holder or expiry";
+      break;
+    case LossReason::connection_lost:
+      explained = any_of({OpKind::fault_drop, OpKind::fault_lost_reply, OpKind::fault_failed_create,
+                          OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause});
+      expected = "fault that dropped its connection";
+      break;
+    case LossReason::session_lost:
+      explained = any_of({OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_drop,
+                          OpKind::fault_lost_reply, OpKind::fault_failed_create});
+      expected = "expiry or cut";
+      break;
+  }
+  if (!explained)
+    fail("unexplained loss", std::string(r.name),
+         fmt::format("after step {}: grant {} on {} (session {}, granted at step {}) was lost ({}) though the run "
+                     "injected no {} on that session",
+                     step_index_, grant.node, r.path, session_id_text(grant.session_id), grant.step,
+                     to_string(*grant.loss), expected));
+}
+
+void Swarm::check_gate(const Hold& hold, bool admitted, FencingToken highest_before) {
+  const auto& r = resource(hold.resource);
+  const bool expected = hold.token.valid() && hold.token >= highest_before;
+  count(admitted ? "gate writes admitted" : "gate writes refused");
+  if (admitted != expected)
+    return fail("fence gate", std::string(r.name),
+                fmt::format("step {}: DurableFenceGate::admit({}, {}) returned {}, the highest admitted being {}",
+                            step_index_, r.path, hold.token.to_string(), admitted, highest_before.to_string()));
+  if (admitted) gate_->highest[r.path] = std::max(highest_before, hold.token);
+}
+
+// ---- metrics ----
+
+// The per-lock series agree with what the test did on each session: acquisitions asked, grants,
+// holds now, losses by reason, and the ways acquisitions ended without a grant; no series for a
+// path nobody acquired; with every path labelled, nothing under "".
+std::string Swarm::metrics_problem(bool final) {
+  for (auto& slot_ptr : slots_) {
+    auto& slot = *slot_ptr;
+    if (slot.used_peer_semaphore && config_.excluded(Exclusion::peer_semaphore_metrics)) continue;
+    const auto labels = config_.metrics_labels[static_cast<std::size_t>(slot.slot)];
+    const SessionMetrics metrics = slot.session->metrics();
+    std::map<std::string, SeriesCount> expected;
+    std::map<std::string, std::int64_t> held, waiting;
+    std::uint64_t grants_total = 0;
+    for (const auto& [key, counted] : series_) {
+      const auto& [slot_index, epoch, path] = key;
+      if (slot_index != slot.slot || epoch != slot.epoch) continue;
+      expected[path] = counted;
+      grants_total += counted.grants;
+    }
+    for (const auto& [node, grant] : grants_) {
+      const auto& r = resource(grant.resource);
+      if (grant.slot != slot.slot || grant.epoch != slot.epoch || !is_acquirable(r.kind)) continue;
+      if (grant.holds > 0 && !grant.loss) ++held[r.path];
+    }
+    for (const auto& pending : pending_)
+      if (pending->slot == slot.slot && pending->epoch == slot.epoch && is_acquirable(resource(pending->resource).kind))
+        ++waiting[resource(pending->resource).path];
+    const auto where = fmt::format("session s{} (metrics labels {})", slot.slot, to_string(labels));
+    if (labels == MetricsLabels::off) {
+      if (!slot.used_elections && metrics.acquisitions != grants_total) {
+        return fmt::format("{}: SessionMetrics::acquisitions is {}, the test saw {} grants", where,
+                           metrics.acquisitions, grants_total);
+      }
+      continue;
+    }
+    std::set<std::string> recipe_paths;
+    for (const auto& r : resources())
+      if (is_acquirable(r.kind) || (labels == MetricsLabels::prefix && is_election(r.kind))) recipe_paths.insert(r.path);
+    for (const auto& series : metrics.locks) {
+      if (series.path.empty()) {
+        const bool all_labelled = labels == MetricsLabels::prefix;
+        if (all_labelled && (series.wait.count != 0 || series.held != 0 || series.waiting != 0)) {
+          return fmt::format("{}: the unlabelled series (path \"\") counts {} grant(s), {} held, {} waiting, though "
+                             "every recipe path has a label",
+                             where, series.wait.count, series.held, series.waiting);
+        }
+        continue;
+      }
+      if (!recipe_paths.count(series.path)) {
+        return fmt::format("{}: a series for {} ({} grant(s), {} held), a path no recipe of the test acquires",
+                           where, series.path, series.wait.count, series.held);
+      }
+    }
+    for (const auto& r : resources()) {
+      if (!is_acquirable(r.kind) || r.kind == ResourceKind::write_lock) continue;  // rw: one path, one series
+      const auto& want = expected[r.path];
+      LockMetrics got;
+      for (const auto& series : metrics.locks)
+        if (series.path == r.path) got = series;
+      const auto gave_up_got = got.timeouts + got.cancellations;
+      const auto gave_up_want = want.timeouts + want.cancellations + want.gave_up;
+      const bool categories_agree = gave_up_got == gave_up_want && got.timeouts >= want.timeouts &&
+                                    got.cancellations >= want.cancellations && got.busy == want.busy &&
+                                    got.failures == want.failures;
+      if (got.wait.count != want.grants || got.held != held[r.path] || got.waiting != waiting[r.path] ||
+          got.losses != want.losses || !categories_agree) {
+        return fmt::format(
+            "{}: the series of {} says {} grant(s), {} held, {} waiting, losses {}/{}/{}/{}, ended without a grant "
+            "{} timed out/{} cancelled/{} busy/{} failed; the test saw {} grant(s), {} held, {} waiting, losses "
+            "{}/{}/{}/{}, {} timed out/{} cancelled/{} either/{} busy/{} failed{}",
+            where, r.path, got.wait.count, got.held, got.waiting, got.losses[0], got.losses[1], got.losses[2],
+            got.losses[3], got.timeouts, got.cancellations, got.busy, got.failures, want.grants, held[r.path],
+            waiting[r.path], want.losses[0], want.losses[1], want.losses[2], want.losses[3], want.timeouts,
+            want.cancellations, want.gave_up, want.busy, want.failures, final ? " (at the end)" : "");
+      }
+    }
+  }
+  return {};
+}
+
+// ---- leader watches ----
+
+// A watch tells the leader as of its latest listing: once quiet, the first contender on the path.
+std::string Swarm::watch_problem() {
+  for (auto& slot : slots_) {
+    if (!healthy(slot->slot)) continue;
+    for (auto& [index, made] : slot->watches) {
+      if (!made || made->stopped) continue;
+      {
+        std::lock_guard lock(made->shared->mutex);
+        if (made->shared->stopped_inside || made->shared->calls == 0) continue;
+      }
+      const auto& r = resource(index);
+      std::vector<ContenderName> contenders;
+      for (const auto& node : world_.children(r.path))
+        if (auto name = parse_contender_name(node.name)) contenders.push_back(*name);
+      sort_by_sequence(contenders);
+      const std::string expected = contenders.empty() ? "nobody" : contenders.front().name;
+      const auto told = made->watch->leader();
+      const std::string actual = told ? told->node : "nobody";
+      if (expected != actual)
+        return fmt::format("after step {}: the LeaderWatch of session s{} on {} tells {} as leader; the first "
+                           "contender on the server is {}",
+                           step_index_, slot->slot, r.path, actual, expected);
+    }
+  }
+  return {};
+}
+
+// ---- once everything is released ----
+
+void Swarm::check_orphans() {
+  std::vector<std::string> parents;
+  for (const auto& r : resources()) {
+    parents.push_back(r.path);
+    if (r.semaphore_layout == SemaphoreLayout::curator_v2 && r.kind == ResourceKind::semaphore) {
+      parents.push_back(r.path + "/leases");
+      parents.push_back(r.path + "/locks");
+    }
+    if (r.semaphore_layout == SemaphoreLayout::kazoo && r.kind == ResourceKind::semaphore)
+      parents.push_back(r.path + "-__lock__");
+  }
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  eventually("orphan node", world_.slack(), [&]() -> std::string {
+    std::vector<std::string> found;
+    for (const auto& parent : parents)
+      for (const auto& node : world_.children(parent))
+        if (node.ephemeral_owner != 0 && world_.session_alive(node.ephemeral_owner))
+          found.push_back(fmt::format("{}/{} (session {})", parent, node.name, session_id_text(node.ephemeral_owner)));
+    if (found.empty()) return {};
+    return fmt::format("once everything was released and healed, {} node(s) remain: {}", found.size(),
+                       node_list(found));
+  });
+}
+
+void Swarm::check_end() {
+  for (const auto& refused : world_.take_oversized_requests())
+    return fail("oversized request", "",
+                fmt::format("end phase: the server refused a request for its size and dropped the connection: {}",
+                            refused));
+  check_orphans();
+  eventually("metrics", world_.slack(), [&] { return metrics_problem(true); });
+}
+
+}  // namespace zkr::swarm

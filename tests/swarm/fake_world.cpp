@@ -1,0 +1,189 @@
+// The swarm on the fake ZooKeeper (tests/unit/fake_zookeeper.hpp): faults are exact (the reply
+// of the next create lost after it took effect, an expiry the client hears only on reconnecting),
+// and the fake tells when nothing is on the wire any more, so each step ends at a quiet point.
+//
+// Time does not pass on the fake as it does on a server: sessions get a long timeout, so no loss
+// comes from the session monitor's clock, only from the faults the run injects. A session whose
+// client closed its handle while cut off is expired at once, as the server would after the timeout.
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
+#include <testenv.hpp>
+
+#include "fake_zookeeper.hpp"
+#include "internals.hpp"
+#include "session_core.hpp"
+#include "world.hpp"
+
+namespace zkr::swarm {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+class FakeWorld final : public World {
+ public:
+  std::unique_ptr<Session> open_session(int, SessionOptions options) override {
+    options.servers = "fake:2181";
+    tune(options);
+    auto core = std::make_shared<detail::SessionCore>(options, fake::fake_factory(server_));
+    core->connect_or_throw();
+    return std::make_unique<Session>(detail::Internals::key(), core);
+  }
+
+  std::vector<ServerNode> children(const std::string& path) override {
+    std::vector<ServerNode> out;
+    for (const auto& name : server_->children(path)) {
+      const auto node = server_->node(path + "/" + name);
+      if (!node) continue;  // deleted meanwhile
+      out.push_back({name, node->stat.czxid, node->stat.ephemeral_owner});
+    }
+    return out;
+  }
+
+  bool exists(const std::string& path) override { return server_->node(path).has_value(); }
+
+  void ensure_persistent(const std::string& path) override {
+    for (std::size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+      server_->create(path.substr(0, slash), {}, detail::CreateMode::persistent);
+      if (slash == std::string::npos) return;
+    }
+  }
+
+  bool session_alive(std::int64_t session_id) override { return server_->session_alive(session_id); }
+
+  std::optional<std::size_t> watches(const std::string& path, std::int64_t session_id) override {
+    return server_->data_watches(path, session_id) + server_->children_watches(path, session_id);
+  }
+
+  bool supports(OpKind fault) const override { return fault != OpKind::fault_restart; }
+
+  void inject(OpKind fault, int, Session& session, int steps) override {
+    const auto id = session.id();
+    if (id == 0) return;  // between sessions: nothing to break
+    fake::Fault armed;
+    armed.op = fake::Op::create;
+    armed.path_prefix = std::string(kRoot);
+    armed.session = id;
+    armed.rc = zk_errc::connection_loss;
+    armed.drop_connection = true;
+    switch (fault) {
+      case OpKind::fault_lost_reply:
+        armed.after_apply = true;
+        server_->inject(std::move(armed));
+        break;
+      case OpKind::fault_failed_create:
+        server_->inject(std::move(armed));
+        break;
+      case OpKind::fault_drop:
+        server_->drop_connection(id);
+        break;
+      case OpKind::fault_expire:
+        server_->expire_session(id, true);
+        break;
+      case OpKind::fault_partition:
+        server_->drop_connection(id);
+        server_->expire_session(id, false);
+        break;
+      case OpKind::fault_pause:
+        server_->pause(id);
+        break;
+      default:
+        return;
+    }
+    active_.push_back({id, steps});
+  }
+
+  void heal(bool all) override {
+    bool any_left = false;
+    for (auto& fault : active_) {
+      if (all || --fault.steps_left <= 0) {
+        server_->resume(fault.session);
+        fault.steps_left = 0;
+      } else {
+        any_left = true;
+      }
+    }
+    std::erase_if(active_, [](const ActiveFault& fault) { return fault.steps_left <= 0; });
+    if (!any_left) server_->clear_faults();  // armed ones that never met their request
+    // Every other connection down comes back, as a client reconnects by itself (one the server
+    // dropped for an oversized request, one dropped by a fault that has ended).
+    for (auto session : server_->disconnected_sessions())
+      if (std::none_of(active_.begin(), active_.end(), [&](const ActiveFault& f) { return f.session == session; }))
+        server_->reconnect(session);
+    server_->expire_abandoned_sessions();
+  }
+
+  bool faults_active() override { return !active_.empty() || server_->pending_faults() != 0; }
+
+  bool connection_healthy(const Session& session) override {
+    const auto id = session.id();
+    return id != 0 && server_->connected(id) && !server_->paused(id) && server_->pending_faults() == 0;
+  }
+
+  // Quiet: nothing queued to a client (but on a held connection) and no change for a while. A
+  // finished operation's quiet point is short; one still running is declared waiting after a
+  // longer quiet spell.
+  void settle(const std::function<bool()>& done, std::chrono::milliseconds bound) override {
+    const auto scale = testenv::timeout_scale();
+    const auto short_quiet = std::chrono::duration_cast<Clock::duration>(3ms * scale);
+    const auto long_quiet = std::chrono::duration_cast<Clock::duration>(15ms * scale);
+    const auto start = Clock::now();
+    auto seen = server_->changes();
+    auto since = start;
+    for (;;) {
+      std::this_thread::sleep_for(500us);
+      const auto now = Clock::now();
+      if (now - start >= bound) return;
+      const auto changes = server_->changes();
+      if (changes != seen) {
+        seen = changes;
+        since = now;
+        continue;
+      }
+      if (!drained()) continue;
+      if (now - since >= (done() ? short_quiet : long_quiet)) return;
+    }
+  }
+
+  std::vector<std::string> take_oversized_requests() override {
+    const auto records = server_->requests();
+    std::vector<std::string> out;
+    for (std::size_t i = records_seen_; i < records.size(); ++i)
+      if (records[i].oversized)
+        out.push_back(fmt::format("{} {} ({} bytes, over the server's {})", fake::to_string(records[i].op),
+                                  records[i].path, records[i].bytes, fake::kServerRequestLimit));
+    records_seen_ = records.size();
+    return out;
+  }
+
+  std::chrono::milliseconds slack() const override { return testenv::scaled(1500ms); }
+
+  void tune(SessionOptions& options) const override {
+    options.session_timeout = 120s;
+    options.connect_timeout = testenv::scaled(10s);
+    options.ensemble_tick_time = 2s;  // a heartbeat a second: rare beside the steps
+  }
+
+ private:
+  bool drained() const {
+    for (auto session : server_->live_sessions())
+      if (server_->queued(session) != 0 && !server_->paused(session)) return false;
+    return true;
+  }
+
+  struct ActiveFault {
+    std::int64_t session;
+    int steps_left;
+  };
+  std::shared_ptr<fake::FakeServer> server_ = std::make_shared<fake::FakeServer>();
+  std::vector<ActiveFault> active_;
+  std::size_t records_seen_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<World> make_fake_world() { return std::make_unique<FakeWorld>(); }
+
+}  // namespace zkr::swarm

@@ -1,0 +1,166 @@
+// The next operation: drawn from the run's random generator and shaped by the model, so that most
+// operations act on something (a hold that exists, an idle actor, the session of an open batch)
+// and the crossings come often: reacquiring what a thread holds, moving holds, acquiring inside a
+// batch, waiting inside it, large owner data, fenced writes from every kind of hold.
+#include <algorithm>
+
+#include "slots.hpp"
+
+namespace zkr::swarm {
+
+namespace {
+
+template <typename Random>
+int weighted(Random& random, std::initializer_list<int> weights) {
+  int total = 0;
+  for (int w : weights) total += w;
+  int roll = static_cast<int>(random() % static_cast<std::uint64_t>(total));
+  int index = 0;
+  for (int w : weights) {
+    if (roll < w) return index;
+    roll -= w;
+    ++index;
+  }
+  return index - 1;
+}
+
+}  // namespace
+
+Op Swarm::next_op() {
+  auto pick = [&](int n) { return n <= 0 ? 0 : static_cast<int>(random_() % static_cast<std::uint64_t>(n)); };
+  auto chance = [&](int percent) { return pick(100) < percent; };
+  std::vector<int> idle;
+  for (int a = 0; a < config_.actors; ++a)
+    if (actors_[static_cast<std::size_t>(a)]->actor.idle()) idle.push_back(a);
+  const int any_actor = pick(config_.actors);
+  const int actor = idle.empty() ? any_actor : idle[static_cast<std::size_t>(pick(static_cast<int>(idle.size())))];
+  auto& state = *actors_[static_cast<std::size_t>(actor)];
+  const int slot = state.batch && chance(75) ? state.batch_slot : pick(config_.sessions);
+  Op op;
+  op.actor = actor;
+  op.session = slot;
+
+  // An actor waiting inside its open batch for what it started there.
+  const bool prompt_asyncs = std::any_of(pending_.begin(), pending_.end(), [&](const auto& pending) {
+    return pending->actor == actor && !pending->blocking && pending->prompt_by && !pending->held_back;
+  });
+  if (!idle.empty() && prompt_asyncs && chance(state.batch ? 45 : 15)) {
+    op.kind = OpKind::await_async;
+    return op;
+  }
+
+  switch (weighted(random_, {34, 26, 12, 7, 5, 2, 12})) {
+    case 0: {  // acquisition
+      // The thread asks again for a lock it holds (reentrancy, would_deadlock).
+      std::vector<const Hold*> mine;
+      for (const auto& hold : holds_)
+        if (hold.owner == actor && hold.blocking && !hold.moved && !hold.released && !hold.destroyed) mine.push_back(&hold);
+      if (!mine.empty() && chance(40)) {
+        const Hold& hold = *mine[static_cast<std::size_t>(pick(static_cast<int>(mine.size())))];
+        op.kind = std::array{OpKind::acquire, OpKind::try_acquire, OpKind::try_acquire_for,
+                             OpKind::try_acquire_for_ec}[static_cast<std::size_t>(pick(4))];
+        op.session = hold.slot;
+        op.resource = chance(80) ? hold.resource : pick(5);
+        op.arg = (hold.lock_object & 3) | (pick(4) << 2);
+        return op;
+      }
+      op.resource = weighted(random_, {3, 3, 3, 2, 2, 2, 2, 2});
+      op.kind = state.batch ? (chance(70) ? OpKind::async_acquire : OpKind::try_acquire_for)
+                            : std::array{OpKind::acquire, OpKind::try_acquire, OpKind::try_acquire_for,
+                                         OpKind::try_acquire_for_ec,
+                                         OpKind::async_acquire}[static_cast<std::size_t>(weighted(random_, {18, 14, 20, 10, 38}))];
+      const int size = weighted(random_, {55, 15, 18, 12});
+      op.arg = size | (pick(4) << 2) | ((chance(15) ? 1 : 0) << 4);
+      return op;
+    }
+    case 1: {  // a hold
+      std::vector<const Hold*> candidates;
+      for (const auto& hold : holds_)
+        if (!hold.destroyed) candidates.push_back(&hold);
+      if (candidates.empty()) break;
+      // Newer holds more often.
+      const int n = static_cast<int>(candidates.size());
+      const Hold& hold = *candidates[static_cast<std::size_t>(n - 1 - std::min(pick(n), pick(n)))];
+      op.actor = hold.owner;
+      op.session = hold.slot;
+      op.resource = hold.resource;
+      op.kind = std::array{OpKind::release, OpKind::release_and_confirm, OpKind::destroy, OpKind::move,
+                           OpKind::release_on_loss, OpKind::fenced_commit,
+                           OpKind::gate_admit}[static_cast<std::size_t>(weighted(random_, {22, 8, 8, 20, 8, 18, 16}))];
+      const bool any_hold = op.kind == OpKind::fenced_commit || op.kind == OpKind::gate_admit;
+      if (hold.released && !any_hold) op.kind = chance(50) ? OpKind::fenced_commit : OpKind::gate_admit;
+      // Its rank among the owner's holds on that resource, newest first (as find_hold counts).
+      const bool counts_released = op.kind == OpKind::fenced_commit || op.kind == OpKind::gate_admit;
+      int position = 0;
+      for (auto it = holds_.rbegin(); it != holds_.rend() && &*it != &hold; ++it)
+        if (it->owner == hold.owner && it->resource == hold.resource && !it->destroyed && (counts_released || !it->released))
+          ++position;
+      op.arg = (position & 7) | (pick(config_.actors) << 3) | ((chance(30) ? 1 : 0) << 6);
+      return op;
+    }
+    case 2: {  // elections
+      const int which = weighted(random_, {60, 25, 15});
+      if (which == 0) {
+        op.resource = 8 + pick(2);
+        op.kind = std::array{OpKind::latch_start, OpKind::latch_close, OpKind::latch_resign, OpKind::latch_wait,
+                             OpKind::latch_async_wait, OpKind::latch_fenced,
+                             OpKind::latch_close_on_gain}[static_cast<std::size_t>(weighted(random_, {30, 8, 10, 15, 10, 17, 5}))];
+      } else if (which == 1) {
+        op.resource = 10;
+        op.kind = std::array{OpKind::selector_start, OpKind::selector_close, OpKind::selector_yield,
+                             OpKind::selector_close_inside}[static_cast<std::size_t>(weighted(random_, {40, 8, 37, 15}))];
+      } else {
+        op.resource = 8 + pick(3);
+        op.kind = std::array{OpKind::watch_start, OpKind::watch_stop,
+                             OpKind::watch_stop_inside}[static_cast<std::size_t>(weighted(random_, {60, 25, 15}))];
+      }
+      op.arg = pick(4) << 2;
+      return op;
+    }
+    case 3:  // batches
+      op.kind = !state.batch ? OpKind::batch_open : chance(60) ? OpKind::batch_send : OpKind::batch_destroy;
+      if (state.batch) op.session = state.batch_slot;
+      return op;
+    case 4: {  // cancel a wait
+      std::vector<int> waiting;
+      for (int a = 0; a < config_.actors; ++a) {
+        const bool has = actors_[static_cast<std::size_t>(a)]->blocking_pending != 0 ||
+                         std::any_of(pending_.begin(), pending_.end(), [&](const auto& p) { return p->actor == a; });
+        if (has) waiting.push_back(a);
+      }
+      if (waiting.empty()) break;
+      op.kind = OpKind::cancel;
+      op.actor = waiting[static_cast<std::size_t>(pick(static_cast<int>(waiting.size())))];
+      op.arg = pick(2);
+      return op;
+    }
+    case 5: {  // sessions and the resource's restarts
+      for (int s = 0; s < config_.sessions; ++s)
+        if (!usable(s) && chance(70)) {
+          op.kind = OpKind::session_reopen;
+          op.session = s;
+          return op;
+        }
+      op.kind = std::array{OpKind::gate_reopen, OpKind::session_close,
+                           OpKind::session_close_on_change}[static_cast<std::size_t>(weighted(random_, {60, 25, 15}))];
+      return op;
+    }
+    default: {  // faults
+      std::vector<OpKind> kinds;
+      for (auto kind : {OpKind::fault_lost_reply, OpKind::fault_failed_create, OpKind::fault_drop, OpKind::fault_expire,
+                        OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_break, OpKind::fault_restart})
+        if (world_.supports(kind)) kinds.push_back(kind);
+      op.kind = kinds[static_cast<std::size_t>(pick(static_cast<int>(kinds.size())))];
+      op.resource = pick(5);
+      op.arg = pick(4);
+      return op;
+    }
+  }
+  // Nothing for the family drawn: an acquisition.
+  op.kind = OpKind::async_acquire;
+  op.resource = pick(8);
+  op.arg = pick(4) << 2;
+  return op;
+}
+
+}  // namespace zkr::swarm

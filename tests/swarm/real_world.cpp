@@ -1,0 +1,234 @@
+// The swarm against a real ZooKeeper server (testenv): each session slot connects through a proxy
+// of its own, so that a fault hits one session. Faults: a create's reply swallowed (the create took
+// effect) and the connection reset, a reset, a cut (blackhole) for some steps, an expiry forced by
+// a second handle while the session is cut off, and a restart of the server. Slower than the fake
+// and without its quiet points: each step waits a little, and bounds are longer.
+#include <algorithm>
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <testenv.hpp>
+#include <zkr/error.hpp>
+
+#include "internals.hpp"
+#include "session_core.hpp"
+#include "world.hpp"
+#include "zk_client.hpp"
+
+namespace zkr::swarm {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// The server's tick: session timeouts of a few seconds, so that a cut of a few steps can cost a
+// session and an expiry comes within the run.
+constexpr int kTickMs = 200;
+
+// The test's own eyes on the server: the library's adapter over the C client, without the
+// Session's checks (its data calls refuse a path through a contender node, which is what the test
+// reads). Each call waits for its reply; a call that meets a restart of the server is retried.
+class Observer {
+ public:
+  explicit Observer(const std::string& servers) {
+    std::error_code ec;
+    connection_ = detail::connect_zookeeper(servers, 30s, [](detail::ConnectionEvent) {}, ec);
+    if (!connection_) throw std::runtime_error("swarm observer: cannot connect to " + servers + ": " + ec.message());
+  }
+  ~Observer() { connection_->close(); }
+
+  // The children of `path` with their Stat; empty if it does not exist.
+  std::vector<ServerNode> children(const std::string& path) {
+    std::vector<std::string> names;
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->get_children(path, [done, &names](zk_errc rc, std::vector<std::string> got, detail::NodeStat) {
+        names = std::move(got);
+        done(rc);
+      });
+    });
+    if (rc == zk_errc::no_node) return {};
+    std::sort(names.begin(), names.end());
+    std::vector<ServerNode> out;
+    for (const auto& name : names)
+      if (auto found = stat(path + "/" + name)) out.push_back({name, found->czxid, found->ephemeral_owner});
+    return out;
+  }
+
+  std::optional<detail::NodeStat> stat(const std::string& path) {
+    detail::NodeStat stat;
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->exists(path, [done, &stat](zk_errc rc, detail::NodeStat got) {
+        stat = got;
+        done(rc);
+      });
+    });
+    if (rc == zk_errc::no_node) return std::nullopt;
+    return stat;
+  }
+
+  void create(const std::string& path) {
+    const auto rc = call<zk_errc>([&](auto done) {
+      return connection_->create(path, {}, detail::CreateMode::persistent, NodeAcl::open,
+                                 [done](zk_errc rc, std::string, detail::NodeStat) { done(rc); });
+    });
+    if (rc != zk_errc::ok && rc != zk_errc::node_exists)
+      throw std::runtime_error(fmt::format("swarm observer: create {}: {}", path, make_error_code(rc).message()));
+  }
+
+ private:
+  // Issues a request until the server answers it (ok or the server's refusal: no_node, ...).
+  template <typename Result, typename Issue>
+  Result call(Issue issue) {
+    const auto deadline = Clock::now() + testenv::scaled(30s);
+    for (;;) {
+      auto reply = std::make_shared<std::promise<zk_errc>>();
+      auto answered = reply->get_future();
+      const zk_errc queued = issue([reply](zk_errc rc) { reply->set_value(rc); });
+      zk_errc rc = queued;
+      if (queued == zk_errc::ok)
+        rc = answered.wait_for(testenv::scaled(10s)) == std::future_status::ready ? answered.get()
+                                                                                 : zk_errc::operation_timeout;
+      if (detail::server_answered(rc)) return rc;
+      if (Clock::now() > deadline)
+        throw std::runtime_error("swarm observer: no answer from the server: " + make_error_code(rc).message());
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  std::unique_ptr<detail::ZooKeeperConnection> connection_;
+};
+
+class RealWorld final : public World {
+ public:
+  RealWorld() : observer_(cluster_.connect_string()) {}
+
+  ~RealWorld() override {
+    for (auto& proxy : proxies_)
+      if (proxy) proxy->pass();
+  }
+
+  std::unique_ptr<Session> open_session(int slot, SessionOptions options) override {
+    if (static_cast<int>(proxies_.size()) <= slot) proxies_.resize(static_cast<std::size_t>(slot) + 1);
+    auto& proxy = proxies_[static_cast<std::size_t>(slot)];
+    if (!proxy) proxy = std::make_unique<testenv::Proxy>(cluster_.server_address(0));
+    options.servers = proxy->address();
+    tune(options);
+    return std::make_unique<Session>(options);
+  }
+
+  std::vector<ServerNode> children(const std::string& path) override { return observer_.children(path); }
+
+  bool exists(const std::string& path) override { return observer_.stat(path).has_value(); }
+
+  void ensure_persistent(const std::string& path) override {
+    for (std::size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+      observer_.create(path.substr(0, slash));
+      if (slash == std::string::npos) return;
+    }
+  }
+
+  // A session's ephemeral nodes go with it: a node that stands has a live owner.
+  bool session_alive(std::int64_t) override { return true; }
+
+  std::optional<std::size_t> watches(const std::string&, std::int64_t) override { return std::nullopt; }
+
+  bool supports(OpKind fault) const override { return fault != OpKind::fault_failed_create; }
+
+  void inject(OpKind fault, int slot, Session& session, int steps) override {
+    auto& proxy = *proxies_.at(static_cast<std::size_t>(slot));
+    switch (fault) {
+      case OpKind::fault_lost_reply:
+        proxy.drop_next_reply();
+        armed_.push_back({slot, proxy.dropped_replies()});
+        return;
+      case OpKind::fault_drop:
+        proxy.reset();
+        return;
+      case OpKind::fault_expire:
+      case OpKind::fault_partition: {
+        const auto id = detail::Internals::core(session)->client_id();
+        if (id.session_id == 0) return;
+        proxy.blackhole();
+        try {
+          testenv::expire_session(cluster_.connect_string(), id.session_id, id.password);
+        } catch (const std::exception&) {
+          // The session had gone already.
+        }
+        if (fault == OpKind::fault_expire) {
+          proxy.reset();  // it hears of the expiry on reconnecting
+          return;
+        }
+        cut_.push_back({slot, steps});
+        return;
+      }
+      case OpKind::fault_pause:
+        proxy.blackhole();
+        cut_.push_back({slot, steps});
+        return;
+      case OpKind::fault_restart:
+        cluster_.stop(0);
+        cluster_.start(0);
+        return;
+      default:
+        return;
+    }
+  }
+
+  void heal(bool all) override {
+    for (auto& cut : cut_)
+      if (all || --cut.steps_left <= 0) {
+        proxies_[static_cast<std::size_t>(cut.slot)]->pass();
+        cut.steps_left = 0;
+      }
+    std::erase_if(cut_, [](const Cut& cut) { return cut.steps_left <= 0; });
+    std::erase_if(armed_, [&](const Armed& armed) {
+      return all || proxies_[static_cast<std::size_t>(armed.slot)]->dropped_replies() > armed.dropped_before;
+    });
+  }
+
+  bool faults_active() override { return !cut_.empty() || !armed_.empty(); }
+
+  bool connection_healthy(const Session& session) override {
+    return session.state() == SessionState::connected && cut_.empty() && armed_.empty();
+  }
+
+  // No quiet point to wait for: a finished step gets a moment for its callbacks and watches, a
+  // step still running a while to finish.
+  void settle(const std::function<bool()>& done, std::chrono::milliseconds bound) override {
+    const auto deadline = Clock::now() + std::min(bound, testenv::scaled(300ms));
+    while (!done() && Clock::now() < deadline) std::this_thread::sleep_for(2ms);
+    std::this_thread::sleep_for(testenv::scaled(30ms));
+  }
+
+  std::vector<std::string> take_oversized_requests() override { return {}; }
+
+  std::chrono::milliseconds slack() const override { return testenv::scaled(4000ms); }
+
+  void tune(SessionOptions& options) const override {
+    options.session_timeout = 4000ms;
+    options.connect_timeout = testenv::scaled(15s);
+    options.ensemble_tick_time = std::chrono::milliseconds(kTickMs);
+  }
+
+ private:
+  struct Cut {
+    int slot;
+    int steps_left;
+  };
+  struct Armed {
+    int slot;
+    int dropped_before;
+  };
+  testenv::Cluster cluster_{{.servers = 1, .tick_ms = kTickMs}};
+  Observer observer_;
+  std::vector<std::unique_ptr<testenv::Proxy>> proxies_;
+  std::vector<Cut> cut_;
+  std::vector<Armed> armed_;
+};
+
+}  // namespace
+
+std::unique_ptr<World> make_real_world() { return std::make_unique<RealWorld>(); }
+
+}  // namespace zkr::swarm

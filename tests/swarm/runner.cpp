@@ -1,0 +1,113 @@
+#include "runner.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "world.hpp"
+
+namespace zkr::swarm {
+
+namespace {
+
+std::unique_ptr<World> make_world(const SwarmConfig& config) {
+  return config.world == WorldKind::real ? make_real_world() : make_fake_world();
+}
+
+RunResult run_once(const SwarmConfig& config, std::vector<Op> ops, bool generate, int steps) {
+  auto world = make_world(config);
+  RunResult result;
+  {
+    Swarm swarm(config, *world);
+    result = swarm.run(std::move(ops), generate, steps);
+  }
+  return result;
+}
+
+bool same_failure(const Failure& a, const Failure& b) { return a.invariant == b.invariant && a.resource == b.resource; }
+
+}  // namespace
+
+RunResult run_generated(const SwarmConfig& config, int steps) { return run_once(config, {}, true, steps); }
+
+RunResult replay(const SwarmConfig& config, const std::vector<Op>& ops) { return run_once(config, ops, false, 0); }
+
+// Delta debugging (ddmin): remove ever smaller chunks while the failure stays the same; a
+// candidate that fails is cut after its failing step. Then single operations, once more.
+Shrunk shrink(const SwarmConfig& config, const RunResult& failing, std::chrono::seconds budget) {
+  Shrunk out;
+  out.ops = failing.ops;
+  out.failure = *failing.failure;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  auto still_fails = [&](const std::vector<Op>& candidate) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      out.budget_ran_out = true;
+      return false;
+    }
+    ++out.replays;
+    auto result = replay(config, candidate);
+    if (!result.failure || !same_failure(*result.failure, out.failure)) return false;
+    out.ops = candidate;
+    if (result.failure->step >= 0 && result.failure->step + 1 < static_cast<int>(out.ops.size()))
+      out.ops.resize(static_cast<std::size_t>(result.failure->step) + 1);
+    out.failure = *result.failure;
+    return true;
+  };
+  std::size_t chunks = 2;
+  while (out.ops.size() >= 2 && !out.budget_ran_out) {
+    const std::size_t size = out.ops.size();
+    const std::size_t chunk = (size + chunks - 1) / chunks;
+    bool reduced = false;
+    for (std::size_t start = 0; start < size && !reduced; start += chunk) {
+      std::vector<Op> candidate(out.ops.begin(), out.ops.begin() + static_cast<std::ptrdiff_t>(start));
+      candidate.insert(candidate.end(), out.ops.begin() + static_cast<std::ptrdiff_t>(std::min(size, start + chunk)),
+                       out.ops.end());
+      if (!candidate.empty() && still_fails(candidate)) {
+        reduced = true;
+        chunks = std::max<std::size_t>(chunks - 1, 2);
+      }
+    }
+    if (!reduced) {
+      if (chunks >= size) break;
+      chunks = std::min(size, chunks * 2);
+    }
+  }
+  // 1-minimal: no single operation can go.
+  for (std::size_t i = out.ops.size(); i-- > 0 && out.ops.size() > 1 && !out.budget_ran_out;) {
+    if (i >= out.ops.size()) continue;
+    auto candidate = out.ops;
+    candidate.erase(candidate.begin() + static_cast<std::ptrdiff_t>(i));
+    still_fails(candidate);
+  }
+  // How reliably the result fails.
+  out.confirmations = 3;
+  for (int i = 0; i < out.confirmations; ++i) {
+    auto result = replay(config, out.ops);
+    if (result.failure && same_failure(*result.failure, out.failure)) ++out.reproduced;
+  }
+  return out;
+}
+
+std::string report(const SwarmConfig& config, const RunResult& failing, const std::optional<Shrunk>& shrunk) {
+  const auto& failure = shrunk ? shrunk->failure : *failing.failure;
+  const auto& ops = shrunk ? shrunk->ops : failing.ops;
+  std::string out = fmt::format("swarm failure: {}{}\n  {}\n  {}\n", failure.invariant,
+                                failure.resource.empty() ? "" : " on " + failure.resource, failure.message,
+                                config.describe());
+  out += fmt::format("  found after {} operations", failing.ops.size());
+  if (shrunk)
+    out += fmt::format("; shrunk to {} in {} replays{} (fails again in {} of {} replays)", ops.size(), shrunk->replays,
+                       shrunk->budget_ran_out ? ", shrinking budget spent" : "", shrunk->reproduced,
+                       shrunk->confirmations);
+  out += ":\n";
+  for (std::size_t i = 0; i < ops.size(); ++i) out += fmt::format("    {:3}. {}\n", i, describe(ops[i]));
+  std::string excluded;
+  for (auto exclusion : config.exclusions) excluded += (excluded.empty() ? "" : ",") + std::string(to_string(exclusion));
+  out += fmt::format("  replay: ZKR_SWARM_WORLD={} ZKR_SWARM_SEED={}{} ZKR_SWARM_OPS='{}' tests/swarm/swarm_test "
+                     "--gtest_filter=Swarm.Replay\n",
+                     config.world == WorldKind::real ? "real" : "fake", config.seed,
+                     excluded.empty() ? "" : " ZKR_SWARM_EXCLUDE=" + excluded, to_text(ops));
+  return out;
+}
+
+}  // namespace zkr::swarm

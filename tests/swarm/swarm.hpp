@@ -1,0 +1,275 @@
+// One swarm run: actors on several sessions carry out a list of operations against a world (the
+// fake or real servers), and after every step the model's invariants are checked (checks.cpp).
+//
+//   swarm.cpp         the run: steps, quiet points, harvesting outcomes, the end phase, teardown
+//   acquisitions.cpp  the operations on locks, read/write locks, semaphores and their holds
+//   elections.cpp     latches, selectors, leader watches
+//   generator.cpp     the next operation, drawn from a seed and the model's state
+//   checks.cpp        the invariants
+//
+// The model is what the test itself saw: which HeldLocks it keeps (and on which thread each was
+// acquired and whether it was moved), which grants (nodes) those are, which acquisitions are
+// pending and what each must come to, what it injected. Only the driver thread reads or changes
+// it; outcomes from actors and callbacks arrive through small mutex-guarded records.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <zkr/election.hpp>
+#include <zkr/fence_gate.hpp>
+#include <zkr/leader_watch.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/rwlock.hpp>
+#include <zkr/semaphore.hpp>
+#include <zkr/session.hpp>
+
+#include "actor.hpp"
+#include "config.hpp"
+#include "ops.hpp"
+#include "world.hpp"
+
+namespace zkr::swarm {
+
+using Clock = std::chrono::steady_clock;
+
+// What broke, with the step and the operation that showed it.
+struct Failure {
+  std::string invariant;  // "hang", "two holders", "metrics", ... (what shrinking preserves)
+  std::string resource;   // the resource it concerns, if any (also preserved)
+  std::string message;
+  int step = -1;  // index into the op list; -1: the end phase
+};
+
+struct RunResult {
+  std::optional<Failure> failure;
+  std::vector<Op> ops;  // the ops carried out (as generated, or as given)
+  int steps_run = 0;
+  int skipped = 0;      // ops whose object was missing when they ran
+  std::map<std::string, int> counts;  // grants, losses, faults, overlaps refused by a fence, ...
+};
+
+// Ordering of what happened, across threads: grants seen, releases, losses told, terms.
+std::uint64_t next_event();
+
+// "[acquire:0.1.2.5] actor 0 on s1: acquire lock2 /swarm/lock2, ...": for reports.
+std::string describe(const Op& op);
+
+// A HeldLock the program keeps, built where it is stored: the blocking calls' results are bound
+// to their thread only as long as they are not moved, so they are never moved into place.
+struct HoldBox {
+  struct FromHeld {};
+  struct FromOptional {};
+  HoldBox() = default;
+  template <typename Make>
+  HoldBox(FromHeld, Make make) : direct(make()) {}
+  template <typename Make>
+  HoldBox(FromOptional, Make make) : maybe(make()) {}
+
+  HeldLock& held() { return maybe ? *maybe : direct; }
+  std::mutex mutex;  // around every call on the HeldLock (callbacks release it too)
+  std::optional<HeldLock> maybe;
+  HeldLock direct;
+};
+
+// The outcome of an acquisition, filled by the actor (blocking calls) or the handler (async).
+struct Outcome {
+  std::mutex mutex;
+  bool done = false;
+  std::error_code ec;
+  std::shared_ptr<HoldBox> box;  // the grant, if any
+  std::string unexpected;         // an exception the API does not promise
+  std::uint64_t event = 0;
+};
+
+struct Hold {
+  int id = 0;
+  std::shared_ptr<HoldBox> box;
+  int resource = 0;
+  int slot = 0;
+  int epoch = 0;         // the slot's session generation (bumps when reopened)
+  int lock_object = -1;  // which Lock object (reentrancy is per object)
+  int owner = 0;         // the actor that keeps it now
+  int origin = 0;        // the actor whose blocking call returned it
+  bool blocking = false; // bound to its thread by a blocking call
+  bool moved = false;
+  bool released = false;
+  bool destroyed = false;
+  bool release_on_loss = false;  // an on_lost callback releases it
+  std::string node;
+  FencingToken token;
+  int step = 0;
+};
+
+struct Grant {
+  std::string node;
+  int resource = 0;
+  int slot = 0;
+  int epoch = 0;
+  std::int64_t session_id = 0;
+  FencingToken token;
+  std::uint64_t acquisition_event = 0;  // when its acquisition began
+  std::uint64_t observed_event = 0;     // when the test saw the grant
+  std::uint64_t ended_event = 0;        // when its end (last release, loss told) was seen; 0: not yet
+  std::optional<LossReason> loss;
+  int holds = 0;  // holds not yet released
+  int step = 0;
+  bool loss_watched = false;  // an on_lost callback records when the loss is told
+  std::shared_ptr<std::atomic<std::uint64_t>> told = std::make_shared<std::atomic<std::uint64_t>>(0);
+};
+
+struct Pending {
+  int id = 0;
+  OpKind kind = OpKind::acquire;
+  int step = 0;
+  int actor = 0;
+  int slot = 0;
+  int epoch = 0;
+  int resource = 0;
+  int lock_object = -1;
+  bool blocking = false;
+  bool held_back = false;  // in an open AcquisitionBatch: goes out with send()
+  bool release_in_handler = false;
+  bool stop_requested = false;
+  std::optional<Clock::time_point> prompt_by;  // must have ended by then
+  std::string expectation;                     // why (for messages)
+  std::string expected_node;                   // a reentrant acquisition: the grant it reenters
+  bool expect_refusal = false;                 // would_deadlock
+  bool thread_may_hold = false;                // the model has a hold of this thread on the path
+  bool expect_grant = false;                   // free, or reentrant
+  std::uint64_t started_event = 0;
+  Clock::time_point started;
+  std::stop_source stop;  // async forms
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  std::string what;  // the op, described
+};
+
+// What the test counted per metrics series (one session epoch, one path).
+struct SeriesCount {
+  std::uint64_t asked = 0, grants = 0, timeouts = 0, cancellations = 0, busy = 0, failures = 0, gave_up = 0;
+  std::array<std::uint64_t, 4> losses{};
+};
+
+class Swarm {
+ public:
+  Swarm(SwarmConfig config, World& world);
+  ~Swarm();
+
+  // Carries out `ops` (generated from the seed as it goes when `generate` is set, up to `steps`).
+  RunResult run(std::vector<Op> ops, bool generate, int steps);
+
+ private:
+  struct LatchSlot;
+  struct SelectorSlot;
+  struct WatchSlot;
+  struct SessionSlot;
+  struct ActorState;
+
+  // ---- the run (swarm.cpp) ----
+  void setup();
+  bool step(const Op& op);  // false: skipped
+  void settle_after(int actor);
+  void harvest();
+  void harvest_outcome(Pending& pending);
+  void end_phase();
+  void teardown();
+  void fail(std::string invariant, std::string resource, std::string message);
+  bool failed() const { return failure_.has_value(); }
+  Session* session(int slot);
+  bool usable(int slot) const;
+  bool healthy(int slot);
+  void count(const std::string& what, int n = 1) { counts_[what] += n; }
+  // ZKR_SWARM_TRACE=1: each step and outcome on stderr, for reading a replay.
+  template <typename... Args>
+  void trace(fmt::format_string<Args...> format, Args&&... args) {
+    if (tracing_) fmt::print(stderr, "  swarm| {}\n", fmt::format(format, std::forward<Args>(args)...));
+  }
+  bool tracing_ = false;
+
+  // ---- acquisitions and holds (acquisitions.cpp) ----
+  bool acquire(const Op& op);
+  bool hold_op(const Op& op);
+  bool batch_op(const Op& op);
+  bool control_op(const Op& op);
+  bool gate_reopen();
+  int lock_object(int slot, int resource, int size_class);
+  std::unique_ptr<Pending> new_pending(const Op& op);  // its id, step, actor, session and start
+  void predict(Pending& pending, const Op& op);
+  bool free_for(const Pending& pending);
+  Hold* find_hold(int actor, int resource, int rank, bool include_released);
+  void note_grant(const Pending& pending, const std::shared_ptr<HoldBox>& box);
+  void release_hold(Hold& hold, bool destroy);
+  void let_go(Hold& hold, std::optional<LossReason> lost_before = std::nullopt);
+  void note_loss(Grant& grant, LossReason reason);
+  void watch_loss(Hold& hold);
+  std::vector<std::string> contender_nodes(int resource);
+
+  // ---- elections (elections.cpp) ----
+  bool election_op(const Op& op);
+  LatchSlot& latch(int slot, int resource);
+  SelectorSlot& selector(int slot);
+  void harvest_elections();
+  void close_elections();
+
+  // ---- sessions and faults (swarm.cpp) ----
+  bool session_op(const Op& op);
+  bool fault_op(const Op& op);
+  void open_slot(int slot);
+
+  // ---- invariants (checks.cpp) ----
+  void check_step();
+  void check_end();
+  void check_exclusion();
+  void check_losses_told();
+  void check_watch_count();
+  void check_orphans();
+  std::string metrics_problem(bool final);  // empty: they agree
+  std::string watch_problem();
+  void eventually(std::string_view invariant, std::chrono::milliseconds bound,
+                  const std::function<std::string()>& problem);
+  void check_new_grant(const Grant& grant, const Pending& pending);
+  void check_loss_explained(Grant& grant);
+  void check_gate(const Hold& hold, bool admitted, FencingToken highest_before);
+
+  // ---- generation (generator.cpp) ----
+  Op next_op();
+
+  SwarmConfig config_;
+  World& world_;
+  std::mt19937_64 random_;
+  int step_index_ = 0;
+  std::optional<Failure> failure_;
+  std::map<std::string, int> counts_;
+
+  std::vector<std::unique_ptr<ActorState>> actors_;
+  std::vector<std::unique_ptr<SessionSlot>> slots_;
+  std::vector<Hold> holds_;
+  std::map<std::string, Grant> grants_;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  int next_id_ = 1;
+  // What was injected, per session id: the causes a loss may have.
+  std::map<std::int64_t, std::set<OpKind>> faults_on_;
+  std::set<std::string> broken_nodes_;
+  std::vector<std::pair<int, int>> restarts_;  // steps from which to which a restart may cost a grant
+  // The resource side: a durable gate and what the test expects of it.
+  std::unique_ptr<struct GateState> gate_;
+  // The series counts per (slot, epoch, path).
+  std::map<std::tuple<int, int, std::string>, SeriesCount> series_;
+};
+
+}  // namespace zkr::swarm

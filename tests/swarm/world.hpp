@@ -1,0 +1,73 @@
+// Where a swarm run happens: the fake ZooKeeper (fast, exact faults, a quiet point after every
+// step) or real servers (slower; faults through a proxy per session and server restarts). The
+// runner sees only this interface.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zkr/session.hpp>
+
+#include "config.hpp"
+#include "ops.hpp"
+
+namespace zkr::swarm {
+
+// A node as the server has it.
+struct ServerNode {
+  std::string name;  // child name
+  std::int64_t czxid = 0;
+  std::int64_t ephemeral_owner = 0;
+};
+
+class World {
+ public:
+  virtual ~World() = default;
+
+  // A connected session for `slot`, with the config's options, through the slot's fault point.
+  virtual std::unique_ptr<Session> open_session(int slot, SessionOptions options) = 0;
+
+  // ---- the server's view (a read that bypasses the library's sessions) ----
+  // Children of `path`, sorted by name; empty if it does not exist.
+  virtual std::vector<ServerNode> children(const std::string& path) = 0;
+  virtual bool exists(const std::string& path) = 0;
+  // Creates `path` and its ancestors as persistent nodes if missing.
+  virtual void ensure_persistent(const std::string& path) = 0;
+  // True if the server still has the session (its ephemeral nodes stand).
+  virtual bool session_alive(std::int64_t session_id) = 0;
+  // The watches the session's client keeps on `path` (data and children), where the world can
+  // count them (the fake); nullopt otherwise.
+  virtual std::optional<std::size_t> watches(const std::string& path, std::int64_t session_id) = 0;
+
+  // ---- faults ----
+  virtual bool supports(OpKind fault) const = 0;
+  // Injects `fault` on the connection of `session` (in `slot`); it lasts `steps` steps.
+  virtual void inject(OpKind fault, int slot, Session& session, int steps) = 0;
+  // One step passed: ends the faults whose time is up. `all` ends every fault.
+  virtual void heal(bool all) = 0;
+  // True while a fault is injected and not yet healed, or armed and not yet triggered.
+  virtual bool faults_active() = 0;
+  // True if the connection of `session` is up, not held, and no fault is armed on it.
+  virtual bool connection_healthy(const Session& session) = 0;
+
+  // Waits until the world is quiet (nothing on the wire, nothing changing) or `done` holds and the
+  // world is quiet, at most `bound`.
+  virtual void settle(const std::function<bool()>& done, std::chrono::milliseconds bound) = 0;
+  // Requests the server refused for their size since the last call ("create /a (1200000 bytes)").
+  virtual std::vector<std::string> take_oversized_requests() = 0;
+
+  // How long an operation that must not wait may take, and the grace after a bounded wait.
+  virtual std::chrono::milliseconds slack() const = 0;
+  // The session timeout sessions are given (the world decides: huge on the fake, short on real).
+  virtual void tune(SessionOptions& options) const = 0;
+};
+
+std::unique_ptr<World> make_fake_world();
+std::unique_ptr<World> make_real_world();
+
+}  // namespace zkr::swarm
