@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <testenv.hpp>
 
 #include "world.hpp"
 
@@ -103,10 +104,10 @@ std::string report(const SwarmConfig& config, const RunResult& failing, const st
   for (std::size_t i = 0; i < ops.size(); ++i) out += fmt::format("    {:3}. {}\n", i, describe(ops[i]));
   std::string excluded;
   for (auto exclusion : config.exclusions) excluded += (excluded.empty() ? "" : ",") + std::string(to_string(exclusion));
-  out += fmt::format("  replay: ZKR_SWARM_WORLD={} ZKR_SWARM_SEED={}{} ZKR_SWARM_OPS='{}' tests/swarm/swarm_test "
+  out += fmt::format("  replay: ZKR_SWARM_WORLD={} ZKR_SWARM_SEED={}{} ZKR_SWARM_OPS='{}' {}/tests/swarm/swarm_test "
                      "--gtest_filter=Swarm.Replay\n",
                      config.world == WorldKind::real ? "real" : "fake", config.seed,
-                     excluded.empty() ? "" : " ZKR_SWARM_EXCLUDE=" + excluded, to_text(ops));
+                     excluded.empty() ? "" : " ZKR_SWARM_EXCLUDE=" + excluded, to_text(ops), testenv::build_dir());
   return out;
 }
 
