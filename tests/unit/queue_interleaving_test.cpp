@@ -1042,17 +1042,27 @@ TEST_F(QueueInterleaving, DeadlineListenerHearsEachMoveAndNoneLaterThanTheLoss) 
   const auto timeout = scaled(2000ms);
   auto session = open_session(timeout);
   const auto session_id = session->id();
-  std::mutex mutex;
-  std::vector<std::pair<SessionDeadline, BootClock::time_point>> heard;  // with when it was heard
-  auto deadlines = session->on_deadline([&](SessionDeadline deadline) {
-    std::lock_guard guard(mutex);
-    heard.emplace_back(deadline, BootClock::now());
+  // Shared with the listeners: a notice already on the callback thread may still run after the
+  // test's subscriptions are gone.
+  struct Heard {
+    std::mutex mutex;
+    std::vector<std::pair<SessionDeadline, BootClock::time_point>> deadlines;  // with when each was heard
+    std::promise<BootClock::time_point> session_lost;
+    bool lost_told = false;
+  };
+  const auto shared = std::make_shared<Heard>();
+  std::mutex& mutex = shared->mutex;
+  auto& heard = shared->deadlines;
+  auto deadlines = session->on_deadline([shared](SessionDeadline deadline) {
+    std::lock_guard guard(shared->mutex);
+    shared->deadlines.emplace_back(deadline, BootClock::now());
   });
-  std::promise<BootClock::time_point> session_lost;
-  auto states = session->on_state_change([&session_lost, first = true](SessionState state) mutable {
-    if (state == SessionState::lost && std::exchange(first, false)) session_lost.set_value(BootClock::now());
+  auto states = session->on_state_change([shared](SessionState state) {
+    std::lock_guard guard(shared->mutex);
+    if (state == SessionState::lost && !std::exchange(shared->lost_told, true))
+      shared->session_lost.set_value(BootClock::now());
   });
-  auto lost_at = session_lost.get_future();
+  auto lost_at = shared->session_lost.get_future();
   const auto heard_count = [&] {
     std::lock_guard guard(mutex);
     return heard.size();
