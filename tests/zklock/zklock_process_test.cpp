@@ -204,17 +204,7 @@ TEST_F(ZklockTest, NestedZklockOnTheParentsLockIsRefusedAtOnce) {
 // An ensemble that cannot be reached: exit 69 within the connect timeout, naming the cause; -w
 // bounds the connect as well.
 TEST_F(ZklockTest, AnUnreachableEnsembleIsNamedWithinTheConnectTimeout) {
-  const int port = [] {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-    socklen_t length = sizeof address;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    ::close(fd);  // nothing listens there now
-    return static_cast<int>(ntohs(address.sin_port));
-  }();
+  const int port = unused_port();  // nothing listens there
   const std::string nowhere = fmt::format("127.0.0.1:{}", port);
   for (const auto& [extra, bound, says] :
        std::vector<std::tuple<std::vector<std::string>, std::chrono::milliseconds, std::string>>{
