@@ -318,3 +318,27 @@ TEST(ZklockOptions, WatchGoesWithListOnly) {
 
 }  // namespace
 }  // namespace zklock
+
+namespace zklock {
+namespace {
+
+TEST(ZklockOptions, LogFormatLogFileAndMetricsFile) {
+  const CliOptions defaults = parse({"/a", "true"});
+  EXPECT_EQ(defaults.log_format, LogFormat::text);
+  EXPECT_FALSE(defaults.log_file);
+  EXPECT_FALSE(defaults.metrics_file);
+  const CliOptions options = parse({"--log-format", "json", "--log-file=/var/log/z.log", "--metrics-file", "/m/z.prom", "/a", "true"});
+  EXPECT_EQ(options.log_format, LogFormat::json);
+  EXPECT_EQ(options.log_file, std::filesystem::path("/var/log/z.log"));
+  EXPECT_EQ(options.metrics_file, std::filesystem::path("/m/z.prom"));
+  EXPECT_EQ(usage_error({"--log-format", "JSONL", "/a", "true"}), "invalid value 'JSONL' for --log-format: expected text or json");
+  EXPECT_EQ(usage_error({"--log-file", "", "/a", "true"}), "invalid value '' for --log-file: expected a file name");
+  EXPECT_EQ(usage_error({"--metrics-file", "", "/a", "true"}), "invalid value '' for --metrics-file: expected a file name");
+  EXPECT_EQ(usage_error({"--metrics-file", "/m/", "/a", "true"}), "invalid value '/m/' for --metrics-file: expected a file name");
+  // Logs serve every mode; metrics describe a run.
+  EXPECT_EQ(parse({"--log-format", "json", "--list", "/a"}).log_format, LogFormat::json);
+  EXPECT_EQ(usage_error({"--metrics-file", "/m/z.prom", "--list", "/a"}), "--metrics-file applies only to running a command");
+}
+
+}  // namespace
+}  // namespace zklock

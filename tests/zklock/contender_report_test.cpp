@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "contender_report.hpp"
+#include "json_vocabulary.hpp"
 
 namespace zklock {
 namespace {
@@ -98,10 +99,27 @@ TEST(ZklockReport, ASemaphoresHoldersHoldLeases) {
 TEST(ZklockReport, Json) {
   EXPECT_EQ(format_listing_json("/a", listing({contender("_c_x-lock-0000000003", 42, true, "o")})),
             R"({"path":"/a","exists":true,"contenders":[{"node":"_c_x-lock-0000000003","sequence":3,"token":42,)"
-            R"("session_id":"0x1234abcd","owner":"o","since":"2023-11-14T22:13:20.123Z","holds":true,)"
+            R"("session_id":305441741,"session":"0x1234abcd","owner":"o","since":"2023-11-14T22:13:20.123Z","holds":true,)"
             R"("role":"exclusive","scheme":"zkrecipes"}],"not_contenders":[]})"
             "\n");
   EXPECT_EQ(format_listing_json("/a", listing({})), "{\"path\":\"/a\",\"exists\":true,\"contenders\":[],\"not_contenders\":[]}\n");
+  // --watch: the time of the observation comes first.
+  const auto observed = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'456));
+  EXPECT_EQ(format_listing_json("/a", listing({}), std::nullopt, std::nullopt, observed),
+            "{\"observed\":\"2023-11-14T22:13:20.456Z\",\"path\":\"/a\",\"exists\":true,\"contenders\":[],"
+            "\"not_contenders\":[]}\n");
+}
+
+TEST(ZklockReport, JsonVocabulary) {
+  EXPECT_EQ(json_session_fields(0x1234abcd), R"("session_id":305441741,"session":"0x1234abcd")");
+  // Server ids of 128 and more set the top bit: still a positive number.
+  EXPECT_EQ(json_session_fields(static_cast<std::int64_t>(0x8100000000000001ULL)),
+            R"("session_id":9295429630892703745,"session":"0x8100000000000001")");
+  EXPECT_EQ(parse_session_id_text("0x8100000000000001"), static_cast<std::int64_t>(0x8100000000000001ULL));
+  EXPECT_EQ(parse_session_id_text("0x"), std::nullopt);
+  EXPECT_EQ(parse_session_id_text("12"), std::nullopt);
+  EXPECT_EQ(format_utc_micros(std::chrono::system_clock::time_point(std::chrono::microseconds(1'700'000'000'123'456))),
+            "2023-11-14T22:13:20.123456Z");
 }
 
 }  // namespace

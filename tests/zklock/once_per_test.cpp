@@ -74,8 +74,12 @@ TEST(OncePerRecord, DescribedForPeopleAndForJson) {
   record.finished_ms = 1764547260000;
   EXPECT_THAT(describe_run(record), HasSubstr(", exited 0 at 2025-12-01T00:01:00.000Z"));
   EXPECT_EQ(run_record_json(record),
-            R"({"started":"2025-12-01T00:00:00.123Z","owner":"host-a:42:job","token":"77","session":"0x5",)"
+            R"({"started":"2025-12-01T00:00:00.123Z","owner":"host-a:42:job","token":77,"session_id":5,"session":"0x5",)"
             R"("exit_code":0,"finished":"2025-12-01T00:01:00.000Z"})");
+  // A record another zklock version wrote with a token or session that is not a number: null, not a guess.
+  record.token = "x";
+  record.session = "host";
+  EXPECT_THAT(run_record_json(record), HasSubstr(R"("token":null,"session_id":null,"session":"host",)"));
 }
 
 }  // namespace

@@ -1501,7 +1501,7 @@ TEST_F(ZklockTest, OncePerRecordsTheExitCodeAndListShowsTheLastRun) {
   EXPECT_THAT(text.output, Not(HasSubstr("not a contender")));
   const Outcome json = list({"--json"});
   EXPECT_THAT(json.output, HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"started":")"));
-  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly","token":"[0-9]+","session":"0x[0-9a-f]+",)"
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly","token":[0-9]+,"session_id":[0-9]+,"session":"0x[0-9a-f]+",)"
                                                     R"("exit_code":3,"finished":"[^"]+Z"\}\})"));
   // Neither the clock probe nor anything else is left beside the record.
   zkr::SessionOptions options;

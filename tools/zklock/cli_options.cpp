@@ -55,6 +55,9 @@ constexpr OptionSpec option_table[] = {
     {"force", '\0', false},
     {"json", '\0', false},
     {"watch", '\0', false},
+    {"log-format", '\0', true},
+    {"log-file", '\0', true},
+    {"metrics-file", '\0', true},
     {"help", 'h', false},
     {"version", 'V', false},
 };
@@ -346,6 +349,24 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
   options.watch = given.flag("watch");
 }
 
+// A file zklock writes: a name, not a directory.
+std::filesystem::path file_name(const std::string& value, std::string_view option) {
+  if (value.empty() || value.ends_with('/')) {
+    throw UsageError(fmt::format("invalid value '{}' for {}: expected a file name", value, option));
+  }
+  return value;
+}
+
+void read_log_and_metrics(const GivenOptions& given, CliOptions& options) {
+  if (auto value = given.text("log-format")) {
+    if (*value == "text") options.log_format = LogFormat::text;
+    else if (*value == "json") options.log_format = LogFormat::json;
+    else throw UsageError(fmt::format("invalid value '{}' for --log-format: expected text or json", *value));
+  }
+  if (auto value = given.text("log-file")) options.log_file = file_name(*value, "--log-file");
+  if (auto value = given.text("metrics-file")) options.metrics_file = file_name(*value, "--metrics-file");
+}
+
 void read_once_per(const GivenOptions& given, CliOptions& options) {
   const auto value = given.text("once-per");
   if (!value) return;
@@ -433,7 +454,11 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   read_session_timing(given, env_tick_time, options);
   read_job_stop_and_node(given, options);
   read_once_per(given, options);
+  read_log_and_metrics(given, options);
   read_operands(given, given.take_operands(), options);
+  if (options.metrics_file && options.mode != Mode::run) {
+    throw UsageError("--metrics-file applies only to running a command");
+  }
   return options;
 }
 
@@ -487,15 +512,29 @@ each option is given at most once:
       --owner TEXT              owner data stored in the lock node (default host:pid:command)
       --auth-file FILE          digest credentials 'user:password' (first line of FILE)
   -v, --verbose                 report waiting, acquisition (token, node, session) and
-                                session state changes on stderr
+                                session state changes on stderr; while queued, the place in
+                                the queue and the holder each time they change (said on a
+                                terminal even without -v)
+      --log-format FORMAT       text (default): 'zklock: ...' lines; json: one JSON object a
+                                line - zklock's events (connected, queued, acquired with its
+                                token, not_acquired, signal, lost, job_exit, released, exit)
+                                and messages, and the library's log records
+      --log-file FILE           append the log to FILE instead of stderr (checked before
+                                anything is acquired)
+      --metrics-file FILE       at the exit, replace FILE (through a temporary file beside it
+                                and a rename) with Prometheus text for node_exporter's textfile
+                                collector: wait and hold seconds, outcome, exit code, runs
+                                and losses, labelled by LOCKPATH
   -q, --quiet                   print nothing but fatal errors
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
                                 session, owner data, since when, and its last --once-per run;
                                 then exit (66 if LOCKPATH does not exist)
-      --json                    with --list: print JSON instead of a table
+      --json                    with --list: print JSON instead of a table (numbers for
+                                "token" and "session_id", "observed": when it was read)
       --watch                   with --list: print the listing again each time the holders
                                 change (who leads an election, who holds a lock), until
-                                interrupted (then exit 0); with --json, one JSON line each
+                                interrupted (then exit 0), each after an 'observed TIME' line;
+                                with --json, one JSON line each
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
                                 first on a terminal); its zklock stops the job and exits 75
       --node NAME               with --break: which holder, when there are several

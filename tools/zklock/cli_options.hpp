@@ -17,6 +17,8 @@ enum class Mode { run, list, break_lock, help, version };
 // (-N).
 enum class LockKind { mutex, read, write, semaphore };
 enum class Verbosity { quiet, normal, verbose };
+// zklock's log on stderr (or --log-file): "zklock: ..." lines, or one JSON object a line (run_events.hpp).
+enum class LogFormat { text, json };
 
 struct CliOptions {
   Mode mode = Mode::run;
@@ -50,6 +52,10 @@ struct CliOptions {
   // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
   std::optional<std::string> break_node;
   bool force = false;
+
+  LogFormat log_format = LogFormat::text;
+  std::optional<std::filesystem::path> log_file;      // appended to instead of stderr
+  std::optional<std::filesystem::path> metrics_file;  // Mode::run: Prometheus text, replaced at exit
 
   bool nonblocking() const {
     return wait_timeout && *wait_timeout == std::chrono::nanoseconds::zero();

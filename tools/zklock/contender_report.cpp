@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "json_vocabulary.hpp"
+
 namespace zklock {
 
 namespace {
@@ -186,8 +188,10 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
 }
 
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
-                                const std::optional<RunRecord>& last_run) {
-  std::string out = fmt::format("{{\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
+                                const std::optional<RunRecord>& last_run,
+                                std::optional<std::chrono::system_clock::time_point> observed) {
+  std::string out = observed ? fmt::format("{{\"observed\":{},", json_string(format_utc(*observed))) : "{";
+  out += fmt::format("\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false",
                                 slots ? fmt::format("\"slots\":{},", *slots) : std::string());
   bool first = true;
@@ -195,10 +199,10 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
     if (!first) out += ',';
     first = false;
     out += fmt::format(
-        "{{\"node\":{},\"sequence\":{},\"token\":{},\"session_id\":{},\"owner\":{},\"since\":{},"
+        "{{\"node\":{},\"sequence\":{},\"token\":{},{},\"owner\":{},\"since\":{},"
         "\"holds\":{},\"role\":{},\"scheme\":{}}}",
         json_string(contender.node), contender.sequence, contender.token.value(),
-        json_string(zkr::session_id_text(contender.session_id)), json_string(contender.owner_data),
+        json_session_fields(contender.session_id), json_string(contender.owner_data),
         json_string(format_utc(contender.created)), contender.holds ? "true" : "false",
         json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }

@@ -22,13 +22,16 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
                                 std::optional<int> slots = std::nullopt,
                                 const std::optional<RunRecord>& last_run = std::nullopt);
 
-// {"path": ..., "exists": true|false, ["slots": N,] "contenders": [{"node", "sequence", "token",
-// "session_id", "owner", "since", "holds", "role", "scheme"}, ...], "not_contenders": [NAME, ...]
-// [, "last_run": {...} (see run_record_json)]} on one line, followed by a newline; "slots" only for
-// a semaphore's path, "last_run" only for a path with a --once-per record.
+// {["observed": TIME,] "path": ..., "exists": true|false, ["slots": N,] "contenders": [{"node",
+// "sequence", "token", "session_id", "session", "owner", "since", "holds", "role", "scheme"}, ...],
+// "not_contenders": [NAME, ...] [, "last_run": {...} (see run_record_json)]} on one line, followed
+// by a newline; "observed" when given (the time the listing was read), "slots" only for a
+// semaphore's path, "last_run" only for a path with a --once-per record. Vocabulary:
+// json_vocabulary.hpp.
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing,
                                 std::optional<int> slots = std::nullopt,
-                                const std::optional<RunRecord>& last_run = std::nullopt);
+                                const std::optional<RunRecord>& last_run = std::nullopt,
+                                std::optional<std::chrono::system_clock::time_point> observed = std::nullopt);
 
 // Who holds, for "PATH is held by ..." messages: each holder's session, owner data (escaped for the
 // terminal) and since when, e.g. `session 0x1000a2b3c0002 (owner "host-a", since

@@ -55,7 +55,7 @@ class Inbox {
     wakeup_.notify();
   }
   void post_connected() { wakeup_.notify(); }
-  // A watch on the listed path fired (--list --watch).
+  // A watch on the listed path fired (--list --watch, or the queue feedback while waiting).
   void post_path_changed() {
     {
       std::lock_guard guard(mutex_);
@@ -79,6 +79,10 @@ class Inbox {
   bool take_path_changed() {
     std::lock_guard guard(mutex_);
     return std::exchange(path_changed_, false);
+  }
+  bool has_acquired() const {
+    std::lock_guard guard(mutex_);
+    return acquired_.has_value();
   }
   std::optional<Acquired> take_acquired() {
     std::lock_guard guard(mutex_);

@@ -6,9 +6,11 @@
 
 namespace zklock {
 
-void write_to_stderr(std::string_view text) noexcept {
+void write_to_stderr(std::string_view text) noexcept { write_all(STDERR_FILENO, text); }
+
+void write_all(int fd, std::string_view text) noexcept {
   while (!text.empty()) {
-    const ssize_t written = ::write(STDERR_FILENO, text.data(), text.size());
+    const ssize_t written = ::write(fd, text.data(), text.size());
     if (written < 0 && errno == EINTR) continue;
     if (written <= 0) return;
     text.remove_prefix(static_cast<std::size_t>(written));

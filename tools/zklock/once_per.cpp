@@ -10,6 +10,7 @@
 #include <zkr/fenced.hpp>
 
 #include "contender_report.hpp"
+#include "json_vocabulary.hpp"
 
 namespace zklock {
 namespace {
@@ -194,11 +195,19 @@ std::string describe_run(const RunRecord& record) {
   return text;
 }
 
+// In the vocabulary of json_vocabulary.hpp: a token or session id that the record does not hold as
+// a number (a record of another zklock version) is null, not a guess.
 std::string run_record_json(const RunRecord& record) {
-  return fmt::format("{{\"started\":{},\"owner\":{},\"token\":{},\"session\":{},\"exit_code\":{},\"finished\":{}}}",
-                     json_string(utc_text(record.started_ms)), json_string(record.owner), json_string(record.token),
-                     json_string(record.session), record.exit_code ? std::to_string(*record.exit_code) : "null",
-                     record.exit_code ? json_string(utc_text(record.finished_ms)) : "null");
+  std::int64_t token = 0;
+  const bool numeric_token = parse_number(record.token, token);
+  const auto session_id = parse_session_id_text(record.session);
+  return fmt::format(
+      "{{\"started\":{},\"owner\":{},\"token\":{},\"session_id\":{},\"session\":{},\"exit_code\":{},\"finished\":{}}}",
+      json_string(utc_text(record.started_ms)), json_string(record.owner),
+      numeric_token ? std::to_string(token) : "null",
+      session_id ? std::to_string(static_cast<std::uint64_t>(*session_id)) : "null", json_string(record.session),
+      record.exit_code ? std::to_string(*record.exit_code) : "null",
+      record.exit_code ? json_string(utc_text(record.finished_ms)) : "null");
 }
 
 }  // namespace zklock

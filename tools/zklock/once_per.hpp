@@ -91,7 +91,8 @@ class OncePerGate {
 
 // One line for --list and skip messages: when the last run started, who ran it, how it ended.
 std::string describe_run(const RunRecord& record);
-// {"started":..., "owner":..., "token":..., "session":..., "exit_code": N|null, "finished": ...|null}
+// {"started":..., "owner":..., "token": N|null, "session_id": N|null, "session": "0x...",
+//  "exit_code": N|null, "finished": ...|null}
 std::string run_record_json(const RunRecord& record);
 
 }  // namespace zklock

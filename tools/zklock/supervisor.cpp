@@ -1,5 +1,7 @@
 #include "supervisor.hpp"
 
+#include <sys/wait.h>
+
 #include <csignal>
 #include <utility>
 
@@ -11,6 +13,7 @@
 
 #include "exit_status.hpp"
 #include "messages.hpp"
+#include "run_events.hpp"
 
 namespace zklock {
 
@@ -71,6 +74,7 @@ void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 // deadline, the keeper stops the tree as stop_job() would.
 int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (const auto reason = lock.loss_reason()) {
+    run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
     if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason));
     return options_.lost_exit_code;
   }
@@ -91,10 +95,9 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   // session is gone, or nearly; the job must not start.
   const std::optional<zkr::SessionDeadline> deadline = inbox_.deadline();
   if (!deadline || deadline->session_id != lock.session_id() || deadline->at <= zkr::BootClock::now()) {
-    if (!options_.quiet()) {
-      say("lost the lock on {} ({}) before the job started", options_.lock_path,
-          lock.describe_loss(lock.loss_reason().value_or(zkr::LossReason::session_lost)));
-    }
+    const zkr::LossReason reason = lock.loss_reason().value_or(zkr::LossReason::session_lost);
+    run_events().lost(zkr::to_string(reason), lock.describe_loss(reason));
+    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(reason));
     return options_.lost_exit_code;
   }
 
@@ -105,6 +108,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
     say("{}", error.what());
     lock.job_ended(error.exit_code());
     lock.release();  // no job was started: nothing to stop
+    run_events().released();
     return error.exit_code();
   }
 
@@ -122,29 +126,32 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
 
   if (outcome.lost) {
     lock.release();
+    run_events().released();
     return options_.lost_exit_code;
   }
   // The job's exit and the loss can be pending together (zklock frozen past the session, then
   // thawed): the monitor may not have spoken yet when the exit is read. The delete's answer says
   // whether our node stood until now, in our session: no read needed.
   if (const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason()) {
+    run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
     if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason));
     lock.release();
+    run_events().released();
     return options_.lost_exit_code;
   }
   lock.job_ended(outcome.exit_code);
   const zkr::ReleaseOutcome released = lock.release_and_confirm();
+  run_events().released();
   if (released == zkr::ReleaseOutcome::held_to_the_end) {
     if (options_.verbose()) say("released {}", options_.lock_path);
     return outcome.exit_code;
   }
-  if (!options_.quiet()) {
-    const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
-    const std::string why = reason                                        ? lock.describe_loss(*reason)
-                            : released == zkr::ReleaseOutcome::lost       ? std::string("its node is gone")
-                                                                          : lock.describe_unconfirmed();
-    say("lost the lock on {} ({}) while the job ran", options_.lock_path, why);
-  }
+  const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
+  const std::string why = reason                                  ? lock.describe_loss(*reason)
+                          : released == zkr::ReleaseOutcome::lost ? std::string("its node is gone")
+                                                                  : lock.describe_unconfirmed();
+  run_events().lost(reason ? zkr::to_string(*reason) : "unconfirmed", why);
+  if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, why);
   return options_.lost_exit_code;
 }
 
@@ -159,11 +166,14 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
     // Checked first: a job that the keeper's stop made exit ran up to the lock's deadline.
     if (job.stopped_by_keeper()) {
       const std::string message = describe_keeper_stop(job, lock, relayed_deadline);
+      const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
+      run_events().lost(reason ? zkr::to_string(*reason) : "keeper deadline", message);
       if (!options_.quiet()) say("{}", message);
       return {options_.lost_exit_code, true};
     }
     if (ended) break;
     if (const auto reason = inbox_.lost()) {
+      run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
       if (!options_.quiet()) {
         say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, lock.describe_loss(*reason),
             signal_label(options_.kill_signal));
@@ -186,10 +196,12 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
       if (*signal == SIGCHLD) continue;
       if (*signal == SIGINT || *signal == SIGTERM) ++termination_requests;
       if (termination_requests >= 2) {
+        run_events().signal_passed(*signal, "killed");
         if (options_.verbose()) say("passing SIGKILL to the job and every process it started");
         job.signal_tree(SIGKILL);
         continue;
       }
+      run_events().signal_passed(*signal, "passed");
       if (options_.verbose()) say("passing {} to the job", signal_label(*signal));
       job.signal_group(*signal);
     }
@@ -198,7 +210,10 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
     say("zklock's keeper process died; the job was killed");
     return {exit_code::internal, false};
   }
-  return {exit_code_from_wait_status(job.wait_status()), false};
+  const int status = job.wait_status();
+  run_events().job_exit(exit_code_from_wait_status(status),
+                        WIFSIGNALED(status) ? std::optional<int>(WTERMSIG(status)) : std::nullopt);
+  return {exit_code_from_wait_status(status), false};
 }
 
 // The keeper stopped the job at the session monitor's deadline (keeper.hpp) because zklock had

@@ -41,8 +41,11 @@
 #include "job.hpp"
 #include "keeper.hpp"
 #include "messages.hpp"
+#include "metrics_file.hpp"
 #include "nesting.hpp"
 #include "once_per.hpp"
+#include "queue_feedback.hpp"
+#include "run_events.hpp"
 #include "signals.hpp"
 #include "supervisor.hpp"
 
@@ -91,6 +94,7 @@ class Zklock {
     zkr::PathListing contenders;
     std::optional<int> slots;
     std::optional<RunRecord> last_run;
+    std::chrono::system_clock::time_point observed;  // when it was read
   };
   Listing read_listing();           // fails (exits) on an error
   Listing read_listing_or_throw();  // throws zkr::Error
@@ -134,7 +138,8 @@ class Zklock {
 // The single place that prints a library failure and turns it into an exit code.
 void Zklock::fail(std::error_code error, const std::string& message) const {
   const int code = exit_code_for(error, options_);
-  if (!(is_conflict(error) && options_.quiet())) say("{}", message);
+  if (json_log()) run_events().error(escape_for_terminal(message));
+  else if (!(is_conflict(error) && options_.quiet())) say("{}", message);
   throw ExitRequest{code};
 }
 
@@ -209,6 +214,8 @@ void Zklock::connect() {
       while (const auto signal = signals_.next()) {
         if (*signal == SIGCHLD) continue;
         if (!options_.quiet()) say("interrupted by {} while connecting to {}", signal_label(*signal), options_.servers);
+        run_events().interrupted(*signal);
+        run_events().finished(exit_code::signal_base + *signal);
         std::_Exit(exit_code::signal_base + *signal);
       }
     }
@@ -241,6 +248,7 @@ void Zklock::connect() {
     }
   }
   session_ = std::move(attempt->session);
+  run_events().connected(session_->id(), session_->negotiated_timeout());
   if (options_.verbose()) {
     state_subscription_ =
         session_->on_state_change([inbox = inbox_](zkr::SessionState state) { inbox->post_state(state); });
@@ -336,6 +344,7 @@ zkr::HeldLock Zklock::acquire() {
   }
 
   if (options_.verbose()) say("acquiring {}{}", options_.lock_path, kind_description());
+  run_events().waiting();
   const auto started = Clock::now();
   std::stop_source cancel;
   // What is left of -w after connecting (at least one try).
@@ -349,23 +358,33 @@ zkr::HeldLock Zklock::acquire() {
       },
       cancel.get_token());
 
+  // Our place in the queue, said as it changes; its watch on the path pokes the Inbox.
+  QueueFeedback feedback(*session_, options_, inbox_);
+  feedback.refresh();
+  constexpr auto feedback_poll = 500ms;  // while the path is not there to be watched yet
+
   // A signal cancels the wait: the library then deletes our waiting node.
   std::optional<int> interrupted_by;
   Clock::time_point interrupted_at;
   std::optional<Inbox::Acquired> outcome;
   while (!(outcome = inbox_->take_acquired())) {
-    const Readiness ready = wait_for(signals_, inbox_->wakeup(), interrupted_by ? 1000ms : -1ms);
+    const auto poll = interrupted_by ? 1000ms : feedback.needs_poll() ? feedback_poll : -1ms;
+    const Readiness ready = wait_for(signals_, inbox_->wakeup(), poll);
     if (ready.signal) {
       while (const auto signal = signals_.next()) {
         if (*signal == SIGCHLD || interrupted_by) continue;
         interrupted_by = *signal;
         interrupted_at = Clock::now();
+        run_events().interrupted(*signal);
         cancel.request_stop();
       }
     }
     if (ready.wakeup) report_session_states(*inbox_, options_);
+    if (!interrupted_by && (inbox_->take_path_changed() || feedback.needs_poll()) && !inbox_->has_acquired())
+      feedback.refresh();
     if (interrupted_by && Clock::now() - interrupted_at > cancel_bound) {
       say("interrupted by {}; the lock wait did not end, leaving anyway", signal_label(*interrupted_by));
+      run_events().finished(exit_code::signal_base + *interrupted_by);
       std::_Exit(exit_code::signal_base + *interrupted_by);
     }
   }
@@ -376,6 +395,7 @@ zkr::HeldLock Zklock::acquire() {
     throw ExitRequest{exit_code::signal_base + *interrupted_by};
   }
   if (outcome->error == zkr::errc::would_block) {
+    run_events().not_acquired("held");
     if (options_.kind == LockKind::semaphore) {
       fail(outcome->error, fmt::format("all {} slots of {} are taken, held by {}", options_.slots, options_.lock_path,
                                        current_holders()));
@@ -383,6 +403,7 @@ zkr::HeldLock Zklock::acquire() {
     fail(outcome->error, fmt::format("{} is held by {}", options_.lock_path, current_holders()));
   }
   if (outcome->error == zkr::errc::timed_out) {
+    run_events().not_acquired("timed_out");
     fail(outcome->error, fmt::format("timed out after {} waiting for {}, held by {}",
                                      format_duration(*options_.wait_timeout), options_.lock_path,
                                      current_holders()));
@@ -398,6 +419,7 @@ zkr::HeldLock Zklock::acquire() {
     fail(outcome->error, fmt::format("cannot lock {}: {}", options_.lock_path, outcome->error.message()));
   }
   zkr::HeldLock held = std::move(outcome->held);
+  run_events().acquired(held.token(), held.node_path(), held.session_id());
   if (options_.verbose()) {
     say("got {} after {}: token {}, node {}, session {}", options_.lock_path,
         format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)),
@@ -429,6 +451,7 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
     }
     return false;
   }
+  run_events().skipped();
   if (!options_.quiet()) {
     say("{}: this window's run ({}) is claimed already: {}; not running the command", options_.lock_path,
         gate.describe_window(verdict.now_ms), describe_run(*verdict.last));
@@ -536,6 +559,7 @@ std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
 
 Zklock::Listing Zklock::read_listing_or_throw() {
   Listing listing;
+  listing.observed = std::chrono::system_clock::now();
   // A semaphore's path records its slots: its first N contenders hold, not only the first.
   listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
@@ -559,11 +583,15 @@ bool Zklock::passing_outage(const std::error_code& code) const {
   return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended;
 }
 
+// JSON carries the time the listing was read; --watch's text says it in a line of its own first.
 std::string Zklock::format_listing(const Listing& listing) const {
-  if (options_.json) return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run);
+  if (options_.json) {
+    return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run, listing.observed);
+  }
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
-  return format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
+  return (options_.watch ? fmt::format("observed {}\n", format_utc(listing.observed)) : std::string()) +
+         format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
                              listing.last_run);
 }
 
@@ -709,21 +737,6 @@ int Zklock::break_lock() {
   return 0;
 }
 
-void route_library_log_to_stderr() {
-  zkr::set_log_sink(
-      [](zkr::LogLevel level, std::string_view message) {
-        constexpr std::string_view names[] = {"error", "warning", "info", "debug"};
-        // The C client's lines end with a newline of their own.
-        while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
-        try {
-          write_to_stderr(fmt::format("zklock: [{}] {}\n", names[static_cast<int>(level)], message));
-        } catch (...) {
-          // Formatting failed (out of memory): the line is lost, the callback thread carries on.
-        }
-      },
-      zkr::LogLevel::info);
-}
-
 // A closed stdin, stdout or stderr would be taken by the next descriptor zklock opens (a ZooKeeper
 // socket, say), and messages meant for stderr would go there.
 void open_standard_descriptors() {
@@ -736,6 +749,12 @@ void open_standard_descriptors() {
       }
     }
   }
+}
+
+// The run's "exit" record and --metrics-file, then the exit code.
+int finish(int exit_code) {
+  run_events().finished(exit_code);
+  return exit_code;
 }
 
 int zklock_main(int argc, char** argv) {
@@ -769,7 +788,20 @@ int zklock_main(int argc, char** argv) {
     say("invalid ensemble '{}' for --zk: {}", options.servers, zkr::describe_servers_problem(options.servers));
     return exit_code::usage;
   }
-  if (options.verbose()) route_library_log_to_stderr();
+  // zklock's log (--log-file, --log-format) and the metrics file: a bad name is refused here,
+  // before anything is acquired.
+  if (const auto problem = open_log(options)) {
+    say("{}", *problem);
+    return exit_code::usage;
+  }
+  if (options.metrics_file) {
+    if (const auto problem = check_metrics_file(*options.metrics_file)) {
+      say("{}", *problem);
+      return exit_code::usage;
+    }
+  }
+  run_events().configure(options);
+  route_library_log(options);
   // Should the keeper die, the job's processes come to zklock, which can still stop and reap them.
   become_subreaper();
 
@@ -780,14 +812,14 @@ int zklock_main(int argc, char** argv) {
     if (options.mode == Mode::run) keeper.emplace(WaitingKeeper::fork_now());
     SignalReceiver signals;
     Zklock zklock(options, signals, std::move(given_descriptors), std::move(keeper));
-    if (options.mode == Mode::list) return zklock.list();
-    if (options.mode == Mode::break_lock) return zklock.break_lock();
-    return zklock.run();
+    if (options.mode == Mode::list) return finish(zklock.list());
+    if (options.mode == Mode::break_lock) return finish(zklock.break_lock());
+    return finish(zklock.run());
   } catch (const ExitRequest& request) {
-    return request.code;
+    return finish(request.code);
   } catch (const std::exception& error) {
     say("{}", error.what());
-    return exit_code::internal;
+    return finish(exit_code::internal);
   }
 }
 

@@ -1,0 +1,395 @@
+// What fleets read from zklock, against a real server: JSON log lines (--log-format json,
+// --log-file), the Prometheus textfile (--metrics-file), one JSON vocabulary across --list and
+// --watch, and the queue position while waiting. JSON and Prometheus text are checked by Debian's
+// Python (json, prometheus_client's parser), not by the code that wrote them.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "metrics_file.hpp"
+#include "queue_feedback.hpp"
+#include "testenv.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using zkr::testenv::Process;
+using zkr::testenv::scaled;
+using zkr::testenv::TempDir;
+
+const std::string zklock_binary = ZKLOCK_BINARY;
+const bool tick_time_set = ::setenv("ZKLOCK_TICK_TIME",
+                                    fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0).c_str(), 1) == 0;
+const std::string scripts_dir = ZKLOCK_TEST_SCRIPTS;
+constexpr auto python = "/usr/bin/python3";
+
+struct Outcome {
+  std::optional<int> exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Process::Options merged_output() {
+  Process::Options options;
+  options.merge_stderr = true;
+  options.new_process_group = true;
+  return options;
+}
+
+Outcome run_to_end(std::vector<std::string> argv) {
+  Process process(std::move(argv), merged_output());
+  Outcome outcome;
+  outcome.output = process.read_all(scaled(60s));
+  outcome.exit_code = process.wait(scaled(30s));
+  return outcome;
+}
+
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+std::string read_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The records of a JSON-lines log, one "EVENT key=value..." line each (json_lines.py); the
+// outcome fails if any line is not a JSON object with an event and a time.
+Outcome json_records(const std::string& file, std::vector<std::string> fields) {
+  std::vector<std::string> argv = {python, scripts_dir + "/json_lines.py", file};
+  argv.insert(argv.end(), fields.begin(), fields.end());
+  return run_to_end(argv);
+}
+
+// The samples of a Prometheus text file as prometheus_client parses it (prom_samples.py).
+Outcome prometheus_samples(const std::filesystem::path& file) {
+  return run_to_end({python, scripts_dir + "/prom_samples.py", file.string()});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pure parts: the place in the queue, the exposition text
+
+zkr::ContenderInfo contender(std::string node, std::int64_t session_id, bool holds, std::string owner = {}) {
+  zkr::ContenderInfo info;
+  info.node = std::move(node);
+  info.token = zkr::FencingToken(7);
+  info.session_id = session_id;
+  info.owner_data = std::move(owner);
+  info.created = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'123));
+  info.holds = holds;
+  return info;
+}
+
+TEST(QueuePlace, IsCountedAmongTheWaitersBehindTheHolders) {
+  const std::vector<zkr::ContenderInfo> queue = {contender("a", 1, true, "db1"), contender("b", 2, false),
+                                                 contender("c", 3, false), contender("d", 4, false)};
+  const auto place = zklock::queue_place(queue, 3);
+  ASSERT_TRUE(place);
+  EXPECT_EQ(place->position, 2);
+  EXPECT_EQ(place->waiters, 3);
+  EXPECT_EQ(zklock::describe_queue_place("/q", *place),
+            "queued for /q: position 2 (1 ahead), held by session 0x1 (owner \"db1\", since 2023-11-14T22:13:20.123Z)");
+  EXPECT_EQ(zklock::queue_place(queue, 1), std::nullopt);  // holds: not queued
+  EXPECT_EQ(zklock::queue_place(queue, 9), std::nullopt);  // not (yet) in the queue
+  const auto next = zklock::queue_place({contender("b", 2, false)}, 2);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(zklock::describe_queue_place("/q", *next), "queued for /q: position 1 (next), no holder now");
+  // The same place behind another holder is a change to tell.
+  auto other = *place;
+  other.holders = {contender("z", 5, true)};
+  EXPECT_FALSE(place->same_as(other));
+  EXPECT_TRUE(place->same_as(*zklock::queue_place(queue, 3)));
+}
+
+TEST(MetricsText, CarriesTheCountersOfItsOwnLockOn) {
+  zklock::RunSummary run;
+  run.job_ended = true;
+  run.exit_code = 0;
+  const std::string previous = "zklock_runs_total{lock=\"/a\\\"b\"} 41\nzklock_runs_total{lock=\"/other\"} 5\n"
+                               "zklock_losses_total{lock=\"/a\\\"b\"} 2\n";
+  const std::string text = zklock::metrics_text("/a\"b", run, previous);
+  EXPECT_THAT(text, HasSubstr("\nzklock_runs_total{lock=\"/a\\\"b\"} 42\n"));
+  EXPECT_THAT(text, HasSubstr("\nzklock_losses_total{lock=\"/a\\\"b\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("\nzklock_outcome{lock=\"/a\\\"b\",outcome=\"ran\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("/other")));
+  EXPECT_THAT(text, HasSubstr("# TYPE zklock_runs_total counter\n"));
+}
+
+class FleetOutputTest : public ::testing::Test {
+ protected:
+  std::vector<std::string> zklock(std::vector<std::string> rest) const {
+    std::vector<std::string> argv = {zklock_binary, "--zk", servers_, "--session-timeout", "2", "--kill-after", "0.3"};
+    argv.insert(argv.end(), rest.begin(), rest.end());
+    return argv;
+  }
+
+  // A zklock whose job prints "held <token>" and then waits for `release` to exist.
+  std::unique_ptr<Process> start_holder(const std::filesystem::path& release, std::vector<std::string> options = {},
+                                        std::string* token = nullptr) {
+    options.insert(options.end(), {path_, "-c",
+                                   fmt::format("echo \"held $ZKLOCK_FENCING_TOKEN\"; while [ ! -e '{}' ]; do sleep 0.05; done",
+                                               release.string())});
+    auto holder = std::make_unique<Process>(zklock(options), merged_output());
+    const auto line = holder->wait_for_line("held ", scaled(30s));
+    EXPECT_TRUE(line) << "the holder never got the lock";
+    if (line && token) *token = line->substr(5);
+    return holder;
+  }
+
+  int contender_count() const {
+    const Outcome outcome = run_to_end(zklock({"--list", path_, "--json"}));
+    if (outcome.exit_code != 0) return -1;
+    int count = 0;
+    for (std::size_t at = 0; (at = outcome.output.find("\"node\":", at)) != std::string::npos; ++at) ++count;
+    return count;
+  }
+
+  std::string servers_ = zkr::testenv::shared_server();
+  std::string path_ = zkr::testenv::unique_path();
+  TempDir dir_{"zklock-fleet"};
+};
+
+// ---------------------------------------------------------------------------------------------
+// One vocabulary: numeric token and session_id in --list, --watch and the --once-per record
+
+TEST_F(FleetOutputTest, ListJsonWritesTokensAndSessionIdsAsNumbers) {
+  ASSERT_EQ(run_to_end(zklock({"--once-per", "1h", path_, "true"})).exit_code, 0);
+  std::string token;
+  auto holder = start_holder(dir_.file("release"), {}, &token);
+  const Outcome json = run_to_end(zklock({"--list", path_, "--json"}));
+  std::ofstream(dir_.file("release")) << "go\n";
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, ContainsRegex(R"("observed":"[0-9T:.-]+Z","path":)"));
+  EXPECT_THAT(json.output, HasSubstr(fmt::format(R"("token":{},"session_id":)", token)));
+  EXPECT_THAT(json.output, ContainsRegex(R"("last_run":\{"started":"[^"]+","owner":"[^"]*","token":[0-9]+,)"
+                                         R"("session_id":[0-9]+,"session":"0x[0-9a-f]+","exit_code":0,)"));
+  EXPECT_THAT(json.output, Not(ContainsRegex(R"re("(token|session_id)":")re")));
+  // The number and the text name the same session.
+  const Outcome same = run_to_end(
+      {python, "-c",
+       "import json,sys; listing = json.loads(sys.argv[1]); "
+       "records = listing['contenders'] + [listing['last_run']]; "
+       "print(all(int(r['session'], 16) == r['session_id'] and isinstance(r['token'], int) for r in records))",
+       json.output});
+  EXPECT_EQ(same.output, "True\n") << json.output;
+  EXPECT_EQ(holder->wait(scaled(30s)), 0);
+}
+
+TEST_F(FleetOutputTest, WatchLinesCarryTheTimeOfObservation) {
+  Process watcher(zklock({"--list", path_, "--json", "--watch"}), merged_output());
+  const auto missing = watcher.read_line(scaled(30s));
+  ASSERT_TRUE(missing);
+  EXPECT_THAT(*missing, ContainsRegex(R"(^\{"observed":"20[0-9-]+T[0-9:.]+Z","path":.*"exists":false)"));
+  watcher.signal(SIGTERM);
+  EXPECT_EQ(watcher.wait(scaled(30s)), 0);
+
+  Process text_watcher(zklock({"--list", path_, "--watch"}), merged_output());
+  const auto first = text_watcher.read_line(scaled(30s));
+  ASSERT_TRUE(first);
+  EXPECT_THAT(*first, ContainsRegex("^observed 20[0-9-]+T[0-9:.]+Z$"));
+  text_watcher.signal(SIGTERM);
+  EXPECT_EQ(text_watcher.wait(scaled(30s)), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --log-format json
+
+TEST_F(FleetOutputTest, JsonLogRecordsTheRunOneObjectALine) {
+  const auto log = dir_.file("zklock.log");
+  std::ofstream(log) << R"({"time":"2026-01-01T00:00:00Z","event":"earlier"})" "\n";  // appended to, not replaced
+  const Outcome run = run_to_end(zklock({"--log-format", "json", "--log-file", log.string(), "-v", path_, "-c",
+                                         "echo \"token $ZKLOCK_FENCING_TOKEN\"; exit 3"}));
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  // Only the job's own output on stdout and stderr: zklock's lines went to the file.
+  ASSERT_THAT(run.output, ContainsRegex("^token [0-9]+\n$"));
+  const std::string token = run.output.substr(6, run.output.size() - 7);
+
+  const Outcome records = json_records(log.string(), {"lock", "token", "session_id", "exit_code", "outcome", "level"});
+  ASSERT_EQ(records.exit_code, 0) << records.output << read_file(log);
+  EXPECT_THAT(records.output, ::testing::StartsWith("earlier\n"));
+  EXPECT_THAT(records.output, ContainsRegex(fmt::format("\nconnected lock=\"{}\" session_id=[0-9]+ level=\"info\"\n", path_)));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nacquired lock=\"{}\" token={} session_id=", path_, token)));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\njob_exit lock=\"{}\" token={} exit_code=3", path_, token)));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nreleased lock=\"{}\" token={}", path_, token)));
+  EXPECT_THAT(records.output, ::testing::EndsWith(fmt::format("\nexit lock=\"{}\" token={} exit_code=3 outcome=\"ran\" level=\"info\"\n", path_, token)));
+  // With -v the library's own records come too, in the same vocabulary.
+  EXPECT_THAT(records.output, ContainsRegex("\nlog .*level=\"(info|debug|warning)\""));
+
+  // The job killed by a signal: its name, and the shell's code.
+  const Outcome killed = run_to_end(zklock({"--log-format", "json", path_, "-c", "kill -KILL $$"}));
+  EXPECT_EQ(killed.exit_code, 128 + SIGKILL);
+  Process parse({python, scripts_dir + "/json_lines.py", "-", "exit_code", "signal"},
+                [] {
+                  Process::Options options;
+                  options.pipe_stdin = true;
+                  return options;
+                }());
+  parse.write_stdin(killed.output);
+  parse.close_stdin();
+  const std::string on_stderr = parse.read_all(scaled(30s));
+  EXPECT_EQ(parse.wait(scaled(30s)), 0) << on_stderr;
+  EXPECT_THAT(on_stderr, HasSubstr("job_exit exit_code=137 signal=\"SIGKILL\""));
+}
+
+TEST_F(FleetOutputTest, JsonLogRecordsConflictsTimeoutsSignalsAndLoss) {
+  const auto log = dir_.file("zklock.log");
+  std::string token;
+  auto holder = start_holder(dir_.file("release"), {"--log-format", "json", "--log-file", log.string()}, &token);
+  EXPECT_EQ(run_to_end(zklock({"--log-format", "json", "--log-file", log.string(), "-n", path_, "true"})).exit_code, 1);
+  EXPECT_EQ(run_to_end(zklock({"--log-format", "json", "--log-file", log.string(), "-w", "0.3", path_, "true"})).exit_code, 1);
+  // A waiter interrupted while queued.
+  Process waiter(zklock({"--log-format", "json", "--log-file", log.string(), path_, "true"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  waiter.signal(SIGINT);
+  EXPECT_EQ(waiter.wait(scaled(30s)), 128 + SIGINT);
+  // The holder's lock broken: lost, the job stopped.
+  EXPECT_EQ(run_to_end(zklock({"--break", path_, "--force", "-q"})).exit_code, 0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
+
+  const Outcome records = json_records(log.string(), {"reason", "signal", "token", "exit_code", "outcome"});
+  ASSERT_EQ(records.exit_code, 0) << records.output << read_file(log);
+  EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"held\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nexit exit_code=1 outcome=\"held\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"timed_out\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nexit exit_code=1 outcome=\"timed_out\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nsignal signal=\"SIGINT\"\n"));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit exit_code={} outcome=\"interrupted\"\n", 128 + SIGINT)));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nlost reason=\"lock node deleted\" token={}\n", token)));
+  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit token={} exit_code=75 outcome=\"lost\"\n", token)));
+}
+
+TEST_F(FleetOutputTest, ABadLogFileIsRefusedBeforeAnythingIsAcquired) {
+  const std::string bad = dir_.file("missing-dir").string() + "/zklock.log";
+  const Outcome refused = run_to_end(zklock({"--log-file", bad, path_, "echo", "job-ran"}));
+  EXPECT_EQ(refused.exit_code, 64) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(fmt::format("--log-file {}: cannot open for appending: No such file or directory", bad)));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  EXPECT_EQ(contender_count(), -1);  // the path was never created
+  const Outcome bad_format = run_to_end(zklock({"--log-format", "xml", path_, "true"}));
+  EXPECT_EQ(bad_format.exit_code, 64);
+  EXPECT_THAT(bad_format.output, HasSubstr("invalid value 'xml' for --log-format: expected text or json"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// --metrics-file
+
+TEST_F(FleetOutputTest, MetricsFileIsPrometheusTextReplacedAtomically) {
+  const auto metrics = dir_.file("nightly.prom");
+  ASSERT_EQ(run_to_end(zklock({"--metrics-file", metrics.string(), path_, "-c", "sleep 0.2; exit 3"})).exit_code, 3);
+  Outcome samples = prometheus_samples(metrics);
+  ASSERT_EQ(samples.exit_code, 0) << samples.output << read_file(metrics);
+  const std::string lock = fmt::format("lock=\"{}\"", path_);
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_exit_code{{{}}} 3\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_outcome{{{},outcome=\"ran\"}} 1\n", lock)));
+  EXPECT_THAT(samples.output, ContainsRegex(fmt::format("gauge zklock_wait_seconds\\{{{}\\}} [0-9.e-]+\n", lock)));
+  EXPECT_THAT(samples.output, ContainsRegex(fmt::format("gauge zklock_hold_seconds\\{{{}\\}} (0\\.[2-9]|[1-9])", lock)));
+  EXPECT_THAT(samples.output, ContainsRegex(fmt::format("gauge zklock_last_run_timestamp_seconds\\{{{}\\}} 1[0-9.e+]+\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("counter zklock_runs_total{{{}}} 1\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("counter zklock_losses_total{{{}}} 0\n", lock)));
+
+  // The next run replaces the file and carries the counters on; no temporary file is left beside it.
+  std::string token;
+  auto holder = start_holder(dir_.file("release"), {"--metrics-file", metrics.string()}, &token);
+  EXPECT_EQ(run_to_end(zklock({"--break", path_, "--force", "-q"})).exit_code, 0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
+  samples = prometheus_samples(metrics);
+  ASSERT_EQ(samples.exit_code, 0) << samples.output << read_file(metrics);
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_outcome{{{},outcome=\"lost\"}} 1\n", lock)));
+  EXPECT_THAT(samples.output, Not(HasSubstr("outcome=\"ran\"")));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_exit_code{{{}}} 75\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("counter zklock_runs_total{{{}}} 2\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("counter zklock_losses_total{{{}}} 1\n", lock)));
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) names.push_back(entry.path().filename());
+  EXPECT_THAT(names, ::testing::ElementsAre("nightly.prom"));
+
+  // Not acquired: the outcome says so, and no hold is reported.
+  auto other = start_holder(dir_.file("release-2"));
+  EXPECT_EQ(run_to_end(zklock({"--metrics-file", metrics.string(), "-n", path_, "true"})).exit_code, 1);
+  std::ofstream(dir_.file("release-2")) << "go\n";
+  EXPECT_EQ(other->wait(scaled(30s)), 0);
+  samples = prometheus_samples(metrics);
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_outcome{{{},outcome=\"held\"}} 1\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("gauge zklock_hold_seconds{{{}}} 0\n", lock)));
+  EXPECT_THAT(samples.output, HasSubstr(fmt::format("counter zklock_runs_total{{{}}} 2\n", lock)));
+}
+
+TEST_F(FleetOutputTest, ABadMetricsFileIsRefusedBeforeAnythingIsAcquired) {
+  const std::string bad = dir_.file("missing-dir").string() + "/zklock.prom";
+  const Outcome refused = run_to_end(zklock({"--metrics-file", bad, path_, "echo", "job-ran"}));
+  EXPECT_EQ(refused.exit_code, 64) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(fmt::format("--metrics-file {}: cannot create a file beside it", bad)));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  EXPECT_EQ(contender_count(), -1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feedback while queued
+
+TEST_F(FleetOutputTest, AWaiterSaysItsPlaceInTheQueueAndWhoHoldsWhenTheyChange) {
+  std::string token;
+  auto holder = start_holder(dir_.file("release"), {"--owner", "the-holder"}, &token);
+  Process first_waiter(zklock({"--owner", "first-waiter", path_, "true"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  Process waiter(zklock({"-v", path_, "echo", "job-ran"}), merged_output());
+  const auto second = waiter.wait_for_line("zklock: queued for " + path_, scaled(30s));
+  ASSERT_TRUE(second);
+  EXPECT_THAT(*second, HasSubstr("position 2 (1 ahead)"));
+  EXPECT_THAT(*second, HasSubstr("held by session 0x"));
+  EXPECT_THAT(*second, HasSubstr("owner \"the-holder\""));
+  first_waiter.signal(SIGINT);  // withdraws: the waiter moves up
+  EXPECT_EQ(first_waiter.wait(scaled(30s)), 128 + SIGINT);
+  const auto first = waiter.wait_for_line("zklock: queued for " + path_, scaled(30s));
+  ASSERT_TRUE(first);
+  EXPECT_THAT(*first, HasSubstr("position 1 (next)"));
+  std::ofstream(dir_.file("release")) << "go\n";
+  EXPECT_TRUE(waiter.wait_for_line("job-ran", scaled(30s)));
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 0);
+}
+
+// On a terminal zklock says the same without -v (and nothing of it when stderr is not one: the
+// test above without -v would print only job-ran).
+TEST_F(FleetOutputTest, OnATerminalAWaiterSaysItsPlaceWithoutVerbose) {
+  auto holder = start_holder(dir_.file("release"), {"--owner", "the-holder"});
+  std::vector<std::string> argv = {python, scripts_dir + "/on_a_terminal.py", dir_.file("release").string()};
+  const auto waiter = zklock({path_, "echo", "job-ran"});
+  argv.insert(argv.end(), waiter.begin(), waiter.end());
+  const Outcome run = run_to_end(argv);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("zklock: queued for " + path_ + ": position 1 (next), held by session 0x"));
+  EXPECT_THAT(run.output, HasSubstr("job-ran"));
+  EXPECT_EQ(holder->wait(scaled(30s)), 0);
+
+  auto quiet_holder = start_holder(dir_.file("release-2"));
+  Process not_a_terminal(zklock({path_, "echo", "job-ran"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 2; }, 30s));
+  std::ofstream(dir_.file("release-2")) << "go\n";
+  EXPECT_EQ(not_a_terminal.read_all(scaled(30s)), "job-ran\n");
+  EXPECT_EQ(not_a_terminal.wait(scaled(30s)), 0);
+  EXPECT_EQ(quiet_holder->wait(scaled(30s)), 0);
+}
+
+}  // namespace

@@ -1,0 +1,122 @@
+// zklock's log and what a run did, for people and for fleets.
+//
+// One process-wide log output takes zklock's messages (say()), its events and the library's log
+// lines, and writes them to stderr or --log-file, as "zklock: ..." text or as one JSON object a
+// line (--log-format json). A JSON record always has "time" (UTC, microseconds), "event",
+// "level", "lock" (LOCKPATH) and "pid" (zklock's), then what the event is about, in the
+// vocabulary of json_vocabulary.hpp ("token", "session_id", "session", "node", "exit_code"...).
+// Events are what a run goes through: connected, queued (the place in the queue, each time it
+// changes), acquired, not_acquired, signal, lost, job_exit, released, error, exit. In text form
+// events print nothing by themselves: the messages say what happened, as -v and -q ask.
+//
+// The same events feed the run's summary, which --metrics-file writes at the exit
+// (metrics_file.hpp): one source for the log and the metrics, so that they cannot disagree.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zkr/lock.hpp>
+
+#include "cli_options.hpp"
+
+namespace zklock {
+
+// Where the log goes. Until configured: text on stderr.
+struct LogDestination {
+  LogFormat format = LogFormat::text;
+  int fd = 2;  // stderr, or the --log-file opened for appending (close-on-exec)
+};
+
+// Opens --log-file (if any) for appending and routes the log there, in `options.log_format`.
+// Returns an error message naming the file if it cannot be opened; nothing is changed then.
+std::optional<std::string> open_log(const CliOptions& options);
+const LogDestination& log_destination();
+bool json_log();
+
+// Routes the library's log records into zklock's log: in JSON as "log" records (warnings and
+// errors always, info with -v); in text only with -v, as "zklock: [level] message" lines.
+void route_library_log(const CliOptions& options);
+
+// One JSON record under construction; emit() writes it (JSON log only, else nothing).
+class Event {
+ public:
+  explicit Event(std::string_view name, std::string_view level = "info");
+  Event& text(std::string_view name, std::string_view value);
+  Event& number(std::string_view name, std::int64_t value);
+  Event& seconds(std::string_view name, std::chrono::nanoseconds value);
+  Event& session(std::int64_t session_id);  // "session_id" and "session"
+  Event& json(std::string_view name, std::string_view value);  // value is JSON already
+  void emit() noexcept;
+
+ private:
+  std::string line_;
+};
+
+// Someone holding the lock, as a queued event shows them.
+struct QueueHolder {
+  std::int64_t token = 0;
+  std::int64_t session_id = 0;
+  std::string owner;
+};
+
+// What a run went through, as far as it got. Filled by the RunEvents calls below.
+struct RunSummary {
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> wait_started;
+  std::optional<Clock::time_point> acquired_at;
+  std::optional<Clock::time_point> released_at;
+  std::optional<std::string> not_acquired;  // "held" or "timed_out"
+  bool interrupted = false;                 // a signal while connecting or queued
+  bool skipped = false;                     // --once-per: this window's run is claimed already
+  bool job_ended = false;
+  bool lost = false;
+  std::optional<int> exit_code;             // zklock's, once known
+  std::chrono::system_clock::time_point finished;
+
+  // "ran", "lost", "held", "timed_out", "interrupted", "skipped" or "failed" (anything else: the
+  // ensemble out of reach, a usage error found on the ensemble, a job that could not start...).
+  std::string outcome() const;
+  std::chrono::nanoseconds wait_time() const;
+  std::chrono::nanoseconds hold_time() const;
+};
+
+// The run's events: each writes its record (JSON log) and notes what the summary needs.
+// Process-wide, as the log is; used on zklock's main thread only.
+class RunEvents {
+ public:
+  void configure(const CliOptions& options);
+  void connected(std::int64_t session_id, std::chrono::milliseconds negotiated_timeout);
+  void waiting();
+  void queued(int position, int waiters, const std::vector<QueueHolder>& holders);
+  void acquired(zkr::FencingToken token, std::string_view node, std::int64_t session_id);
+  void not_acquired(std::string_view reason);  // "held", "timed_out"
+  void interrupted(int signal);                // while connecting or queued: the run ends
+  void signal_passed(int signal, std::string_view action);  // to the job: "passed", "killed"
+  void skipped();
+  void lost(std::string_view reason, std::string_view detail);
+  void job_exit(int exit_code, std::optional<int> signal);
+  void released();
+  void error(std::string_view message);
+  // The run ends with `exit_code`: the "exit" record, then --metrics-file. Once; later calls do
+  // nothing (an exit path may pass twice).
+  void finished(int exit_code) noexcept;
+
+  const RunSummary& summary() const { return summary_; }
+
+ private:
+  Event event(std::string_view name, std::string_view level = "info") const;
+
+  const CliOptions* options_ = nullptr;
+  RunSummary summary_;
+  std::optional<zkr::FencingToken> token_;
+  bool finished_ = false;
+};
+
+RunEvents& run_events();
+
+}  // namespace zklock
