@@ -21,6 +21,7 @@
 #include "metrics_file.hpp"
 #include "queue_feedback.hpp"
 #include "testenv.hpp"
+#include "zklock_run.hpp"
 
 namespace {
 
@@ -32,48 +33,7 @@ using zkr::testenv::Process;
 using zkr::testenv::scaled;
 using zkr::testenv::TempDir;
 
-const std::string zklock_binary = ZKLOCK_BINARY;
-const bool tick_time_set = ::setenv("ZKLOCK_TICK_TIME",
-                                    fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0).c_str(), 1) == 0;
-const std::string scripts_dir = ZKLOCK_TEST_SCRIPTS;
-constexpr auto python = "/usr/bin/python3";
-
-struct Outcome {
-  std::optional<int> exit_code;
-  std::string output;  // stdout and stderr
-};
-
-Process::Options merged_output() {
-  Process::Options options;
-  options.merge_stderr = true;
-  options.new_process_group = true;
-  return options;
-}
-
-Outcome run_to_end(std::vector<std::string> argv) {
-  Process process(std::move(argv), merged_output());
-  Outcome outcome;
-  outcome.output = process.read_all(scaled(60s));
-  outcome.exit_code = process.wait(scaled(30s));
-  return outcome;
-}
-
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
-}
-
-std::string read_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
+using namespace zklock_test;
 
 // The records of a JSON-lines log, one "EVENT key=value..." line each (json_lines.py); the
 // outcome fails if any line is not a JSON object with an event and a time.
@@ -158,13 +118,7 @@ class FleetOutputTest : public ::testing::Test {
     return holder;
   }
 
-  int contender_count() const {
-    const Outcome outcome = run_to_end(zklock({"--list", path_, "--json"}));
-    if (outcome.exit_code != 0) return -1;
-    int count = 0;
-    for (std::size_t at = 0; (at = outcome.output.find("\"node\":", at)) != std::string::npos; ++at) ++count;
-    return count;
-  }
+  int contender_count() const { return contenders_listed(run_to_end(zklock({"--list", path_, "--json"}))); }
 
   std::string servers_ = zkr::testenv::shared_server();
   std::string path_ = zkr::testenv::unique_path();

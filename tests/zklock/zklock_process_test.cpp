@@ -31,6 +31,7 @@
 
 #include "process_tree.hpp"
 #include "testenv.hpp"
+#include "zklock_run.hpp"
 
 namespace {
 
@@ -43,36 +44,11 @@ using zkr::testenv::TempDir;
 using zkr::testenv::last_stamp;
 using zkr::testenv::scaled;
 
-const std::string zklock_binary = ZKLOCK_BINARY;
-// Every zklock these tests start talks to testenv's servers, whose tickTime this is.
-const bool tick_time_set = ::setenv("ZKLOCK_TICK_TIME",
-                                    fmt::format("{:g}", zkr::testenv::kTestTickTime.count() / 1000.0).c_str(), 1) == 0;
-const std::string scripts_dir = ZKLOCK_TEST_SCRIPTS;
-constexpr auto python = "/usr/bin/python3";
+using namespace zklock_test;
 
 // Seconds as zklock's options take them, stretched by the timeout scale.
 std::string scaled_seconds(std::chrono::milliseconds duration) {
   return fmt::format("{:g}", static_cast<double>(scaled(duration).count()) / 1000.0);
-}
-
-Process::Options merged_output() {
-  Process::Options options;
-  options.merge_stderr = true;
-  options.new_process_group = true;
-  return options;
-}
-
-struct Outcome {
-  std::optional<int> exit_code;
-  std::string output;  // stdout and stderr
-};
-
-Outcome run_to_end(std::vector<std::string> argv, Process::Options options = merged_output()) {
-  Process process(std::move(argv), std::move(options));
-  Outcome outcome;
-  outcome.output = process.read_all(scaled(60s));
-  outcome.exit_code = process.wait(scaled(30s));
-  return outcome;
 }
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
@@ -84,17 +60,6 @@ bool process_ended(pid_t pid) {
   if (!std::getline(stat, fields)) return true;
   const std::size_t after_name = fields.rfind(')');
   return after_name == std::string::npos || fields.substr(after_name + 2, 1) == "Z";
-}
-
-// Polls until `condition` holds or the timeout passes.
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 // Kills a process the test learned about (a job's child) if a failed test left it running.
@@ -124,13 +89,6 @@ int unused_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
   return ntohs(address.sin_port);
-}
-
-std::string read_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
 }
 
 class ZklockTest : public ::testing::Test {
@@ -167,11 +125,7 @@ class ZklockTest : public ::testing::Test {
   // Contenders --list reports (-1 if it fails).
   int contender_count() const { return contender_count(path_); }
   int contender_count(const std::string& path) const {
-    const Outcome outcome = run_to_end(zklock({"--list", path, "--json"}));
-    if (outcome.exit_code != 0) return -1;
-    int count = 0;
-    for (std::size_t at = 0; (at = outcome.output.find("\"node\":", at)) != std::string::npos; ++at) ++count;
-    return count;
+    return contenders_listed(run_to_end(zklock({"--list", path, "--json"})));
   }
 
   std::string servers_ = zkr::testenv::shared_server();
