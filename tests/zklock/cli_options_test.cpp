@@ -338,6 +338,7 @@ TEST(ZklockOptions, LogFormatLogFileAndMetricsFile) {
   // Logs serve every mode; metrics describe a run.
   EXPECT_EQ(parse({"--log-format", "json", "--list", "/a"}).log_format, LogFormat::json);
   EXPECT_EQ(usage_error({"--metrics-file", "/m/z.prom", "--list", "/a"}), "--metrics-file applies only to running a command");
+  for (const char* option : {"--log-format", "--log-file", "--metrics-file"}) EXPECT_THAT(help_text(), HasSubstr(option));
 }
 
 }  // namespace

@@ -246,6 +246,19 @@ TEST_F(FleetOutputTest, ABadLogFileIsRefusedBeforeAnythingIsAcquired) {
   EXPECT_THAT(bad_format.output, HasSubstr("invalid value 'xml' for --log-format: expected text or json"));
 }
 
+// The man page and the shell completion know the options too.
+TEST(FleetOutputDocs, ManPageAndCompletionNameTheOptions) {
+  const std::string man_page = read_file(scripts_dir + "/../../tools/zklock/zklock.1");
+  const std::string completion = read_file(scripts_dir + "/../../tools/zklock/zklock.bash-completion");
+  ASSERT_FALSE(man_page.empty());
+  for (const std::string option : {"log-format", "log-file", "metrics-file"}) {
+    std::string escaped = "\\-\\-";
+    for (char c : option) escaped += c == '-' ? std::string("\\-") : std::string(1, c);
+    EXPECT_THAT(man_page, HasSubstr(".BI " + escaped)) << option;
+    EXPECT_THAT(completion, HasSubstr("--" + option)) << option;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // --metrics-file
 
