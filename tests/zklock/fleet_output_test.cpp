@@ -222,13 +222,23 @@ TEST_F(FleetOutputTest, JsonLogRecordsConflictsTimeoutsSignalsAndLoss) {
   EXPECT_EQ(run_to_end(zklock({"--break", path_, "--force", "-q"})).exit_code, 0);
   EXPECT_EQ(holder->wait(scaled(30s)), 75);
 
-  const Outcome records = json_records(log.string(), {"reason", "signal", "token", "exit_code", "outcome"});
+  // A signal passed on to the job.
+  Process signalled(zklock({"--log-format", "json", "--log-file", log.string(), path_, "-c",
+                            "trap 'exit 5' TERM; echo started; while :; do sleep 0.05; done"}),
+                    merged_output());
+  ASSERT_TRUE(signalled.wait_for_line("started", scaled(30s)));
+  signalled.signal(SIGTERM);
+  EXPECT_EQ(signalled.wait(scaled(30s)), 5);
+
+  const Outcome records = json_records(log.string(), {"reason", "signal", "action", "token", "exit_code", "outcome"});
   ASSERT_EQ(records.exit_code, 0) << records.output << read_file(log);
   EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"held\"\n"));
   EXPECT_THAT(records.output, HasSubstr("\nexit exit_code=1 outcome=\"held\"\n"));
   EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"timed_out\"\n"));
   EXPECT_THAT(records.output, HasSubstr("\nexit exit_code=1 outcome=\"timed_out\"\n"));
-  EXPECT_THAT(records.output, HasSubstr("\nsignal signal=\"SIGINT\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nsignal signal=\"SIGINT\" action=\"withdrew\"\n"));
+  EXPECT_THAT(records.output, ContainsRegex("\nsignal signal=\"SIGTERM\" action=\"passed\" token=[0-9]+\n"));
+  EXPECT_THAT(records.output, ContainsRegex("\njob_exit token=[0-9]+ exit_code=5\n"));
   EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit exit_code={} outcome=\"interrupted\"\n", 128 + SIGINT)));
   EXPECT_THAT(records.output, HasSubstr(fmt::format("\nlost reason=\"lock node deleted\" token={}\n", token)));
   EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit token={} exit_code=75 outcome=\"lost\"\n", token)));

@@ -189,9 +189,9 @@ void RunEvents::not_acquired(std::string_view reason) {
   event("not_acquired").text("reason", reason).seconds("wait_seconds", summary_.wait_time()).emit();
 }
 
-void RunEvents::interrupted(int signal) {
+void RunEvents::interrupted(int signal, std::string_view action) {
   summary_.interrupted = true;
-  event("signal").text("signal", signal_label(signal)).text("action", "withdrew").emit();
+  event("signal").text("signal", signal_label(signal)).text("action", action).emit();
 }
 
 void RunEvents::signal_passed(int signal, std::string_view action) {

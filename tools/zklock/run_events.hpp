@@ -95,8 +95,11 @@ class RunEvents {
   void queued(int position, int waiters, const std::vector<QueueHolder>& holders);
   void acquired(zkr::FencingToken token, std::string_view node, std::int64_t session_id);
   void not_acquired(std::string_view reason);  // "held", "timed_out"
-  void interrupted(int signal);                // while connecting or queued: the run ends
-  void signal_passed(int signal, std::string_view action);  // to the job: "passed", "killed"
+  // A signal ended the run before the job started: "interrupted" (connecting), "withdrew" (queued).
+  void interrupted(int signal, std::string_view action);
+  // A signal while the job runs or is being stopped: "passed" to the job, "killed" the job (a
+  // second INT or TERM), "insisted" (INT or TERM while stopping it: SIGKILL now), "ignored".
+  void signal_passed(int signal, std::string_view action);
   void skipped();
   void lost(std::string_view reason, std::string_view detail);
   void job_exit(int exit_code, std::optional<int> signal);

@@ -282,7 +282,12 @@ bool Supervisor::wait_a_little(JobControl& job, Clock::duration step) {
   if (ready.wakeup) handle_inbox();
   bool insisted = false;
   if (ready.signal) {
-    while (const auto received = waiter_.next_signal()) insisted |= *received == SIGINT || *received == SIGTERM;
+    while (const auto received = waiter_.next_signal()) {
+      if (*received == SIGCHLD) continue;
+      const bool insisting = *received == SIGINT || *received == SIGTERM;
+      run_events().signal_passed(*received, insisting ? "insisted" : "ignored");
+      insisted |= insisting;
+    }
   }
   return insisted;
 }

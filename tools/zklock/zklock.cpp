@@ -214,7 +214,7 @@ void Zklock::connect() {
       while (const auto signal = signals_.next()) {
         if (*signal == SIGCHLD) continue;
         if (!options_.quiet()) say("interrupted by {} while connecting to {}", signal_label(*signal), options_.servers);
-        run_events().interrupted(*signal);
+        run_events().interrupted(*signal, "interrupted");
         run_events().finished(exit_code::signal_base + *signal);
         std::_Exit(exit_code::signal_base + *signal);
       }
@@ -375,7 +375,7 @@ zkr::HeldLock Zklock::acquire() {
         if (*signal == SIGCHLD || interrupted_by) continue;
         interrupted_by = *signal;
         interrupted_at = Clock::now();
-        run_events().interrupted(*signal);
+        run_events().interrupted(*signal, "withdrew");
         cancel.request_stop();
       }
     }
