@@ -244,6 +244,18 @@ TEST_F(FleetOutputTest, JsonLogRecordsConflictsTimeoutsSignalsAndLoss) {
   EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit token={} exit_code=75 outcome=\"lost\"\n", token)));
 }
 
+// In text, a log file's lines say when and which zklock: several may append to one file.
+TEST_F(FleetOutputTest, TextLogFileLinesCarryTimeAndPid) {
+  const auto log = dir_.file("zklock.log");
+  const Outcome run = run_to_end(zklock({"--log-file", log.string(), "-v", path_, "-c", "echo job-ran"}));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.output, "job-ran\n");
+  const std::string text = read_file(log);
+  EXPECT_THAT(text, ContainsRegex("(^|\n)20[0-9-]+T[0-9:.]+Z zklock\\[[0-9]+\\]: connected to "));
+  EXPECT_THAT(text, ContainsRegex("\n20[0-9-]+T[0-9:.]+Z zklock\\[[0-9]+\\]: released /"));
+  EXPECT_THAT(text, Not(ContainsRegex("(^|\n)zklock: ")));
+}
+
 TEST_F(FleetOutputTest, ABadLogFileIsRefusedBeforeAnythingIsAcquired) {
   const std::string bad = dir_.file("missing-dir").string() + "/zklock.log";
   const Outcome refused = run_to_end(zklock({"--log-file", bad, path_, "echo", "job-ran"}));

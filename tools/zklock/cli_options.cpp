@@ -520,7 +520,8 @@ each option is given at most once:
                                 token, not_acquired, signal, lost, job_exit, released, exit)
                                 and messages, and the library's log records
       --log-file FILE           append the log to FILE instead of stderr (checked before
-                                anything is acquired)
+                                anything is acquired); text lines then start with the time
+                                and zklock's pid
       --metrics-file FILE       at the exit, replace FILE (through a temporary file beside it
                                 and a rename) with Prometheus text for node_exporter's textfile
                                 collector: wait and hold seconds, outcome, exit code, runs

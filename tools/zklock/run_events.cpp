@@ -33,6 +33,12 @@ LogState& log_state() {
 // do not interleave, and several zklocks appending to one file (O_APPEND) keep their lines whole.
 void write_line(std::string_view line) noexcept { write_all(log_state().destination.fd, line); }
 
+// "zklock", or "2026-01-31T23:59:59.123456Z zklock[PID]" in a log file.
+std::string text_prefix() {
+  if (!log_state().destination.stamped) return "zklock";
+  return fmt::format("{} zklock[{}]", format_utc_micros(std::chrono::system_clock::now()), ::getpid());
+}
+
 }  // namespace
 
 std::optional<std::string> open_log(const CliOptions& options) {
@@ -44,6 +50,7 @@ std::optional<std::string> open_log(const CliOptions& options) {
                          std::strerror(errno));
     }
     state.destination.fd = fd;
+    state.destination.stamped = true;
   }
   state.destination.format = options.log_format;
   state.lock = options.lock_path;
@@ -56,7 +63,7 @@ bool json_log() { return log_state().destination.format == LogFormat::json; }
 void log_message(std::string_view text, std::string_view level) noexcept {
   try {
     if (json_log()) Event("message", level).text("message", text).emit();
-    else write_line(fmt::format("zklock: {}\n", text));
+    else write_line(fmt::format("{}: {}\n", text_prefix(), text));
   } catch (...) {
     // Out of memory while formatting: the line is lost, zklock carries on.
   }
@@ -70,7 +77,7 @@ void route_library_log(const CliOptions& options) {
           // The C client's lines end with a newline of their own.
           while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
           try {
-            write_line(fmt::format("zklock: [{}] {}\n", zkr::to_string(level), message));
+            write_line(fmt::format("{}: [{}] {}\n", text_prefix(), zkr::to_string(level), message));
           } catch (...) {
             // Formatting failed (out of memory): the line is lost, the callback thread carries on.
           }

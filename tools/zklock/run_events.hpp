@@ -1,8 +1,8 @@
 // zklock's log and what a run did, for people and for fleets.
 //
 // One process-wide log output takes zklock's messages (say()), its events and the library's log
-// lines, and writes them to stderr or --log-file, as "zklock: ..." text or as one JSON object a
-// line (--log-format json). A JSON record always has "time" (UTC, microseconds), "event",
+// lines, and writes them to stderr or --log-file, as "zklock: ..." text (in a file "TIME
+// zklock[PID]: ...") or as one JSON object a line (--log-format json). A JSON record always has "time" (UTC, microseconds), "event",
 // "level", "lock" (LOCKPATH) and "pid" (zklock's), then what the event is about, in the
 // vocabulary of json_vocabulary.hpp ("token", "session_id", "session", "node", "exit_code"...).
 // Events are what a run goes through: connected, queued (the place in the queue, each time it
@@ -30,6 +30,9 @@ namespace zklock {
 struct LogDestination {
   LogFormat format = LogFormat::text;
   int fd = 2;  // stderr, or the --log-file opened for appending (close-on-exec)
+  // Text lines in a file say when and which zklock ("TIME zklock[PID]: ..."): several zklocks may
+  // append to one file, and nothing else dates the lines (on stderr, the journal or cron does).
+  bool stamped = false;
 };
 
 // Opens --log-file (if any) for appending and routes the log there, in `options.log_format`.
