@@ -173,7 +173,7 @@ def logical_lines(block):
 
 def quotes_balanced(text):
     try:
-        shlex.split(text.split(" #")[0] if "'" not in text else text)
+        shlex.split(text)
         return True
     except ValueError:
         return False

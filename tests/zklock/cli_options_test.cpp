@@ -333,14 +333,15 @@ TEST(ZklockOptions, HelpAndManPageDescribeEveryAcceptedOption) {
     const std::string name = fmt::format("--{}", option.name);
     const std::string help_entry =
         option.short_name ? fmt::format("\n  -{}, {}", option.short_name, name) : fmt::format("\n      {}", name);
-    EXPECT_THAT(help, HasSubstr(help_entry)) << "--help does not list " << name;
+    EXPECT_NE(help.find(help_entry), std::string::npos) << "--help does not list " << name;
     EXPECT_TRUE(tagged(roff(name))) << "the man page's OPTIONS do not describe " << name;
     if (option.short_name) {
       EXPECT_TRUE(tagged(roff(fmt::format("-{}", option.short_name))))
           << "the man page's OPTIONS do not describe -" << option.short_name;
     }
     if (!option.alias.empty()) {
-      EXPECT_THAT(help, HasSubstr(fmt::format(", --{}", option.alias))) << "--help does not list --" << option.alias;
+      EXPECT_NE(help.find(fmt::format(", --{}", option.alias)), std::string::npos)
+          << "--help does not list --" << option.alias;
       EXPECT_TRUE(tagged(roff(fmt::format("--{}", option.alias))))
           << "the man page's OPTIONS do not describe --" << option.alias;
     }

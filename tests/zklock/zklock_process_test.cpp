@@ -476,7 +476,7 @@ TEST_F(ZklockTest, SessionLostWhileWaitingQueuesAgainAndRuns) {
       },
       30s));
   cluster.freeze(0);
-  std::this_thread::sleep_for(scaled(6s));  // more than the 2 s session: both sessions lost
+  std::this_thread::sleep_for(scaled(4s));  // twice the 2 s session: both sessions lost
   cluster.thaw(0);
   EXPECT_EQ(holder->wait(scaled(30s)), 75);  // the holder's job was stopped
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
