@@ -453,10 +453,14 @@ def main():
     snippets, commands = [], []
     for block in blocks:
         if block.lang in ("cpp", "c++"):
+            if args.only == "commands":
+                continue
             if "skip" in block.markers:
                 skipped.append((block.where(), "C++ snippet", block.markers["skip"]))
             else:
                 snippets.append(block)
+            continue
+        if args.only == "snippets":
             continue
         for offset, text in logical_lines(block):
             line = text.strip()
@@ -497,8 +501,12 @@ def main():
 
     for where, message in failures:
         print(f"FAILED {where}: {message}\n")
-    print(f"docs: {passed['compiled']} C++ snippets compiled, {passed['run']} zklock commands run, "
-          f"{passed['usage']} usage lines found in --help, {len(skipped)} skipped ({elapsed:.1f} s):")
+    done = []
+    if args.only in (None, "snippets"):
+        done.append(f"{passed['compiled']} C++ snippets compiled")
+    if args.only in (None, "commands"):
+        done += [f"{passed['run']} zklock commands run", f"{passed['usage']} usage lines found in --help"]
+    print(f"docs: {', '.join(done)}, {len(skipped)} skipped ({elapsed:.1f} s){':' if skipped else ''}")
     for where, what, reason in skipped:
         print(f"  skipped {where}: {what.strip()[:70]} ({reason})")
     total = sum(passed.values())
