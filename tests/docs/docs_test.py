@@ -147,6 +147,53 @@ def doc_blocks(source):
     return blocks
 
 
+# Docs that record past defects and measurements: their inline zklock spans quote what was typed
+# then (refused options included), not what to type now.
+HISTORY_DOCS = ("docs/RELIABILITY.md", "docs/BENCHMARKS.md", "docs/SCALING.md", "docs/MODEL.md")
+
+
+def inline_zklock_spans(source):
+    """(where, span) for each `zklock ...` in the prose of the docs (outside code blocks)."""
+    spans = []
+    for doc in ["README.md", "tools/zklock/README.md"] + sorted(
+            os.path.relpath(p, source) for p in glob.glob(os.path.join(source, "docs", "*.md"))):
+        if doc in HISTORY_DOCS:
+            continue
+        in_fence = False
+        with open(os.path.join(source, doc), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if re.match(r"^\s*```", line):
+                    in_fence = not in_fence
+                if in_fence or line.startswith("    "):
+                    continue
+                spans += [(f"{doc}:{number}", span) for span in re.findall(r"`(zklock [^`]*)`", line)]
+    man = "tools/zklock/zklock.1"
+    with open(os.path.join(source, man), encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            spans += [(f"{man}:{number}", unroff(span)) for span in re.findall(r"\\fB(zklock .*?)\\fR", line)]
+    return spans
+
+
+def check_inline_options(span, help_text):
+    """The options of an inline `zklock ...` must be zklock's: an error, or None."""
+    long_names = set(re.findall(r"--([a-z][a-z-]*)", help_text))
+    short_names = set(re.findall(r"^\s+-([A-Za-z]),", help_text, re.M))
+    for word in span.split()[1:]:
+        if word == "--" or word in ("-c", "--command") or word.startswith("/") or re.fullmatch(r"[A-Z][A-Z_]*", word) or word == "...":
+            break
+        if word.startswith("--"):
+            name = word[2:].split("=")[0]
+            if name not in long_names:
+                return f"`{span}`: --{name} is not an option of zklock --help"
+        elif word.startswith("-") and len(word) > 1:
+            for letter in word[1:]:
+                if letter not in short_names:
+                    return f"`{span}`: -{letter} is not an option of zklock --help"
+                if letter in "zwENkL":  # takes a value: the rest of the word is it
+                    break
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Command lines
 
@@ -277,6 +324,9 @@ class CommandRunner:
             usage = help_text.split("\n\n")[0]
             self.help_usage = {" ".join(line.split()) for line in usage.split("\n")[1:]}
         return self.help_usage
+
+    def help_text(self):
+        return subprocess.run([self.zklock, "--help"], capture_output=True, text=True, timeout=30).stdout
 
     def check_usage(self, line):
         normal = " ".join(line.split())
@@ -449,7 +499,7 @@ def main():
 
     blocks = doc_blocks(source)
     skipped, failures = [], []
-    passed = {"compiled": 0, "run": 0, "usage": 0}
+    passed = {"compiled": 0, "run": 0, "usage": 0, "inline": 0}
     snippets, commands = [], []
     for block in blocks:
         if block.lang in ("cpp", "c++"):
@@ -495,6 +545,13 @@ def main():
                         passed["run"] += error is None
                     if error:
                         failures.append((block.where(offset), error))
+                help_text = runner.help_text()
+                passed["inline"] = 0
+                for where, span in inline_zklock_spans(source):
+                    error = check_inline_options(span, help_text)
+                    passed["inline"] += error is None
+                    if error:
+                        failures.append((where, error))
             finally:
                 runner.stop()
         elapsed = time.monotonic() - started
@@ -505,7 +562,8 @@ def main():
     if args.only in (None, "snippets"):
         done.append(f"{passed['compiled']} C++ snippets compiled")
     if args.only in (None, "commands"):
-        done += [f"{passed['run']} zklock commands run", f"{passed['usage']} usage lines found in --help"]
+        done += [f"{passed['run']} zklock commands run", f"{passed['usage']} usage lines found in --help",
+                 f"{passed['inline']} inline zklock spans with options of --help"]
     print(f"docs: {', '.join(done)}, {len(skipped)} skipped ({elapsed:.1f} s){':' if skipped else ''}")
     for where, what, reason in skipped:
         print(f"  skipped {where}: {what.strip()[:70]} ({reason})")
