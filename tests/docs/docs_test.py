@@ -20,6 +20,7 @@ import argparse
 import glob
 import os
 import re
+import select
 import shlex
 import shutil
 import subprocess
@@ -311,6 +312,20 @@ echo "stub {name} ran: $*"
 """
 
 
+def line_within(stream, expected, timeout_s):
+    """True once `stream` gives the line `expected` within timeout_s; False at its end or then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            return False
+        line = stream.readline()
+        if not line:
+            return False
+        if line.strip() == expected:
+            return True
+
+
 class CommandRunner:
     def __init__(self, source, zklock, workdir):
         self.source, self.zklock, self.workdir = source, zklock, workdir
@@ -382,8 +397,8 @@ class CommandRunner:
                                            "echo held; exec sleep 600"], env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
                 started.append(holder)
-                if holder.stdout.readline().strip() != "held":
-                    return f"given(holder {path}): the holder did not get the lock"
+                if not line_within(holder.stdout, "held", COMMAND_TIMEOUT_S):
+                    return f"given(holder {path}): the holder did not get the lock within {COMMAND_TIMEOUT_S} s"
             argv = ["/bin/sh", "-c", command]
             if terminal_input is not None:
                 argv = ["/usr/bin/script", "-qec", command, "/dev/null"]
