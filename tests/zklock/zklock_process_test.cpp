@@ -1406,6 +1406,12 @@ std::int64_t local_window(std::chrono::milliseconds period) {
   return now.count() / period.count();
 }
 
+// This machine's ISO week (UTC), for --once-per 1w.
+std::int64_t local_week() {
+  constexpr std::int64_t monday_shift = 3 * 86'400'000LL;
+  return (local_window(std::chrono::milliseconds(1)) + monday_shift) / std::chrono::milliseconds(std::chrono::weeks(1)).count();
+}
+
 std::size_t line_count(const std::filesystem::path& file) {
   const std::string text = read_file(file);
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
@@ -1496,13 +1502,14 @@ TEST_F(ZklockTest, OncePerRecordsTheExitCodeAndListShowsTheLastRun) {
   const Outcome text = list();
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr(path_ + ": free"));
-  EXPECT_THAT(text.output, ::testing::ContainsRegex("last --once-per run: started [^ ]+Z by \"nightly\" "
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("last --once-per run \\(1w UTC\\): started [^ ]+Z by \"nightly\" "
                                                     "\\(token [0-9]+, session 0x[0-9a-f]+\\), exited 3 at [^ ]+Z"));
   EXPECT_THAT(text.output, Not(HasSubstr("not a contender")));
   const Outcome json = list({"--json"});
-  EXPECT_THAT(json.output, HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"started":")"));
+  EXPECT_THAT(json.output,
+              HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"schedule":"1w UTC","started":")"));
   EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly","token":"[0-9]+","session":"0x[0-9a-f]+",)"
-                                                    R"("exit_code":3,"finished":"[^"]+Z"\}\})"));
+                                                    R"("exit_code":3,"finished":"[^"]+Z"\},"last_runs":\[\{)"));
   // Neither the clock probe nor anything else is left beside the record.
   zkr::SessionOptions options;
   options.servers = servers_;
@@ -1519,12 +1526,81 @@ TEST_F(ZklockTest, OncePerRefusesARecordItDidNotWrite) {
   const Outcome refused = run_to_end(zklock({"--once-per", "1d", path_, "echo", "job-ran"}));
   EXPECT_EQ(refused.exit_code, 65) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr(path_ + "/zklock.last-run is not a run record zklock wrote (it does not "
-                                        "start with 'zklock run record 1')"));
+                                        "start with 'zklock run record 2')"));
   EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
   EXPECT_EQ(session.get(path_ + "/zklock.last-run").data, "last-run=yesterday");
   // --list shows it as what it is: a child that is not a contender.
   EXPECT_THAT(list().output, HasSubstr("not a contender: zklock.last-run"));
   session.remove(path_ + "/zklock.last-run");
+}
+
+// A run that failed leaves its window open: the next zklock in the window runs the command again,
+// until one exits 0. (Week windows: a test straddling Monday 00:00 UTC cannot judge, and says so.)
+TEST_F(ZklockTest, OncePerRunsAgainAfterAFailedRunInTheSameWindow) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const auto run = [&](std::string_view exit_code) {
+    return run_to_end(zklock({"--once-per", "1w", path_, "-c", fmt::format("echo ran >> '{}'; exit {}",
+                                                                             runs.string(), exit_code)}));
+  };
+  const Outcome failed = run("3");
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  const Outcome again = run("4");
+  EXPECT_EQ(again.exit_code, 4) << again.output;
+  EXPECT_THAT(again.output, ::testing::ContainsRegex("this window's run \\([^)]+\\) started [^ ]+Z by .*, exited 3 "
+                                                     "at [^ ]+Z: running it again"));
+  const Outcome succeeded = run("0");
+  EXPECT_EQ(succeeded.exit_code, 0) << succeeded.output;
+  const Outcome skipped = run("0");
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, HasSubstr("is claimed already"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a Monday 00:00 UTC";
+  EXPECT_EQ(line_count(runs), 3u);
+}
+
+// --count-failed: the old rule, any started run uses up its window.
+TEST_F(ZklockTest, OncePerCountFailedLetsAFailedRunUseUpItsWindow) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const std::string job = fmt::format("echo ran >> '{}'; exit 3", runs.string());
+  const Outcome failed = run_to_end(zklock({"--once-per", "1w", "--count-failed", path_, "-c", job}));
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  const Outcome skipped = run_to_end(zklock({"--once-per", "1w", "--count-failed", path_, "-c", job}));
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, ::testing::ContainsRegex("claimed already: .*exited 3 at"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a Monday 00:00 UTC";
+  EXPECT_EQ(line_count(runs), 1u);
+}
+
+// One entry per schedule: an hourly run is not claimed by this week's run, nor the reverse, and
+// --list shows both.
+TEST_F(ZklockTest, OncePerKeepsARecordPerPeriodAndZone) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const auto run = [&](std::vector<std::string> schedule) {
+    schedule.insert(schedule.begin(), "--once-per");
+    for (std::string argument : {path_, std::string("-c"), fmt::format("echo ran >> '{}'", runs.string())})
+      schedule.push_back(argument);
+    return run_to_end(zklock(schedule));
+  };
+  EXPECT_EQ(run({"1w"}).exit_code, 0);
+  const Outcome hourly = run({"1h"});
+  EXPECT_EQ(hourly.exit_code, 0) << hourly.output;
+  EXPECT_THAT(hourly.output, Not(HasSubstr("claimed already")));
+  const Outcome berlin = run({"1w", "--tz", "Europe/Berlin"});
+  EXPECT_THAT(berlin.output, Not(HasSubstr("claimed already")));
+  EXPECT_THAT(run({"1w"}).output, HasSubstr("claimed already"));
+  EXPECT_THAT(run({"1w", "--tz", "Europe/Berlin"}).output, HasSubstr("(Europe/Berlin)"));
+
+  const Outcome text = list();
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1w UTC): started"));
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1h UTC): started"));
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1w Europe/Berlin): started"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a week's start";
+  EXPECT_EQ(line_count(runs), 3u);
 }
 
 }  // namespace
