@@ -1559,6 +1559,41 @@ TEST_F(ZklockTest, OncePerRunsAgainAfterAFailedRunInTheSameWindow) {
   EXPECT_EQ(line_count(runs), 3u);
 }
 
+// Records of other versions: version 1 (one run, no schedule) counts for every schedule and is
+// replaced at the next claim; a newer version is refused, asking for an upgrade. A run of this
+// window that never recorded its end, and whose runner holds nothing, is run again.
+TEST_F(ZklockTest, OncePerReadsOlderRecordsAndRefusesNewerOnes) {
+  zkr::SessionOptions options;
+  options.servers = servers_;
+  zkr::Session session(options);
+  const std::string record = path_ + "/zklock.last-run";
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto window = local_week();
+  session.create(path_);
+  session.create(record, fmt::format("zklock run record 1\nstarted_ms={}\nowner=old\ntoken=1\nsession=0x1\n"
+                                     "exit_code=0\n", now_ms));
+  const Outcome skipped = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, HasSubstr("claimed already: started"));
+  EXPECT_THAT(skipped.output, Not(HasSubstr("job-ran")));
+
+  session.set(record, fmt::format("zklock run record 2\nrun 1w UTC\nstarted_ms={}\nowner=gone\ntoken=1\n"
+                                  "session=0x1\n", now_ms));
+  const Outcome again = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("by \"gone\" (token 1, session 0x1), not (yet) finished: running it again"));
+  if (local_week() == window) EXPECT_THAT(again.output, HasSubstr("job-ran"));
+
+  session.set(record, "zklock run record 3\nrun 1w UTC\nstarted_ms=1\n");
+  const Outcome refused = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(refused.exit_code, 65) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("it is a version 3 run record, and this zklock reads versions 1 and 2: "
+                                        "upgrade zklock"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  session.remove(record);
+}
+
 // --count-failed: the old rule, any started run uses up its window.
 TEST_F(ZklockTest, OncePerCountFailedLetsAFailedRunUseUpItsWindow) {
   const TempDir dir("zklock-once");
