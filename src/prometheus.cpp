@@ -78,6 +78,16 @@ void append_series_name(std::string& out, std::string_view name,
   out += '}';
 }
 
+// The text of a bucket's bound: kDurationBuckets' are written once.
+std::string bound_text(std::size_t index, double bound) {
+  static const std::array<std::string, std::size(kDurationBuckets)> texts = [] {
+    std::array<std::string, std::size(kDurationBuckets)> formatted;
+    for (std::size_t i = 0; i < formatted.size(); ++i) formatted[i] = fmt::format("{}", kDurationBuckets[i]);
+    return formatted;
+  }();
+  return index < texts.size() && bound == kDurationBuckets[index] ? texts[index] : fmt::format("{}", bound);
+}
+
 }  // namespace
 
 std::vector<MetricFamily> metric_families(const SessionMetrics& m) {
@@ -142,8 +152,9 @@ std::string prometheus_text(const SessionMetrics& metrics) {
         continue;
       }
       const std::string bucket = family.name + "_bucket";
-      for (const auto& [bound, count] : series.buckets) {
-        append_series_name(out, bucket, series.labels, {"le", fmt::format("{}", bound)});
+      for (std::size_t i = 0; i < series.buckets.size(); ++i) {
+        const auto& [bound, count] = series.buckets[i];
+        append_series_name(out, bucket, series.labels, {"le", bound_text(i, bound)});
         fmt::format_to(std::back_inserter(out), " {}\n", count);
       }
       append_series_name(out, bucket, series.labels, {"le", "+Inf"});
