@@ -161,6 +161,19 @@ TEST(OncePerWindows, DaysAreCalendarDaysOfTheZone) {
   EXPECT_EQ(window_of(spring_start + 1'800'000, day), window_of(spring_start - 1, day));
 }
 
+TEST(OncePerWindows, TheHourRepeatedWhenClocksGoBackIsOneWindow) {
+  const TimeZone berlin = zone("Europe/Berlin");
+  const std::chrono::milliseconds hour = 1h;
+  // 2026-10-25: 02:00-03:00 happens at 00:00Z (CEST) and again at 01:00Z (CET).
+  const std::int64_t first_two_am = 1792886400000, second_two_am = first_two_am + 3'600'000;
+  EXPECT_EQ(window_of(second_two_am, hour, berlin), window_of(first_two_am, hour, berlin));
+  EXPECT_EQ(window_of(second_two_am + 1'800'000, hour, berlin), window_of(first_two_am + 1'800'000, hour, berlin));
+  EXPECT_EQ(window_of(second_two_am + 3'600'000, hour, berlin), window_of(first_two_am, hour, berlin) + 1);
+  EXPECT_EQ(window_start(window_of(second_two_am, hour, berlin), hour, berlin), first_two_am);
+  // In UTC, two windows.
+  EXPECT_EQ(window_of(second_two_am, hour), window_of(first_two_am, hour) + 1);
+}
+
 TEST(OncePerWindows, WeeksStartOnMondayInTheZone) {
   const TimeZone berlin = zone("Europe/Berlin");
   const std::chrono::milliseconds week = std::chrono::weeks(1);
