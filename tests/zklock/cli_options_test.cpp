@@ -364,6 +364,27 @@ TEST(ZklockOptions, OncePerTakesAPeriodWithAUnit) {
   EXPECT_THAT(usage_error({"--once-per", "1h", "--break", "/p"}), HasSubstr("--once-per applies only to running a command"));
 }
 
+TEST(ZklockOptions, OncePerTakesATimeZoneAndTheFailedRunPolicy) {
+  const CliOptions defaults = parse({"--once-per", "1d", "/p", "true"});
+  EXPECT_EQ(defaults.once_per_zone.name(), "UTC");
+  EXPECT_FALSE(defaults.count_failed);
+  const CliOptions berlin = parse({"--once-per", "1d", "--tz", "Europe/Berlin", "--count-failed", "/p", "true"});
+  EXPECT_EQ(berlin.once_per_zone.name(), "Europe/Berlin");
+  EXPECT_TRUE(berlin.count_failed);
+  EXPECT_EQ(parse({"--once-per", "1d", "--tz=Asia/Kolkata", "/p", "true"}).once_per_zone.offset_at(0), 19800);
+  EXPECT_THAT(usage_error({"--once-per", "1d", "--tz", "Mars/Base", "/p", "true"}),
+              HasSubstr("invalid value 'Mars/Base' for --tz: unknown time zone 'Mars/Base'"));
+  EXPECT_THAT(usage_error({"--once-per", "1d", "--tz", "", "/p", "true"}),
+              HasSubstr("invalid value '' for --tz: '' is not a time zone name"));
+  EXPECT_THAT(usage_error({"--tz", "UTC", "/p", "true"}), HasSubstr("--tz applies only to --once-per"));
+  EXPECT_THAT(usage_error({"--count-failed", "/p", "true"}), HasSubstr("--count-failed applies only to --once-per"));
+  const std::string help = help_text();
+  EXPECT_THAT(help, HasSubstr("--tz ZONE"));
+  EXPECT_THAT(help, HasSubstr("(default UTC)"));
+  EXPECT_THAT(help, HasSubstr("Monday 00:00 to Monday 00:00"));
+  EXPECT_THAT(help, HasSubstr("--count-failed"));
+}
+
 TEST(ZklockOptions, WatchGoesWithListOnly) {
   EXPECT_TRUE(parse({"--list", "/p", "--watch"}).watch);
   EXPECT_TRUE(parse({"--watch", "--json", "--list", "/p"}).watch);

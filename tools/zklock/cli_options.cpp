@@ -39,6 +39,8 @@ constexpr OptionSpec option_table[] = {
     {"exclusive", 'x', false},
     {"slots", 'N', true},
     {"once-per", '\0', true},
+    {"tz", '\0', true},
+    {"count-failed", '\0', false},
     {"session-timeout", '\0', true},
     {"connect-timeout", '\0', true},
     {"tick-time", '\0', true},
@@ -348,11 +350,23 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
 
 void read_once_per(const GivenOptions& given, CliOptions& options) {
   const auto value = given.text("once-per");
-  if (!value) return;
+  if (!value) {
+    if (given.text("tz")) throw UsageError("--tz applies only to --once-per");
+    if (given.flag("count-failed")) throw UsageError("--count-failed applies only to --once-per");
+    return;
+  }
   if (options.kind != LockKind::mutex) {
     throw UsageError("--once-per runs the job on one host at a time: it takes a plain lock, drop -s, -x or -N");
   }
   options.once_per = parse_period(*value, "--once-per");
+  if (auto zone = given.text("tz")) {
+    try {
+      options.once_per_zone = TimeZone::load(*zone);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(fmt::format("invalid value '{}' for --tz: {}", *zone, error.what()));
+    }
+  }
+  options.count_failed = given.flag("count-failed");
 }
 
 // What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
@@ -476,10 +490,18 @@ each option is given at most once:
                                 readers and writers
   -N, --slots N                 take one of N slots of a semaphore: up to N jobs run at once
                                 (the library's Semaphore; every participant must give the same N)
-      --once-per PERIOD         run the command at most once per PERIOD (30m, 1h, 1d, 1w...)
-                                on all hosts together: periods are windows of the ensemble
-                                leader's clock (UTC days for 1d); a zklock that finds this
-                                window's run done (or running) exits 0 without running it
+      --once-per PERIOD         run the command once per PERIOD (30m, 1h, 1d, 1w...) on all
+                                hosts together: periods are windows of the ensemble leader's
+                                clock in the --tz zone (1d: calendar days; 1w: ISO weeks,
+                                Monday 00:00 to Monday 00:00); a zklock that finds this
+                                window's run done (or running) exits 0 without running it;
+                                a run that failed (exit status not 0, killed, lock lost)
+                                leaves the window open, and the next zklock runs it again
+      --tz ZONE                 with --once-per: the time zone of its windows, a name of the
+                                tz database such as Europe/Berlin (default UTC); days are 23
+                                or 25 hours long when the clocks change
+      --count-failed            with --once-per: any run that started uses up its window, even
+                                one that failed (at most one start per window)
       --session-timeout SECS    requested session timeout (default 10), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)
@@ -529,13 +551,14 @@ signals...) are ignored.
 
 Exit status:
   the command's status (128+N if it was killed by signal N)
-  0             also: --once-per found this period's run already done or running elsewhere
+  0             also: --once-per found this window's run already done or running elsewhere
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
                 the loss came, or the release could not confirm it held to the end); the
                 command was stopped
   64            usage error: bad option, value or lock path, or a chroot that does not exist
-  65            --once-per: the path's run record is not one zklock wrote; nothing was run
+  65            --once-per: the path's run record is not one this zklock reads (another
+                program's, or a newer zklock's); nothing was run
   66            with --list or --break: LOCKPATH (or the chroot) does not exist
   69            the ensemble could not be reached within the connect timeout (a session lost
                 while waiting for the lock is replaced: zklock queues again and runs)

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "time_zone.hpp"
+
 namespace zklock {
 
 enum class Mode { run, list, break_lock, help, version };
@@ -34,6 +36,8 @@ struct CliOptions {
   int slots = 0;  // LockKind::semaphore: how many jobs may hold at once
   // --once-per: run at most once per window of this length (of the ensemble leader's clock).
   std::optional<std::chrono::milliseconds> once_per;
+  TimeZone once_per_zone;     // --tz: the zone whose wall clock the windows follow (UTC)
+  bool count_failed = false;  // --count-failed: a failed run uses up its window too
 
   std::chrono::milliseconds session_timeout{10'000};
   std::chrono::milliseconds connect_timeout{15'000};

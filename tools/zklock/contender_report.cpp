@@ -185,7 +185,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
 }  // namespace
 
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
-                                std::optional<int> slots, const std::optional<RunRecord>& last_run) {
+                                std::optional<int> slots, const std::vector<RunRecord>& last_runs) {
   if (!listing.exists) {
     if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
     return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
@@ -195,7 +195,10 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
   if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
   else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
-  if (last_run) out += fmt::format("last --once-per run: {}\n", describe_run(*last_run));
+  for (const auto& run : last_runs) {
+    out += fmt::format("last --once-per run{}: {}\n", run.schedule.empty() ? "" : fmt::format(" ({})", run.schedule),
+                       describe_run(run));
+  }
   return out;
 }
 
@@ -213,7 +216,7 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
 }
 
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
-                                const std::optional<RunRecord>& last_run) {
+                                const std::vector<RunRecord>& last_runs) {
   std::string out = fmt::format("{{\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false",
                                 slots ? fmt::format("\"slots\":{},", *slots) : std::string());
@@ -230,7 +233,14 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }
   out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
-  if (last_run) out += fmt::format(",\"last_run\":{}", run_record_json(*last_run));
+  if (!last_runs.empty()) {
+    const auto latest = std::max_element(last_runs.begin(), last_runs.end(), [](const auto& a, const auto& b) {
+      return a.started_ms < b.started_ms;
+    });
+    out += fmt::format(",\"last_run\":{},\"last_runs\":[", run_record_json(*latest));
+    for (std::size_t i = 0; i < last_runs.size(); ++i) out += (i ? "," : "") + run_record_json(last_runs[i]);
+    out += ']';
+  }
   out += "}\n";
   return out;
 }

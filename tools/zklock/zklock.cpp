@@ -90,13 +90,13 @@ class Zklock {
   struct Listing {
     zkr::PathListing contenders;
     std::optional<int> slots;
-    std::optional<RunRecord> last_run;
+    std::vector<RunRecord> last_runs;
   };
   Listing read_listing();           // fails (exits) on an error
   Listing read_listing_or_throw();  // throws zkr::Error
   bool passing_outage(const std::error_code& code) const;
   std::string format_listing(const Listing& listing) const;
-  std::optional<RunRecord> read_last_run(zkr::PathListing& listing);
+  std::vector<RunRecord> read_last_runs(zkr::PathListing& listing);
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -424,7 +424,10 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
                                    error.what()));
   }
   if (!verdict.already_ran) {
-    if (held && options_.verbose()) {
+    if (held && verdict.again && !options_.quiet()) {
+      say("{}: this window's run ({}) {}: running it again", options_.lock_path, gate.describe_window(verdict.now_ms),
+          describe_run(*verdict.last));
+    } else if (held && options_.verbose()) {
       say("claimed the window {} of --once-per for this run", gate.describe_window(verdict.now_ms));
     }
     return false;
@@ -446,7 +449,8 @@ int Zklock::run() {
       session_->on_deadline([inbox = inbox_](zkr::SessionDeadline deadline) { inbox->post_deadline(deadline); });
   std::optional<OncePerGate> once_per;
   if (options_.once_per) {
-    once_per.emplace(*session_, options_.lock_path, *options_.once_per);
+    once_per.emplace(*session_, options_.lock_path, *options_.once_per, options_.once_per_zone,
+                     options_.count_failed);
     if (once_per_window_done(*once_per, nullptr)) {
       session_->close();
       return 0;
@@ -521,17 +525,17 @@ std::string Zklock::current_holders() {
 
 // The path's --once-per record, shown as the last run rather than as a child that is not a
 // contender. A record zklock did not write stays listed as such a child.
-std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
+std::vector<RunRecord> Zklock::read_last_runs(zkr::PathListing& listing) {
   auto& others = listing.not_contenders;
   const auto record = std::find(others.begin(), others.end(), run_record_name);
-  if (record == others.end()) return std::nullopt;
+  if (record == others.end()) return {};
   const auto node = read_run_record_node(*session_, options_.lock_path);
-  if (!node) return std::nullopt;  // removed since the listing
+  if (!node) return {};  // removed since the listing
   std::string problem;
-  auto last_run = run_record_from(*node, problem);
-  if (!last_run) return std::nullopt;
+  auto last_runs = run_records_from(*node, problem);
+  if (!last_runs) return {};
   others.erase(record);
-  return last_run;
+  return std::move(*last_runs);
 }
 
 Zklock::Listing Zklock::read_listing_or_throw() {
@@ -539,7 +543,7 @@ Zklock::Listing Zklock::read_listing_or_throw() {
   // A semaphore's path records its slots: its first N contenders hold, not only the first.
   listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
-  listing.last_run = read_last_run(listing.contenders);
+  listing.last_runs = read_last_runs(listing.contenders);
   return listing;
 }
 
@@ -560,11 +564,11 @@ bool Zklock::passing_outage(const std::error_code& code) const {
 }
 
 std::string Zklock::format_listing(const Listing& listing) const {
-  if (options_.json) return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run);
+  if (options_.json) return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_runs);
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
   return format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
-                             listing.last_run);
+                             listing.last_runs);
 }
 
 void print_report(const std::string& report) {
