@@ -402,5 +402,42 @@ TEST_F(NetLabTest, GcRemovesALabWhoseOwnerAndWatchdogAreGone) {
   std::filesystem::remove_all(dir, ignored);
 }
 
+// The child entry of the next test: holds a lab, says what, and waits to be killed.
+TEST(NetLabKilledChild, DISABLED_HoldsALab) {
+  NetLab lab({.servers = 1, .clients = 0});
+  print_held("lab", lab.describe().substr(7, 7));  // "netlab zkrNNNN (...": the lab's name
+  print_held("ready", "");
+  std::this_thread::sleep_for(120s);
+}
+
+// A test killed with SIGKILL mid-run leaves no namespace, no registry entry and no directory.
+TEST_F(NetLabTest, KilledTestLeavesNothingBehind) {
+  auto held = hold_in_child("NetLabKilledChild.DISABLED_HoldsALab", scaled(120s));
+  const std::string lab_name = held.all("lab").at(0);
+  ASSERT_TRUE(lab_namespaces_exist(lab_name));
+  std::string dir;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/zkr-netlab")) {
+    if (entry.path().filename() == lab_name + ".json") {
+      std::ifstream in(entry.path());
+      std::string record((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto key = record.find("\"state_dir\": \"");
+      ASSERT_NE(key, std::string::npos) << record;
+      dir = record.substr(key + 14, record.find('"', key + 14) - key - 14);
+    }
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir)) << "no state directory '" << dir << "' for " << lab_name;
+
+  held.process->signal(SIGKILL);
+  held.process->wait(5s);
+  const auto deadline = Clock::now() + scaled(30s);
+  while ((lab_namespaces_exist(lab_name) || std::filesystem::exists(dir) ||
+          std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json")) &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(lab_namespaces_exist(lab_name)) << "the namespaces of " << lab_name << " were left behind";
+  EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " was left behind";
+}
+
 }  // namespace
 }  // namespace zkr::testenv

@@ -191,6 +191,19 @@ class Process {
   std::optional<int> status_;
 };
 
+// For tests that kill a test mid-run: runs one test of this very binary (a DISABLED_ one too) in a
+// child process, which prints "held KEY VALUE" lines for what it holds, then "held ready" (see
+// print_held). Returns the child and those facts, KEY -> VALUES in order; throws
+// std::runtime_error with the child's output if it ends or stays silent first.
+struct HeldByChild {
+  std::unique_ptr<Process> process;
+  std::multimap<std::string, std::string> facts;
+  std::vector<std::string> all(const std::string& key) const;
+};
+HeldByChild hold_in_child(const std::string& test_name, std::chrono::milliseconds timeout);
+// In the child: one "held KEY VALUE" line, flushed.
+void print_held(std::string_view key, std::string_view value);
+
 // Forces a real server-side expiry of a session: opens a second handle with the session's id and
 // 16-byte password, waits until it is connected, and closes it. Returns once the close completed.
 // Cut the original handle off first (Proxy::blackhole), or it may reconnect in between.
