@@ -344,7 +344,8 @@ std::string start_owned_lab(pid_t owner_pid, const std::string& dir) {
 // The watchdog removes a lab whose owner died without cleaning up.
 TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
   Process owner({"/bin/sleep", "120"});
-  const std::string dir = fmt::format("/tmp/zkr-netlab-watchdog-{}", ::getpid());
+  // Not named zkr-*: the reaper of another test's start must not race this test's watchdog.
+  const std::string dir = fmt::format("/tmp/netlab-watchdog-test-{}", ::getpid());
   const std::string lab_name = start_owned_lab(owner.pid(), dir);
   ASSERT_TRUE(lab_namespaces_exist(lab_name));
 
@@ -364,11 +365,12 @@ TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
 // With its watchdog gone too, a dead owner's lab is removed by `netlab.py gc`, and only then.
 TEST_F(NetLabTest, GcRemovesALabWhoseOwnerAndWatchdogAreGone) {
   Process owner({"/bin/sleep", "120"});
-  const std::string dir = fmt::format("/tmp/zkr-netlab-gc-{}", ::getpid());
+  // Not named zkr-*: the reaper of another test's start would remove the lab before gc does.
+  const std::string dir = fmt::format("/tmp/netlab-gc-test-{}", ::getpid());
   const std::string lab_name = start_owned_lab(owner.pid(), dir);
 
-  // The watchdog is the one state.json names; make sure of its command line before killing it.
-  std::ifstream state_file(dir + "/state.json");
+  // The watchdog is the one owner.json names; make sure of its command line before killing it.
+  std::ifstream state_file(dir + "/owner.json");
   std::string state((std::istreambuf_iterator<char>(state_file)), std::istreambuf_iterator<char>());
   auto key = state.find("\"watchdog_pid\": ");
   ASSERT_NE(key, std::string::npos) << state;
