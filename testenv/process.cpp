@@ -297,7 +297,8 @@ HeldByChild hold_in_child(const std::string& test_name, std::chrono::millisecond
 }
 
 void print_held(std::string_view key, std::string_view value) {
-  std::fputs(fmt::format("held {} {}\n", key, value).c_str(), stdout);
+  std::fputs((value.empty() ? fmt::format("held {}\n", key) : fmt::format("held {} {}\n", key, value)).c_str(),
+             stdout);
   std::fflush(stdout);
 }
 
