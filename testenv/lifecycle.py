@@ -217,12 +217,22 @@ def wait_ready(records, pending, timeout_s, what, poll_s=0.1):
         time.sleep(poll_s)
 
 
-def start_with_retries(attempt, clean_up, attempts=3):
+def require_owner(state_dir):
+    """Raises if state_dir's owner died while it was being started: the watchdog may already have
+    cleaned up, and would not see what the start launched afterwards."""
+    record = read_owner(state_dir)
+    if record and record.get("owner_pid") and not owner_alive(record):
+        raise EnvError(f"the owner of {state_dir} (pid {record['owner_pid']}) is gone")
+
+
+def start_with_retries(state_dir, attempt, clean_up, attempts=3):
     """Runs attempt() until it returns; after a failure, clean_up() stops what it started. Only a
     PortClash is retried (attempt() chooses fresh ports each time)."""
     for number in range(1, attempts + 1):
         try:
-            return attempt()
+            result = attempt()
+            require_owner(state_dir)
+            return result
         except BaseException as e:
             clean_up()
             if isinstance(e, PortClash) and number < attempts:

@@ -366,6 +366,7 @@ def command_start(args):
             launch_server(state_dir, state, server)
         lifecycle.save_state(state_dir, state)
         zkenv.wait_cluster_ready(state, args.timeout, server_mode)
+        lifecycle.require_owner(state_dir)
         state["start_seconds"] = round(time.monotonic() - started, 2)
         lifecycle.save_state(state_dir, state)
         mark_ready(lab)

@@ -224,7 +224,7 @@ def command_start(args):
         finally:
             lifecycle.save_state(state_dir, state)
 
-    lifecycle.start_with_retries(attempt, clean_up, START_ATTEMPTS)
+    lifecycle.start_with_retries(state_dir, attempt, clean_up, START_ATTEMPTS)
     lifecycle.save_state(state_dir, state)
     conninfo = os.path.join(state_dir, "conninfo")
     with open(os.open(conninfo, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:

@@ -325,7 +325,7 @@ def command_start(args):
             lifecycle.stop(state["servers"], server_name, grace_s=0)
             lifecycle.save_state(state_dir, state)
 
-    state = lifecycle.start_with_retries(attempt, clean_up, START_ATTEMPTS)
+    state = lifecycle.start_with_retries(state_dir, attempt, clean_up, START_ATTEMPTS)
     with open(os.path.join(state_dir, "connect_string"), "w") as f:
         f.write(connect_string(state) + "\n")
     print(connect_string(state), flush=True)
