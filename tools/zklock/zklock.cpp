@@ -665,7 +665,7 @@ int Zklock::break_lock() {
   }
   // As --list says it: a path that does not exist is not one without a holder (a typo, a chroot).
   if (!listing.exists) {
-    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, std::nullopt});
+    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, {}});
     while (!missing.empty() && missing.back() == '\n') missing.pop_back();
     say("{}, nothing to break", missing);
     return exit_code::no_such_path;
