@@ -1340,7 +1340,9 @@ TEST_F(QueueInterleaving, APeerSemaphoreAcquisitionOnAClosedSessionLetsTheSessio
   auto session = open_session();
   const std::weak_ptr<detail::SessionCore> core = detail::Internals::core(*session);
   for (const auto layout : {SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo}) {
-    Semaphore semaphore(*session, fmt::format("/semaphores/closed-{}", to_string(layout)), 2, {.layout = layout});
+    SemaphoreOptions options;
+    options.layout = layout;
+    Semaphore semaphore(*session, fmt::format("/semaphores/closed-{}", to_string(layout)), 2, options);
     session->close();
     auto told = std::make_shared<std::promise<std::error_code>>();
     auto outcome = told->get_future();
