@@ -58,15 +58,15 @@ std::vector<std::string> lines_so_far(Process& process) {
 }
 
 // A session of its own beside the jobs, measuring the ensemble's silence: the gaps between its
-// proofs of life through the leader. Its 30 s timeout outlasts every fault here, so it measures
-// the silence without being lost to it.
+// proofs of life through the leader. Its 40 s timeout (the most Debian's servers grant) outlasts
+// the routine faults here, so it measures their silence without being lost to it.
 class SilenceProbe {
  public:
   SilenceProbe(const NetLab& lab, int client) {
     Process::Options options;
     options.pipe_stdin = true;
     process_ = lab.spawn(client,
-                         {ZKR_TEST_SESSION, lab.connect_string(), "30000", std::to_string(lab.options().tick_ms),
+                         {ZKR_TEST_SESSION, lab.connect_string(), "40000", std::to_string(lab.options().tick_ms),
                           "30000", "deadlines"},
                          options);
     if (!process_->wait_for_line("STATE connected", scaled(30s)))
@@ -174,14 +174,16 @@ class RollingRestartTest : public ::testing::Test {
     return jobs;
   }
 
-  // How many jobs the fault killed; stops the others. Reports what zklock said about each loss.
-  int jobs_killed(std::vector<Job>& jobs) {
+  // How many jobs the fault killed; stops the others. Reports what zklock said about each loss, as
+  // a failure unless `measuring`.
+  int jobs_killed(std::vector<Job>& jobs, bool measuring = false) {
     int killed = 0;
     for (auto& job : jobs) {
       for (auto& line : lines_so_far(*job.zklock)) job.said += line + "\n";
       if (!job.zklock->running()) {
         ++killed;
-        ADD_FAILURE() << "a job was killed (" << job.connected << "):\n" << job.said;
+        if (!measuring) ADD_FAILURE() << "a job was killed (" << job.connected << "):\n" << job.said;
+        else std::cout << "a job was killed:\n" << job.said;
       }
     }
     for (auto& job : jobs) {
@@ -191,9 +193,49 @@ class RollingRestartTest : public ::testing::Test {
     return killed;
   }
 
+  // A lab with a job and a probe on each client, a few heartbeats into the quiet; probes started.
+  void prepare() {
+    lab_ = std::make_unique<NetLab>(options());
+    std::cout << lab_->describe() << std::endl;
+    probes_ = std::make_unique<Probes>(*lab_);
+    jobs_ = start_jobs(*lab_);
+    ASSERT_FALSE(HasFailure());
+    std::this_thread::sleep_for(2s);
+    leader_ = lab_->leader();
+    ASSERT_GE(leader_, 0) << "no leader";
+    probes_->start();
+  }
+
+  // After the event: reports it with the silence it imposed and the jobs it killed (their number).
+  int finish(const std::string& name, const std::string& event, bool measuring = false) {
+    const auto silence = probes_->longest_silence();
+    const int killed = jobs_killed(jobs_, measuring);
+    report(name, fmt::format("{}; longest silence {}; jobs killed {} of {}; zklock: {}", event, silence, killed, kJobs,
+                             tolerated(jobs_)));
+    return killed;
+  }
+
+  static double seconds(std::chrono::steady_clock::duration duration) {
+    return std::chrono::duration<double>(duration).count();
+  }
+
+  std::unique_ptr<NetLab> lab_;
+  std::unique_ptr<Probes> probes_;
+  std::vector<Job> jobs_;
+  int leader_ = -1;
+
   void report(const std::string& what, const std::string& text) {
     std::cout << what << ": " << text << std::endl;
     RecordProperty(what, text);
+  }
+
+  // The jobs' "tolerated silence N" (zklock -v).
+  static std::chrono::milliseconds tolerated_silence(const std::vector<Job>& jobs) {
+    const std::string& line = jobs.front().connected;
+    const auto at = line.find("tolerated silence ");
+    if (at == std::string::npos) throw std::runtime_error("no tolerated silence in: " + line);
+    const double seconds = std::stod(line.substr(at + 18));  // "12s"; zklock prints seconds above 1 s
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   }
 
   static std::string tolerated(const std::vector<Job>& jobs) {
@@ -207,65 +249,63 @@ class RollingRestartTest : public ::testing::Test {
 // Each server in turn stopped (SIGTERM), started and waited for until it serves again, the leader
 // last, as an operator upgrading the ensemble does: no job may be stopped.
 TEST_F(RollingRestartTest, ARollingRestartKillsNoJob) {
-  NetLab lab(options());
-  std::cout << lab.describe() << std::endl;
-  Probes probes(lab);
-  auto jobs = start_jobs(lab);
-  ASSERT_FALSE(HasFailure());
-  std::this_thread::sleep_for(2s);  // a few heartbeats in the quiet
-
-  const int leader = lab.leader();
-  ASSERT_GE(leader, 0) << "no leader";
+  prepare();
+  if (HasFatalFailure()) return;
   std::vector<int> order;
-  for (int i = 0; i < lab.servers(); ++i)
-    if (i != leader) order.push_back(i);
-  order.push_back(leader);
-  probes.start();
+  for (int i = 0; i < lab_->servers(); ++i)
+    if (i != leader_) order.push_back(i);
+  order.push_back(leader_);
   const auto began = std::chrono::steady_clock::now();
   for (int server : order) {
-    lab.stop_server(server);
-    lab.start_server(server);  // returns once it serves (it has joined a quorum)
+    lab_->stop_server(server);
+    lab_->start_server(server);  // returns once it serves (it has joined a quorum)
   }
-  ASSERT_TRUE(lab.wait_for_leader(scaled(30s))) << "no leader after the restart";
+  ASSERT_TRUE(lab_->wait_for_leader(scaled(30s))) << "no leader after the restart";
   const auto restart_took = std::chrono::steady_clock::now() - began;
   std::this_thread::sleep_for(3s);  // past any deadline the restart's silence was still running towards
-
-  const auto silence = probes.longest_silence();
-  const int killed = jobs_killed(jobs);
-  report("rolling_restart",
-         fmt::format("restart of {} servers (leader s{} last) took {:.1f} s; longest silence {}; jobs killed "
-                     "{} of {}; zklock: {}",
-                     lab.servers(), leader, std::chrono::duration<double>(restart_took).count(),
-                     silence, killed, kJobs, tolerated(jobs)));
-  EXPECT_EQ(killed, 0);
+  EXPECT_EQ(finish("rolling_restart", fmt::format("restart of {} servers (leader s{} last) took {:.1f} s",
+                                                  lab_->servers(), leader_, seconds(restart_took))),
+            0);
 }
 
 // The leader's JVM killed (SIGKILL): its sockets close at once, the followers elect another.
 TEST_F(RollingRestartTest, ALeaderKilledKillsNoJob) {
-  NetLab lab(options());
-  std::cout << lab.describe() << std::endl;
-  Probes probes(lab);
-  auto jobs = start_jobs(lab);
-  ASSERT_FALSE(HasFailure());
-  std::this_thread::sleep_for(2s);
-
-  const int leader = lab.leader();
-  ASSERT_GE(leader, 0) << "no leader";
-  probes.start();
+  prepare();
+  if (HasFatalFailure()) return;
   const auto began = std::chrono::steady_clock::now();
-  lab.kill_server(leader);
-  ASSERT_TRUE(lab.wait_for_leader(scaled(30s))) << "no new leader";
+  lab_->kill_server(leader_);
+  ASSERT_TRUE(lab_->wait_for_leader(scaled(30s))) << "no new leader";
   const auto election_took = std::chrono::steady_clock::now() - began;
   std::this_thread::sleep_for(4s);
+  EXPECT_EQ(finish("leader_killed", fmt::format("leader s{} killed; new leader s{} after {:.1f} s", leader_,
+                                                lab_->leader(), seconds(election_took))),
+            0);
+}
 
-  const auto silence = probes.longest_silence();
-  const int killed = jobs_killed(jobs);
-  report("leader_killed",
-         fmt::format("leader s{} killed; new leader s{} after {:.1f} s; longest silence {}; jobs killed {} of "
-                     "{}; zklock: {}",
-                     leader, lab.leader(), std::chrono::duration<double>(election_took).count(),
-                     silence, killed, kJobs, tolerated(jobs)));
-  EXPECT_EQ(killed, 0);
+// Not a routine event, so measured by hand only (ZKR_MEASURE_VANISHED_LEADER=1): the leader's
+// host vanishes without closing a connection (power loss, a cut cable), as when every packet to
+// and from it is dropped. Followers notice only after syncLimit x tickTime (10 s), and clients
+// connected to it only after their own read timeout (two thirds of the session timeout).
+TEST_F(RollingRestartTest, AVanishedLeader) {
+  if (!std::getenv("ZKR_MEASURE_VANISHED_LEADER")) GTEST_SKIP() << "a measurement: ZKR_MEASURE_VANISHED_LEADER=1";
+  prepare();
+  if (HasFatalFailure()) return;
+  const auto began = std::chrono::steady_clock::now();
+  lab_->isolate(fmt::format("s{}", leader_));
+  int next = -1;
+  for (int i = 0; i < 600 && next < 0; ++i) {
+    for (int server = 0; server < lab_->servers(); ++server)
+      if (server != leader_ && lab_->mode(server) == "leader") next = server;
+    if (next < 0) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GE(next, 0) << "no new leader";
+  const auto election_took = std::chrono::steady_clock::now() - began;
+  // Past the deadline of every session that heard nothing since the cut.
+  std::this_thread::sleep_until(std::max(began + tolerated_silence(jobs_) + 3s, std::chrono::steady_clock::now() + 4s));
+  finish("leader_vanished", fmt::format("leader s{} cut off from every host; new leader s{} after {:.1f} s", leader_,
+                                        next, seconds(election_took)),
+         /*measuring=*/true);
+  lab_->heal();
 }
 
 // The price of a longer session: a holder that crashes (zklock and its job SIGKILLed, as when its
@@ -294,7 +334,7 @@ TEST_F(RollingRestartTest, ACrashedHolderBlocksThePathUntilItsSessionExpires) {
   ASSERT_TRUE(granted) << "the waiter never got the crashed holder's lock";
   EXPECT_EQ(waiter->wait(scaled(30s)), 0);
   report("crashed_holder", fmt::format("the path stayed blocked {:.1f} s after the holder crashed; zklock: {}",
-                                       std::chrono::duration<double>(blocked).count(),
+                                       seconds(blocked),
                                        connected->substr(connected->find("negotiated timeout"))));
 }
 

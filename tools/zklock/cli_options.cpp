@@ -473,7 +473,8 @@ each option is given at most once:
                                 on all hosts together: periods are windows of the ensemble
                                 leader's clock (UTC days for 1d); a zklock that finds this
                                 window's run done (or running) exits 0 without running it
-      --session-timeout SECS    requested session timeout (default 10), raised if needed to
+      --session-timeout SECS    requested session timeout (default 20: 12 s of ensemble
+                                silence tolerated, see -v), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)
       --connect-timeout SECS    how long to try to reach the ensemble (default 15); the
