@@ -3,9 +3,9 @@
 // that crashed or was cut off still hands its lock over only after its job is gone. The figures
 // docs/operations.md ("Timeouts") quotes come from these tests' output.
 //
-// Servers and clients run in network namespaces of their own (testenv::NetLab). Beside the zklocks
-// a probe session (zkr_test_session ... deadlines) with a long timeout prints each proof of life
-// that went through the leader; the longest gap between two of them is the silence the ensemble
+// Servers and clients run in network namespaces of their own (testenv::NetLab). Beside each zklock
+// a probe session (zkr_test_session ... deadlines, a 40 s session) prints each proof of life that
+// went through the leader; the longest gap between two of them is the silence the ensemble
 // imposed, which zklock's session must tolerate. Every zklock runs with the defaults unless
 // ZKR_ZKLOCK_SESSION_TIMEOUT (seconds) is set, which measures another --session-timeout by hand:
 //   ZKR_ZKLOCK_SESSION_TIMEOUT=10 build/tests/faults/rolling_restart_test
