@@ -1,7 +1,8 @@
 // A session in its own process, for tests that run it where the test cannot (in a network
 // namespace). Usage: zkr_test_session SERVERS SESSION_TIMEOUT_MS TICK_MS CONNECT_TIMEOUT_MS [deadlines]
 // Prints "ERROR <errc value> <message>" if the session cannot be made; else "STATE <state> <hex
-// session id>" for the first state and every change. With "deadlines" it also prints, once
+// session id>" for the first state and every change (with "deadlines", followed by the CLOCK_BOOTTIME
+// ns of the change). With "deadlines" it also prints, once
 // connected, "TIMING <negotiated ms> <lead time ms> <tolerated silence ms>", and for every move of
 // the monitor's deadline "PROOF <hex session id> <ns>": the CLOCK_BOOTTIME moment of the proof of
 // life (the deadline less the tolerated silence), so that a test can measure the longest silence
@@ -34,7 +35,11 @@ int main(int argc, char** argv) {
     std::mutex print;
     auto report = [&](zkr::SessionState state) {
       std::lock_guard guard(print);
-      fmt::print("STATE {} {:x}\n", zkr::to_string(state), static_cast<std::uint64_t>(session.id()));
+      if (deadlines)
+        fmt::print("STATE {} {:x} {}\n", zkr::to_string(state), static_cast<std::uint64_t>(session.id()),
+                   zkr::BootClock::now().time_since_epoch().count());
+      else
+        fmt::print("STATE {} {:x}\n", zkr::to_string(state), static_cast<std::uint64_t>(session.id()));
     };
     auto subscription = session.on_state_change(report);
     report(session.state());

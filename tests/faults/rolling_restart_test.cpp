@@ -90,6 +90,7 @@ class SilenceProbe {
  private:
   void collect() {
     for (const auto& line : lines_so_far(*process_)) {
+      if (std::getenv("ZKR_PROBE_TRACE")) std::cout << "probe " << line << std::endl;  // by hand: the timeline
       if (!line.starts_with("PROOF ")) continue;
       const long long proof = std::stoll(line.substr(line.rfind(' ') + 1));
       if (last_proof_ && proof > last_proof_) longest_ = std::max(longest_, proof - last_proof_);
@@ -291,6 +292,7 @@ TEST_F(RollingRestartTest, AVanishedLeader) {
   prepare();
   if (HasFatalFailure()) return;
   const auto began = std::chrono::steady_clock::now();
+  if (std::getenv("ZKR_PROBE_TRACE")) std::cout << "cut at " << boot_now_ns() << std::endl;
   lab_->isolate(fmt::format("s{}", leader_));
   int next = -1;
   for (int i = 0; i < 600 && next < 0; ++i) {
