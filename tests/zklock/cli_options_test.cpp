@@ -1,5 +1,8 @@
 // zklock's command line, parsed without starting anything.
+#include <algorithm>
+#include <cctype>
 #include <csignal>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -280,15 +283,68 @@ TEST(ZklockOptions, DurationText) {
   EXPECT_EQ(format_duration(1500ms), "1.5s");
 }
 
-TEST(ZklockOptions, HelpMentionsEveryOption) {
+TEST(ZklockOptions, HelpMentionsTheEnvironmentAndExitCodes) {
   const std::string help = help_text();
-  for (const char* option :
-       {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
-        "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
-        "--owner", "--auth-file", "--slots", "--break", "--node", "--force", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
-        "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "70", "77",
-        "126", "127"}) {
-    EXPECT_THAT(help, HasSubstr(option));
+  for (const char* item : {"ZKLOCK_FENCING_TOKEN", "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS",
+                           "75", "64", "65", "66", "69", "70", "77", "126", "127"}) {
+    EXPECT_THAT(help, HasSubstr(item));
+  }
+}
+
+// The man page's OPTIONS section: the tag line of each entry (the line after ".TP").
+std::vector<std::string> man_page_option_tags() {
+  std::ifstream in(ZKLOCK_MAN_PAGE);
+  std::vector<std::string> tags;
+  bool in_options = false;
+  bool after_tp = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(".SH")) in_options = line == ".SH OPTIONS";
+    if (in_options && after_tp) tags.push_back(line);
+    after_tp = line == ".TP";
+  }
+  return tags;
+}
+
+// The option as the man page's source spells it: "\-\-kill\-after".
+std::string roff(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '-' ? std::string("\\-") : std::string(1, c);
+  return out;
+}
+
+// Whatever the parser accepts, --help lists (in its column of options) and the man page describes
+// (an entry of its OPTIONS section), by every name it goes by.
+TEST(ZklockOptions, HelpAndManPageDescribeEveryAcceptedOption) {
+  const std::string help = help_text();
+  const std::vector<std::string> tags = man_page_option_tags();
+  ASSERT_FALSE(tags.empty()) << "no OPTIONS entries in " << ZKLOCK_MAN_PAGE;
+  const auto tagged = [&](const std::string& needle) {
+    return std::any_of(tags.begin(), tags.end(), [&](const std::string& tag) {
+      for (auto at = tag.find(needle); at != std::string::npos; at = tag.find(needle, at + 1)) {
+        const char before = at > 0 ? tag[at - 1] : ' ';
+        const char next = at + needle.size() < tag.size() ? tag[at + needle.size()] : ' ';
+        // Not part of a longer name (\-k inside \-\-kill\-after).
+        if (before != '-' && !std::isalnum(static_cast<unsigned char>(next)) && next != '\\') return true;
+      }
+      return false;
+    });
+  };
+  for (const AcceptedOption& option : accepted_options()) {
+    const std::string name = fmt::format("--{}", option.name);
+    const std::string help_entry =
+        option.short_name ? fmt::format("\n  -{}, {}", option.short_name, name) : fmt::format("\n      {}", name);
+    EXPECT_NE(help.find(help_entry), std::string::npos) << "--help does not list " << name;
+    EXPECT_TRUE(tagged(roff(name))) << "the man page's OPTIONS do not describe " << name;
+    if (option.short_name) {
+      EXPECT_TRUE(tagged(roff(fmt::format("-{}", option.short_name))))
+          << "the man page's OPTIONS do not describe -" << option.short_name;
+    }
+    if (!option.alias.empty()) {
+      EXPECT_NE(help.find(fmt::format(", --{}", option.alias)), std::string::npos)
+          << "--help does not list --" << option.alias;
+      EXPECT_TRUE(tagged(roff(fmt::format("--{}", option.alias))))
+          << "the man page's OPTIONS do not describe --" << option.alias;
+    }
   }
 }
 

@@ -442,6 +442,47 @@ TEST_F(ZklockTest, BreakDeletesTheHoldersNodeAndItsJobStops) {
   second.wait(scaled(30s));
 }
 
+// --break of a path that does not exist says so and exits 66, as --list does: a typo or a missing
+// chroot is not "no holder".
+TEST_F(ZklockTest, BreakOfAPathThatDoesNotExistSaysSoAndExits66) {
+  const Outcome missing = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(missing.exit_code, 66) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr(path_ + ": does not exist"));
+  EXPECT_THAT(missing.output, Not(HasSubstr("no holder")));
+  const Outcome chrooted = run_to_end(zklock({"--break", "/jobs", "--force"}, servers_ + path_ + "-chroot"));
+  EXPECT_EQ(chrooted.exit_code, 66) << chrooted.output;
+  EXPECT_THAT(chrooted.output, HasSubstr("does not exist (under the chroot " + path_ + "-chroot"));
+  EXPECT_EQ(run_to_end(zklock({"--list", path_})).exit_code, 66) << "--break created the path";
+
+  // An existing path without a holder: 1, "no holder".
+  ASSERT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
+  const Outcome free = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(free.exit_code, 1) << free.output;
+  EXPECT_THAT(free.output, HasSubstr("no holder, nothing to break"));
+}
+
+// A session lost while zklock waits in the queue is no error (the man page's EXIT STATUS): the
+// waiter queues again on a new session and runs its command once granted.
+TEST_F(ZklockTest, SessionLostWhileWaitingQueuesAgainAndRuns) {
+  Cluster cluster;
+  const std::string servers = cluster.connect_string();
+  auto holder = start_holder({}, nullptr, servers);
+  Process waiter(zklock({path_, "-c", "echo waiter ran"}, servers), merged_output());
+  KillAtEnd stop_waiter{waiter.pid(), true};
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string listing = run_to_end(zklock({"--list", path_, "--json"}, servers)).output;
+        return listing.find("\"holds\":false") != std::string::npos;  // the waiter queued behind the holder
+      },
+      30s));
+  cluster.freeze(0);
+  std::this_thread::sleep_for(scaled(4s));  // twice the 2 s session: both sessions lost
+  cluster.thaw(0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);  // the holder's job was stopped
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  EXPECT_THAT(waiter.read_all(scaled(5s)), HasSubstr("waiter ran"));
+}
+
 // On a terminal, --break asks; only "y" breaks.
 TEST_F(ZklockTest, BreakAsksOnATerminal) {
   if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "needs script(1) for a pseudo-terminal";

@@ -437,6 +437,12 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   return options;
 }
 
+std::vector<AcceptedOption> accepted_options() {
+  std::vector<AcceptedOption> accepted = {{"command", 'c', {}}};  // read after LOCKPATH, not from the table
+  for (const OptionSpec& option : option_table) accepted.push_back({option.name, option.short_name, option.alias});
+  return accepted;
+}
+
 std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
@@ -456,6 +462,7 @@ whole job.
 Options (they stop at LOCKPATH; '--' may stand before COMMAND). A value follows its option or is
 joined to it (--wait=5, -w5); short switches group (-nq); long names are spelled out in full, and
 each option is given at most once:
+  -c, --command 'SHELL COMMAND' after LOCKPATH, instead of COMMAND: run it with /bin/sh -c
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
                                 (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
   -n, --nonblock                fail at once if the lock is held (reaching the ensemble is
@@ -498,7 +505,8 @@ each option is given at most once:
                                 change (who leads an election, who holds a lock), until
                                 interrupted (then exit 0); with --json, one JSON line each
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
-                                first on a terminal); its zklock stops the job and exits 75
+                                first on a terminal); its zklock stops the job and exits 75;
+                                exit 1 if there is no holder, 66 if LOCKPATH does not exist
       --node NAME               with --break: which holder, when there are several
       --force                   with --break: do not ask
   -h, --help                    print this help and exit
@@ -529,8 +537,9 @@ Exit status:
                 command was stopped
   64            usage error: bad option, value or lock path, or a chroot that does not exist
   65            --once-per: the path's run record is not one zklock wrote; nothing was run
-  66            with --list: LOCKPATH (or the chroot) does not exist
-  69            the ensemble could not be reached within the connect timeout
+  66            with --list or --break: LOCKPATH (or the chroot) does not exist
+  69            the ensemble could not be reached within the connect timeout (a session lost
+                while waiting for the lock is replaced: zklock queues again and runs)
   70            an unexpected failure inside zklock or the library (a bug: please report it)
   77            authentication or ACL refusal
   126 / 127     the command could not be executed / was not found

@@ -90,6 +90,15 @@ int parse_exit_code(std::string_view text, std::string_view option);
 // Human text for durations in messages: "2s", "1.5s", "250ms".
 std::string format_duration(std::chrono::nanoseconds duration);
 
+// Every option the parser accepts (-c/--command included), for the test that --help and the man
+// page describe each of them.
+struct AcceptedOption {
+  std::string_view name;   // long name, without "--"
+  char short_name;         // '\0' if none
+  std::string_view alias;  // another long name, or empty
+};
+std::vector<AcceptedOption> accepted_options();
+
 std::string help_text();
 std::string version_text();
 

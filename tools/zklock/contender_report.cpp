@@ -1,5 +1,7 @@
 #include "contender_report.hpp"
 
+#include <algorithm>
+#include <array>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -69,6 +71,13 @@ std::string printable(std::string_view text) {
   for_each_sequence(text, [&](std::string_view sequence) { out += sequence; },
                     [&](std::string_view) { out += '?'; });
   return out.empty() ? "-" : out;
+}
+
+// Terminal columns a printable() text takes: one per code point (wide characters aside).
+std::size_t display_width(std::string_view text) {
+  std::size_t width = 0;
+  for (unsigned char c : text) width += (c & 0xC0) != 0x80 ? 1 : 0;
+  return width;
 }
 
 std::string json_array(const std::vector<std::string>& items) {
@@ -144,13 +153,31 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   std::string out = fmt::format("{}: {} holder{}, {} waiter{}{}\n", path, holders, holders == 1 ? "" : "s",
                                 contenders.size() - holders, contenders.size() - holders == 1 ? "" : "s",
                                 slots_note(slots));
-  const char* row = "{:<7} {:<9} {:<9} {:>12} {:<20} {:<24} {:<24} {}\n";
-  out += fmt::format(fmt::runtime(row), "STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE");
+  // Each column as wide as its longest value (owner data is free text of any length), and at least
+  // as wide as usual, so that the columns stay aligned.
+  constexpr std::size_t columns = 8;
+  using Row = std::array<std::string, columns>;
+  std::vector<Row> rows = {{"STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE"}};
   for (const auto& contender : contenders) {
-    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role, slots),
-                       scheme_name(contender.scheme), contender.token.value(),
-                       zkr::session_id_text(contender.session_id), format_utc(contender.created),
-                       printable(contender.owner_data), printable(contender.node));
+    rows.push_back({contender.holds ? "holder" : "waiter", std::string(role_name(contender.role, slots)),
+                    std::string(scheme_name(contender.scheme)), std::to_string(contender.token.value()),
+                    zkr::session_id_text(contender.session_id), format_utc(contender.created),
+                    printable(contender.owner_data), printable(contender.node)});
+  }
+  std::array<std::size_t, columns> widths = {7, 9, 9, 12, 20, 24, 24, 0};
+  for (const Row& row : rows) {
+    for (std::size_t column = 0; column + 1 < columns; ++column) {
+      widths[column] = std::max(widths[column], display_width(row[column]));
+    }
+  }
+  constexpr std::size_t token_column = 3;  // numbers align right
+  for (const Row& row : rows) {
+    for (std::size_t column = 0; column + 1 < columns; ++column) {
+      const std::string padding(widths[column] - display_width(row[column]), ' ');
+      out += column == token_column ? padding + row[column] : row[column] + padding;
+      out += ' ';
+    }
+    out += row.back() + '\n';
   }
   return out;
 }

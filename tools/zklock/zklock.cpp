@@ -654,15 +654,23 @@ int Zklock::watch_list() {
 int Zklock::break_lock() {
   connect();
   std::vector<zkr::ContenderInfo> holders;
-  std::optional<int> slots;
+  zkr::PathListing listing;
   try {
-    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-    for (auto& contender : zkr::list_contenders(*session_, options_.lock_path, slots.value_or(1)))
-      if (contender.holds && (!options_.break_node || contender.node == *options_.break_node))
-        holders.push_back(std::move(contender));
+    const std::optional<int> slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    listing = zkr::list_lock_path(*session_, options_.lock_path, slots.value_or(1));
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
+  // As --list says it: a path that does not exist is not one without a holder (a typo, a chroot).
+  if (!listing.exists) {
+    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, std::nullopt});
+    while (!missing.empty() && missing.back() == '\n') missing.pop_back();
+    say("{}, nothing to break", missing);
+    return exit_code::no_such_path;
+  }
+  for (auto& contender : listing.contenders)
+    if (contender.holds && (!options_.break_node || contender.node == *options_.break_node))
+      holders.push_back(std::move(contender));
   if (holders.empty()) {
     if (!options_.quiet()) {
       say("{}: {}, nothing to break", options_.lock_path,
