@@ -44,7 +44,7 @@ TEST(ZklockOptions, CommandAndDefaults) {
   EXPECT_EQ(options.conflict_exit_code, 1);
   EXPECT_EQ(options.lost_exit_code, 75);
   EXPECT_EQ(options.kind, LockKind::mutex);
-  EXPECT_EQ(options.session_timeout, 10s);
+  EXPECT_EQ(options.session_timeout, 20s);
   EXPECT_EQ(options.connect_timeout, 15s);
   EXPECT_EQ(options.kill_after, 5s);
   EXPECT_EQ(options.kill_signal, SIGTERM);

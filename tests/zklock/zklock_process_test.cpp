@@ -719,7 +719,7 @@ TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
                                      "2", "-k", "0.3", path_, "-c", "echo job-ran"});
   EXPECT_EQ(fitted.exit_code, 0) << fitted.output;
   EXPECT_THAT(fitted.output, HasSubstr("asking for a session timeout of 4.595s"));
-  EXPECT_THAT(fitted.output, HasSubstr("negotiated timeout 4.595s, lead time 1.3s"));
+  EXPECT_THAT(fitted.output, HasSubstr("negotiated timeout 4.595s, lead time 1.3s, tolerated silence 1.53s"));
   EXPECT_THAT(fitted.output, HasSubstr("job-ran"));
 
   const Outcome refused =
@@ -729,6 +729,16 @@ TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
                                         "75s (with --tick-time 2s); the ensemble granted 60s"));
   EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
   EXPECT_LE(contender_count(), 0);
+}
+
+// The defaults (a 20 s session, --kill-after 5, a 2 s tick as Debian ships; the test servers'
+// tick is shorter, so it is given) tolerate 12 s of ensemble silence,
+// more than a rolling restart or a leader election takes (docs/operations.md, "Timeouts"); -v
+// says so.
+TEST_F(ZklockTest, VerboseSaysTheSilenceTheDefaultsTolerate) {
+  const Outcome outcome = run_to_end({zklock_binary, "--zk", servers_, "-v", "--tick-time", "2", path_, "-c", "echo job-ran"});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("negotiated timeout 20s, lead time 6s, tolerated silence 12s"));
 }
 
 TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {

@@ -244,9 +244,11 @@ void Zklock::connect() {
   if (options_.verbose()) {
     state_subscription_ =
         session_->on_state_change([inbox = inbox_](zkr::SessionState state) { inbox->post_state(state); });
-    say("connected to {}: session {}, negotiated timeout {}, lead time {}", options_.servers,
+    // The tolerated silence is how long the ensemble may not answer through its leader (an
+    // election, a restart) before the job is stopped: what an operator sizes --session-timeout by.
+    say("connected to {}: session {}, negotiated timeout {}, lead time {}, tolerated silence {}", options_.servers,
         zkr::session_id_text(session_->id()), format_duration(session_->negotiated_timeout()),
-        format_duration(session_->lead_time()));
+        format_duration(session_->lead_time()), format_duration(session_->silence_tolerance()));
   }
 }
 
