@@ -26,6 +26,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include <zkr/error.hpp>
 #include <zkr/fencing_token.hpp>
 
 namespace zkr {

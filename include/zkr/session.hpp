@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include <zkr/error.hpp>
 namespace zkr {
 
 // CLOCK_BOOTTIME as a std::chrono clock: like steady_clock, but it keeps counting while the machine
