@@ -58,14 +58,14 @@ enum class errc : int {
   cancelled,                   // a stop_token was triggered
   timed_out,                   // a wait ran past its timeout
   would_block,                 // non-blocking acquire found the lock held
-  limit_mismatch,              // participants disagree on a semaphore's limit, or another recipe owns the path
+  limit_mismatch,              // participants disagree on a semaphore's limit (or its path records none)
   // 12 is retired (it was never raised).
   missing_chroot = 13,         // the connect string's chroot node does not exist
   unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
   corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
-  incompatible_peer = 18,      // the path holds another library's nodes that this recipe cannot share (names the peer)
+  incompatible_peer = 18,      // the path is another recipe's (a semaphore's, another library's): names it
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
 };
 

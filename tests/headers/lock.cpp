@@ -12,3 +12,11 @@ std::int64_t header_lock_uses(zkr::Session& session) {
     return error.code() == zkr::errc::would_deadlock ? -1 : -2;
   }
 }
+
+bool header_lock_uses_without_exceptions(zkr::Session& session) {
+  std::error_code ec;
+  auto lock = zkr::Lock::make(session, "/locks/a", {}, ec);
+  if (!lock) return ec == zkr::errc::invalid_path;
+  auto held = lock->try_acquire_for(std::chrono::seconds(5), {}, ec);
+  return held || ec == zkr::condition::gave_up;
+}
