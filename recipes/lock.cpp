@@ -159,7 +159,7 @@ ContenderRequest one_holder_request(const std::string& path, const LockOptions& 
     const auto limit = detail::semaphore_limit_of(data);
     if (!limit) return {};
     refusal->set(fmt::format(
-        "a zkr::Semaphore's: it records max_leases={}; a lock, read/write lock or election cannot share it",
+        "a semaphore's: it records max_leases={}; a lock, read/write lock or election cannot share it",
         *limit));
     return make_error_code(errc::incompatible_peer);
   };

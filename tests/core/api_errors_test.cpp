@@ -331,7 +331,7 @@ TEST_F(ApiErrorsTest, ALockOnASemaphoresPathSaysThePathIsTheSemaphores) {
     EXPECT_THAT(error.what(), Not(HasSubstr("disagree")));
     EXPECT_EQ(std::string(error.what()),
               "acquire lock " + path +
-                  ": the path belongs to another recipe, which this one cannot share it with (a zkr::Semaphore's: it "
+                  ": the path belongs to another recipe, which this one cannot share it with (a semaphore's: it "
                   "records max_leases=3; a lock, read/write lock or election cannot share it)");
   }
 }
