@@ -9,7 +9,10 @@
 // category carried it: `if (ec == zkr::condition::connection_trouble) retry();`. They classify the
 // codes once, here, so that no caller keeps a list of codes of its own.
 // Calls come in two forms: the plain form throws zkr::Error (a std::system_error that also names
-// the path involved); the overload that takes `std::error_code& ec` never throws and sets ec.
+// the path involved); the overload that takes `std::error_code& ec` last never throws, sets ec (or
+// clears it) and returns an empty result on failure. Constructors that check their arguments have
+// a factory instead (Session::connect, Lock::make, ...). docs/guide.md, "Without exceptions", lists
+// every such form, and the few calls that throw only on a caller's mistake.
 #pragma once
 
 #include <string>
