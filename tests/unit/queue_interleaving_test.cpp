@@ -1327,7 +1327,7 @@ TEST_F(QueueInterleaving, LockReadsItsPathNodesDataOnlyWhenThereIsSome) {
   Lock on_a_semaphore(*session, "/semaphore");
   std::error_code ec;
   EXPECT_FALSE(on_a_semaphore.try_acquire_for(kForever, {}, ec));
-  EXPECT_EQ(ec, errc::limit_mismatch);
+  EXPECT_EQ(ec, errc::incompatible_peer);
   EXPECT_TRUE(wait_until([&] { return server->node("/semaphore")->children.empty(); }));
 }
 

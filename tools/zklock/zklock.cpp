@@ -100,7 +100,7 @@ class Zklock {
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
-  std::string limit_mismatch();
+  std::string limit_mismatch(std::error_code error);
   int run();
 
  private:
@@ -393,8 +393,10 @@ zkr::HeldLock Zklock::acquire() {
     fail(outcome->error, fmt::format("not allowed to lock {}: the ACL refuses us ({})", options_.lock_path,
                                      outcome->error.message()));
   }
-  if (outcome->error == zkr::errc::limit_mismatch) {
-    fail(outcome->error, fmt::format("cannot lock {}{}: {}", options_.lock_path, kind_description(), limit_mismatch()));
+  // A lock on a semaphore's path is refused as another recipe's (incompatible_peer); say which.
+  if (outcome->error == zkr::errc::limit_mismatch || outcome->error == zkr::errc::incompatible_peer) {
+    fail(outcome->error, fmt::format("cannot lock {}{}: {}", options_.lock_path, kind_description(),
+                                     limit_mismatch(outcome->error)));
   }
   if (outcome->error) {
     fail(outcome->error, fmt::format("cannot lock {}: {}", options_.lock_path, outcome->error.message()));
@@ -499,13 +501,16 @@ std::string Zklock::kind_description() const {
 }
 
 // Why the path refused this kind of lock: what the path records, and what to pass instead.
-std::string Zklock::limit_mismatch() {
+std::string Zklock::limit_mismatch(std::error_code error) {
   std::optional<int> recorded;
   try {
     recorded = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   } catch (const zkr::Error&) {
     // The generic message below still says what is wrong.
   }
+  // Another library's nodes (a semaphore's own path included): the library's words say it.
+  if (error == zkr::errc::incompatible_peer && (!recorded || options_.kind == LockKind::semaphore))
+    return error.message();
   if (!recorded) return "the path belongs to another recipe or records another limit";
   if (options_.kind == LockKind::semaphore) {
     return fmt::format("the path is a semaphore of {} slots, not {}: every participant must give --slots {}", *recorded,
