@@ -49,6 +49,13 @@ install(TARGETS zkrecipes_shared zkrecipes_static
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/zkr DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(EXPORT zkrecipes-targets NAMESPACE zkrecipes:: DESTINATION ${ZKR_INSTALL_CMAKEDIR})
+# The optional prometheus component, in an export set of its own: the config file loads it only
+# when find_package asks for the component.
+if(TARGET zkrecipes_prometheus)
+  install(TARGETS zkrecipes_prometheus EXPORT zkrecipes-prometheus-targets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT zkrecipes-prometheus-targets NAMESPACE zkrecipes:: DESTINATION ${ZKR_INSTALL_CMAKEDIR})
+endif()
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/zkrecipes-config.cmake.in
   ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config.cmake

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the command line of a cron or systemd recipe exactly as written, against a test server,
 # with zklock from the build tree, and checks that it does what the recipe's comments promise:
-# one run at a time, the others skip quietly (cron) or with a success status (systemd), the
-# fencing token reaches the job, and a stop signal to zklock stops the job and frees the lock.
+# one run at a time, the others skip quietly (cron) or with a success status (systemd); with
+# --once-per, one run a day, a later start skips too; the fencing token reaches the job; a stop
+# signal to zklock stops the job and frees the lock.
 #
 #   check_zklock_recipe.sh cron SERVERS ZKLOCK CRONTAB_FILE
 #   check_zklock_recipe.sh systemd SERVERS ZKLOCK SERVICE_FILE TIMER_FILE
 #
-# Only two things are substituted: the ensemble (ZKLOCK_SERVERS) becomes SERVERS, and the paths
+# Only two things are substituted: the ensemble (ZKLOCK_SERVERS) becomes SERVERS with a chroot of
+# this run's own (so that a --once-per record of an earlier run counts for nothing), and the paths
 # of zklock and of the report (systemd; cron finds both on PATH) point at the build tree and at
 # a stand-in report script. Every wait is bounded (scaled by ZKR_TEST_TIMEOUT_SCALE); every
 # process started is stopped.
@@ -29,6 +31,7 @@ cleanup() {
     wait "$background_pid" 2>/dev/null || true
   fi
   rm -rf "$work"
+  [ -z "${chroot:-}" ] || (zk_node delete "$chroot") >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -125,11 +128,39 @@ elif [ "$kind" = systemd ]; then
   environment+=("PATH=/usr/bin:/bin")
   command_line=("${words[@]}")
   conflict_status=$(sed -n 's/.* -E \([0-9]*\) .*/\1/p' <<<"$exec_start")
-  [ -n "$conflict_status" ] || fail "the ExecStart has no -E: a skipped run would count as a failure"
+  if [[ " $exec_start " == *" --once-per "* ]]; then
+    conflict_status=0  # a run claimed elsewhere: exit 0
+  fi
+  [ -n "$conflict_status" ] || fail "the ExecStart has neither -E nor --once-per: a skipped run would count as a failure"
 else
   fail "unknown recipe kind '$kind' (cron, systemd)"
 fi
-environment+=("ZKLOCK_SERVERS=$servers" "HOME=$work" "RECIPE_WORK=$work" "RECIPE_MAX_TICKS=$max_ticks")
+once_per=false
+[[ " ${command_line[*]} " == *" --once-per "* ]] && once_per=true
+# This run's chroot, created first (zklock refuses a chroot that does not exist).
+chroot=/recipe-$$-$RANDOM
+zk_node() {  # zk_node create|delete PATH: on SERVERS, without a chroot
+  /usr/bin/python3 - "$servers" "$1" "$2" <<'PYTHON' || fail "cannot $2 $3 on $servers"
+import sys
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+servers, action, path = sys.argv[1:]
+client = KazooClient(hosts=servers, timeout=10)
+client.start(timeout=30)
+try:
+    if action == "create":
+        client.ensure_path(path)
+    else:
+        try:
+            client.delete(path, recursive=True)
+        except NoNodeError:
+            pass
+finally:
+    client.stop()
+PYTHON
+}
+zk_node create "$chroot"
+environment+=("ZKLOCK_SERVERS=$servers$chroot" "HOME=$work" "RECIPE_WORK=$work" "RECIPE_MAX_TICKS=$max_ticks")
 
 run_recipe() { env -i "${environment[@]}" "${command_line[@]}"; }
 # In the background, as its own process: the pid is that of the command line itself (zklock for
@@ -169,8 +200,18 @@ background_pid=''
 is_success "$status" || { cat "$work/first.log"; fail "the first run exited $status"; }
 
 # 4. The lock is free as soon as the run has exited, and the next start runs the report again,
-#    with a larger fencing token.
+#    with a larger fencing token. With --once-per 1d, a start later the same day skips (exit 0);
+#    once the day's record is deleted (the documented way to allow another run), it runs.
 lock_is_free || fail "the lock is still held after the first run exited"
+if $once_per; then
+  day=$(date -u +%F)
+  status=0
+  run_recipe >"$work/same-day.log" 2>&1 || status=$?
+  [ "$status" -eq 0 ] || { cat "$work/same-day.log"; fail "a start after the day's run exited $status"; }
+  [ "$(runs)" -eq 1 ] || [ "$(date -u +%F)" != "$day" ] || fail "the report ran twice in one day"
+  echo "recipe: a start after the day's run skipped it (exit 0)"
+  zk_node delete "$chroot/jobs/nightly-report/zklock.last-run"
+fi
 status=0
 run_recipe >"$work/third.log" 2>&1 || status=$?
 is_success "$status" || { cat "$work/third.log"; fail "the next run exited $status"; }
@@ -184,6 +225,7 @@ echo "recipe: runs got fencing tokens $first_token then $second_token"
 #    report through zklock, and the lock is free afterwards.
 if [ "$kind" = systemd ]; then
   rm -f "$work/finish"
+  ! $once_per || zk_node delete "$chroot/jobs/nightly-report/zklock.last-run"
   start_recipe "$work/stopped.log"
   wait_for 30 "the run to be stopped did not start the report" test -e "$work/running"
   kill -TERM "$background_pid"
@@ -195,6 +237,7 @@ if [ "$kind" = systemd ]; then
   touch "$work/finish"
   lock_is_free || fail "the lock is still held after zklock was stopped"
   status=0
+  ! $once_per || zk_node delete "$chroot/jobs/nightly-report/zklock.last-run"
   run_recipe >"$work/after-stop.log" 2>&1 || status=$?
   [ "$status" -eq 0 ] || { cat "$work/after-stop.log"; fail "the run after the stop exited $status"; }
   echo "recipe: SIGTERM to zklock stopped the report (exit 143) and freed the lock"

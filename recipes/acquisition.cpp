@@ -5,6 +5,8 @@
 
 #include <zkr/error.hpp>
 
+#include "without_exceptions.hpp"
+
 namespace zkr::detail {
 
 std::pair<std::error_code, std::shared_ptr<Contender>> Acquisition::run(
@@ -42,19 +44,12 @@ std::shared_ptr<Contender> Acquisition::try_for(std::chrono::nanoseconds timeout
 
 std::shared_ptr<Contender> Acquisition::try_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                                 std::error_code& ec) const noexcept {
-  try {
+  return without_exceptions(ec, [&] {
     auto [result, contender] = run(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(stop),
                                    std::make_shared<RefusalDetail>());
     ec = result;
     return contender;
-  } catch (const std::system_error& e) {
-    ec = e.code();
-  } catch (const std::bad_alloc&) {
-    ec = std::make_error_code(std::errc::not_enough_memory);
-  } catch (...) {
-    ec = make_error_code(errc::internal_error);
-  }
-  return nullptr;
+  });
 }
 
 void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop,

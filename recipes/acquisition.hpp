@@ -41,7 +41,7 @@ class RefusalDetail {
 // creator-only ACL only with credentials. Throws Error(errc::invalid_argument) naming `recipe`.
 LockOptions checked_lock_options(const SessionCore& core, const std::string& path, LockOptions options,
                                  std::string_view recipe);
-// The request of a one-holder recipe: it refuses a semaphore's path (errc::limit_mismatch).
+// The request of a one-holder recipe: it refuses a semaphore's path (errc::incompatible_peer).
 ContenderRequest one_holder_request(const std::string& path, const LockOptions& options, ContenderRole role,
                                     std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal);
 

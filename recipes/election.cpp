@@ -18,6 +18,7 @@
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "peer_layout.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 
@@ -190,6 +191,14 @@ std::optional<Participant> election_leader(Session& session, std::string_view pa
   return first_leader(election_participants(session, path));
 }
 
+std::vector<Participant> election_participants(Session& session, std::string_view path, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return election_participants(session, path); });
+}
+
+std::optional<Participant> election_leader(Session& session, std::string_view path, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return election_leader(session, path); });
+}
+
 // ---- LeaderLatch ----
 
 struct LeaderLatch::State : std::enable_shared_from_this<State> {
@@ -306,7 +315,34 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
 LeaderLatch::LeaderLatch(Session& session, std::string path, ElectionOptions options)
     : state_(std::make_shared<State>(session, checked_path(std::move(path)), options)) {}
 
+std::optional<LeaderLatch> LeaderLatch::make(Session& session, std::string path, ElectionOptions options,
+                                             std::error_code& ec) noexcept {
+  return detail::without_exceptions(
+      ec, [&] { return std::optional<LeaderLatch>(std::in_place, session, std::move(path), std::move(options)); });
+}
+
 LeaderLatch::~LeaderLatch() { close(); }
+
+void LeaderLatch::start(std::error_code& ec) noexcept {
+  detail::without_exceptions(ec, [&] { start(); });
+}
+
+std::optional<Leadership> LeaderLatch::wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                                           std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] {
+    auto term = wait_for_leadership(timeout, stop);
+    if (!term) ec = make_error_code(stop.stop_requested() ? errc::cancelled : errc::timed_out);
+    return term;
+  });
+}
+
+std::vector<Participant> LeaderLatch::participants(std::error_code& ec) const noexcept {
+  return detail::without_exceptions(ec, [&] { return participants(); });
+}
+
+std::optional<Participant> LeaderLatch::leader(std::error_code& ec) const noexcept {
+  return detail::without_exceptions(ec, [&] { return leader(); });
+}
 
 const std::string& LeaderLatch::path() const { return state_->path; }
 
@@ -556,7 +592,19 @@ LeaderSelector::LeaderSelector(Session& session, std::string path, LeadershipFun
   state_ = std::make_shared<State>(session, std::move(path), std::move(function), options);
 }
 
+std::optional<LeaderSelector> LeaderSelector::make(Session& session, std::string path, LeadershipFunction function,
+                                                   SelectorOptions options, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] {
+    return std::optional<LeaderSelector>(std::in_place, session, std::move(path), std::move(function),
+                                         std::move(options));
+  });
+}
+
 LeaderSelector::~LeaderSelector() { close(); }
+
+void LeaderSelector::start(std::error_code& ec) noexcept {
+  detail::without_exceptions(ec, [&] { start(); });
+}
 
 const std::string& LeaderSelector::path() const { return state_->path; }
 

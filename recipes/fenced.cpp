@@ -8,6 +8,7 @@
 #include "contender_queue.hpp"
 #include "data_calls.hpp"
 #include "thread_holds.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 
@@ -103,6 +104,10 @@ std::vector<DataOpResult> FencedTransaction::commit() {
       throw Error(make_error_code(reply.rc), kOperation, node,
                   fmt::format("the outcome of the {} ops is unknown: all of them or none were applied", count));
   }
+}
+
+std::vector<DataOpResult> FencedTransaction::commit(std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return commit(); });
 }
 
 }  // namespace zkr

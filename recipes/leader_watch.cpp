@@ -13,6 +13,7 @@
 
 #include "internals.hpp"
 #include "session_core.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 namespace {
@@ -208,6 +209,12 @@ LeaderWatch::LeaderWatch(Session& session, std::string path, Callback callback) 
   }
   state_->core->attach(state_);
   state_->refresh_locked();
+}
+
+std::optional<LeaderWatch> LeaderWatch::make(Session& session, std::string path, Callback callback,
+                                             std::error_code& ec) noexcept {
+  return detail::without_exceptions(
+      ec, [&] { return std::optional<LeaderWatch>(std::in_place, session, std::move(path), std::move(callback)); });
 }
 
 LeaderWatch::~LeaderWatch() { stop(); }

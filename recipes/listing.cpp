@@ -11,6 +11,7 @@
 #include "internals.hpp"
 #include "contender_queue.hpp"
 #include "log.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 namespace detail {
@@ -178,6 +179,19 @@ bool break_holder(Session& session, std::string_view path, const ContenderInfo& 
               "broke {}: deleted {} (token {}, session {})", path, holder.node, holder.token.value(),
               session_id_text(holder.session_id));
   return true;
+}
+
+std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path, int max_holders,
+                                           std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return list_contenders(session, path, max_holders); });
+}
+
+PathListing list_lock_path(Session& session, std::string_view path, int max_holders, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return list_lock_path(session, path, max_holders); });
+}
+
+bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return break_holder(session, path, holder); });
 }
 
 }  // namespace zkr

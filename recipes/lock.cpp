@@ -16,6 +16,7 @@
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
 #include "thread_holds.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 
@@ -113,6 +114,11 @@ Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRol
       role_(role),
       identity_(detail::ThreadHolds::new_lock_identity()) {}
 
+std::optional<Lock> Lock::make(Session& session, std::string path, LockOptions options, std::error_code& ec) noexcept {
+  return detail::without_exceptions(
+      ec, [&] { return std::optional<Lock>(std::in_place, session, std::move(path), std::move(options)); });
+}
+
 Lock::Lock(Lock&& other) noexcept = default;
 Lock& Lock::operator=(Lock&& other) noexcept = default;
 Lock::~Lock() = default;
@@ -147,15 +153,15 @@ ContenderRequest one_holder_request(const std::string& path, const LockOptions& 
   request.batchable = true;  // the acquisitions an AcquisitionBatch takes in (zkr/lock.hpp): these only
   // A semaphore's path counts our node as one of its N leases, and we would count its leases as
   // our predecessors: neither recipe's promise would hold. The semaphore records its limit in the
-  // path node; refuse a path that carries one (the semaphore refuses a path without one).
+  // path node; refuse a path that carries one (the semaphore refuses a path without one). The path
+  // is another recipe's, whatever the limits: errc::incompatible_peer, not limit_mismatch.
   request.check_parent = [refusal = std::move(refusal)](const std::string& data) -> std::error_code {
     const auto limit = detail::semaphore_limit_of(data);
     if (!limit) return {};
     refusal->set(fmt::format(
-        "the path belongs to a semaphore (it records max_leases={}); a lock, read/write lock or election "
-        "cannot share it",
+        "a semaphore's: it records max_leases={}; a lock, read/write lock or election cannot share it",
         *limit));
-    return make_error_code(errc::limit_mismatch);
+    return make_error_code(errc::incompatible_peer);
   };
   return request;
 }
@@ -205,19 +211,21 @@ struct Lock::ByThisThread {
   }
 };
 
+// Giving up is reported in ec without an exception on the way (timeouts are a normal outcome).
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                               std::error_code& ec) noexcept {
-  try {
-    ec.clear();
+  return detail::without_exceptions(ec, [&] {
     return ByThisThread::held(ByThisThread{*this}.grant(
         [&] { return acquisition().try_for(timeout, std::move(stop), ec); }, &ec));
-  } catch (const std::bad_alloc&) {
-    ec = std::make_error_code(std::errc::not_enough_memory);
-    return std::nullopt;
-  } catch (const std::system_error& error) {
-    ec = error.code();
-    return std::nullopt;
-  }
+  });
+}
+
+std::optional<HeldLock> Lock::try_acquire(std::error_code& ec) noexcept {
+  return try_acquire_for(std::chrono::nanoseconds::zero(), {}, ec);
+}
+
+HeldLock Lock::acquire(std::stop_token stop, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return acquire(std::move(stop)); });
 }
 
 std::optional<HeldLock> Lock::try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop) {
@@ -245,6 +253,10 @@ std::vector<ContenderInfo> Lock::contenders() const {
   return detail::list_contenders(core(), path_, 1);
 }
 
+std::vector<ContenderInfo> Lock::contenders(std::error_code& ec) const noexcept {
+  return detail::without_exceptions(ec, [&] { return contenders(); });
+}
+
 // ---- AcquisitionBatch ----
 
 AcquisitionBatch::AcquisitionBatch(Session& session) : core_(detail::Internals::core(session)) {
@@ -270,5 +282,11 @@ void AcquisitionBatch::send() {
 
 ReadWriteLock::ReadWriteLock(Session& session, std::string path, LockOptions options)
     : read_(session, path, options, ContenderRole::read), write_(session, path, options, ContenderRole::write) {}
+
+std::optional<ReadWriteLock> ReadWriteLock::make(Session& session, std::string path, LockOptions options,
+                                                 std::error_code& ec) noexcept {
+  return detail::without_exceptions(
+      ec, [&] { return std::optional<ReadWriteLock>(std::in_place, session, std::move(path), std::move(options)); });
+}
 
 }  // namespace zkr

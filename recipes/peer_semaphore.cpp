@@ -255,10 +255,15 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     if (!lease) drop(lease_, outcome);
     internal_lock_.reset();
     lease_.reset();
-    boost::asio::post(core_->worker(), [self = shared_from_this()] {
-      std::lock_guard lock(self->mutex_);
-      if (self->deadline_timer_) self->deadline_timer_->cancel();
-      if (self->relist_timer_) self->relist_timer_->cancel();
+    // Weak: on a closed session the worker has stopped and this never runs; kept there, a strong
+    // reference would hold the acquisition, and through it the session, for ever. An acquisition
+    // that is gone took its timers with it.
+    boost::asio::post(core_->worker(), [self = weak_from_this()] {
+      auto acquisition = self.lock();
+      if (!acquisition) return;
+      std::lock_guard lock(acquisition->mutex_);
+      if (acquisition->deadline_timer_) acquisition->deadline_timer_->cancel();
+      if (acquisition->relist_timer_) acquisition->relist_timer_->cancel();
     });
     // The stop callback is destroyed off this lock (its destructor waits for a running callback,
     // which takes this lock) and before the outcome is told.

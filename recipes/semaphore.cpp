@@ -15,6 +15,7 @@
 #include "peer_layout.hpp"
 #include "peer_semaphore.hpp"
 #include "request_limits.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 namespace {
@@ -56,6 +57,13 @@ Semaphore::Semaphore(Session& session, std::string path, int max_leases, Semapho
 }
 
 Semaphore::~Semaphore() = default;
+
+std::optional<Semaphore> Semaphore::make(Session& session, std::string path, int max_leases, SemaphoreOptions options,
+                                         std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] {
+    return std::optional<Semaphore>(std::in_place, session, std::move(path), max_leases, std::move(options));
+  });
+}
 
 namespace {
 
@@ -121,6 +129,14 @@ std::optional<Lease> Semaphore::try_acquire() { return try_acquire_for(std::chro
 
 Lease Semaphore::acquire(std::stop_token stop) { return *leased(acquisition().wait(std::move(stop))); }
 
+std::optional<Lease> Semaphore::try_acquire(std::error_code& ec) noexcept {
+  return try_acquire_for(std::chrono::nanoseconds::zero(), {}, ec);
+}
+
+Lease Semaphore::acquire(std::stop_token stop, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return acquire(std::move(stop)); });
+}
+
 void Semaphore::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
   acquisition().start(
       timeout,
@@ -133,6 +149,14 @@ void Semaphore::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler h
 std::vector<ContenderInfo> Semaphore::contenders() const {
   if (options_.layout != SemaphoreLayout::zkrecipes) return detail::list_peer_semaphore(core_, options_.layout, path_);
   return detail::list_contenders(core_, path_, max_leases_);
+}
+
+std::vector<ContenderInfo> Semaphore::contenders(std::error_code& ec) const noexcept {
+  return detail::without_exceptions(ec, [&] { return contenders(); });
+}
+
+std::optional<int> Semaphore::recorded_limit(Session& session, std::string_view path, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return recorded_limit(session, path); });
 }
 
 std::string_view to_string(SemaphoreLayout layout) noexcept {

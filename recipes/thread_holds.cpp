@@ -51,8 +51,9 @@ ThreadHolds::Verdict ThreadHolds::check(const AcquisitionByThread& acquisition) 
     if (grant.core != acquisition.core || grant.path != acquisition.path || !held_by_locked(grant, self)) continue;
     const bool same_lock = grant.lock == acquisition.lock && grant.role == acquisition.role;
     if (acquisition.reentrant && same_lock) return {{}, {}, grant.contender, add_hold_locked(grant)};
-    std::string why = fmt::format("this thread holds {} on {} (node {}) and would wait for itself", held_as(grant.role),
-                                  grant.path, grant.contender->node_path());
+    // The Error names the path already: the words say whose node and what to do, once each.
+    std::string why = fmt::format("this thread holds {}, node {}, and would wait for itself", held_as(grant.role),
+                                  grant.contender->node_path());
     if (grant.role == ContenderRole::read && acquisition.role == ContenderRole::write)
       why += ": a read lock cannot be upgraded; release it first";
     else if (grant.role == ContenderRole::write && acquisition.role == ContenderRole::read)
@@ -60,7 +61,7 @@ ThreadHolds::Verdict ThreadHolds::check(const AcquisitionByThread& acquisition) 
     else if (same_lock)
       why += ": release it first, pass the HeldLock down, or make the lock reentrant (LockOptions::reentrant)";
     else
-      why += " (another Lock object on the same path): release it first, or share one reentrant Lock";
+      why += " through another Lock object on the same path: release it first, or share one reentrant Lock";
     return {make_error_code(errc::would_deadlock), std::move(why), nullptr, nullptr};
   }
   return {};

@@ -6,6 +6,7 @@
 #include <zkr/session.hpp>
 
 #include "data_calls.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 namespace {
@@ -183,6 +184,48 @@ std::vector<DataOpResult> Session::commit(const Transaction& transaction) {
   for (std::size_t i = 0; i < ops.size() && i < reply.outcomes.size(); ++i)
     results[i] = {std::move(reply.outcomes[i].created_path), reply.outcomes[i].stat};
   return results;
+}
+
+// ---- the same without exceptions (src/without_exceptions.hpp) ----
+
+using detail::without_exceptions;
+
+NodeData Session::get(std::string_view path, std::error_code& ec) const noexcept {
+  return without_exceptions(ec, [&] { return get(path); });
+}
+NodeData Session::get(std::string_view path, DataWatch watch, std::error_code& ec) const noexcept {
+  return without_exceptions(ec, [&] { return get(path, std::move(watch)); });
+}
+std::optional<NodeStat> Session::exists(std::string_view path, std::error_code& ec) const noexcept {
+  return without_exceptions(ec, [&] { return exists(path); });
+}
+std::vector<std::string> Session::children(std::string_view path, std::error_code& ec) const noexcept {
+  return without_exceptions(ec, [&] { return children(path); });
+}
+std::vector<std::string> Session::children(std::string_view path, DataWatch watch, std::error_code& ec) const noexcept {
+  return without_exceptions(ec, [&] { return children(path, std::move(watch)); });
+}
+std::string Session::create(std::string_view path, std::string_view data, std::error_code& ec) noexcept {
+  return without_exceptions(ec, [&] { return create(path, data); });
+}
+std::string Session::create(std::string_view path, std::string_view data, CreateMode mode, NodeAcl acl,
+                            std::error_code& ec) noexcept {
+  return without_exceptions(ec, [&] { return create(path, data, mode, acl); });
+}
+NodeStat Session::set(std::string_view path, std::string_view data, std::error_code& ec) noexcept {
+  return without_exceptions(ec, [&] { return set(path, data); });
+}
+NodeStat Session::set(std::string_view path, std::string_view data, int version, std::error_code& ec) noexcept {
+  return without_exceptions(ec, [&] { return set(path, data, version); });
+}
+void Session::remove(std::string_view path, std::error_code& ec) noexcept {
+  without_exceptions(ec, [&] { remove(path); });
+}
+void Session::remove(std::string_view path, int version, std::error_code& ec) noexcept {
+  without_exceptions(ec, [&] { remove(path, version); });
+}
+std::vector<DataOpResult> Session::commit(const Transaction& transaction, std::error_code& ec) noexcept {
+  return without_exceptions(ec, [&] { return commit(transaction); });
 }
 
 }  // namespace zkr

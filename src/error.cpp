@@ -62,8 +62,8 @@ class LibraryCategory final : public std::error_category {
       case errc::internal_error: return "unexpected internal error";
       case errc::corrupt_state: return "stored state is damaged";
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
-      case errc::incompatible_peer: return "the path is in use by a peer this recipe cannot share it with";
-      case errc::would_deadlock: return "this thread holds the lock already: it would wait for itself";
+      case errc::incompatible_peer: return "the path belongs to another recipe, which this one cannot share it with";
+      case errc::would_deadlock: return "would deadlock";
     }
     return fmt::format("zkrecipes error {}", value);
   }

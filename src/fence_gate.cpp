@@ -16,6 +16,7 @@
 #include <zkr/error.hpp>
 
 #include "fence_gate_steps.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 namespace {
@@ -332,6 +333,14 @@ std::uint64_t DurableFenceGate::admitted() const {
 std::uint64_t DurableFenceGate::refused() const {
   std::lock_guard lock(mutex_);
   return refused_;
+}
+
+std::optional<DurableFenceGate> DurableFenceGate::open(std::filesystem::path file, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return std::optional<DurableFenceGate>(std::in_place, std::move(file)); });
+}
+
+bool DurableFenceGate::admit(std::string_view key, FencingToken token, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return admit(key, token); });
 }
 
 }  // namespace zkr

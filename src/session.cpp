@@ -6,7 +6,9 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "session_core.hpp"
+#include "without_exceptions.hpp"
 
 namespace zkr {
 
@@ -62,8 +64,17 @@ DigestCredentials DigestCredentials::from_file(const std::filesystem::path& file
   return {line.substr(0, colon), line.substr(colon + 1)};
 }
 
+std::optional<DigestCredentials> DigestCredentials::from_file(const std::filesystem::path& file,
+                                                              std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return std::optional<DigestCredentials>(from_file(file)); });
+}
+
 Session::Session(SessionOptions options) : core_(std::make_shared<detail::SessionCore>(std::move(options))) {
   core_->connect_or_throw();
+}
+
+std::optional<Session> Session::connect(SessionOptions options, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return std::optional<Session>(std::in_place, std::move(options)); });
 }
 
 Session::~Session() { close(); }

@@ -22,6 +22,7 @@
 
 #include <zkr/names.hpp>
 
+#include "client_log.hpp"
 #include "log.hpp"
 
 namespace zkr::detail {
@@ -82,13 +83,13 @@ NodeEvent to_node_event(int type) {
   return NodeEvent::other;
 }
 
+// Every handle's lines: a refused connection, retried by each handle every few hundred
+// milliseconds, is logged once and then counted (client_log.hpp).
 void forward_client_log(const char* message) {
-  std::string_view text(message);
-  LogLevel level = LogLevel::debug;
-  if (text.find("ZOO_ERROR") != text.npos) level = LogLevel::error;
-  else if (text.find("ZOO_WARN") != text.npos) level = LogLevel::warning;
-  else if (text.find("ZOO_INFO") != text.npos) level = LogLevel::info;
-  if (log_enabled(level)) log_write(level, text);
+  static auto& repeats = *new RepeatSummary(client_log_summary_interval);  // outlives the client threads
+  const ClientLogLine line = parse_client_log_line(message);
+  if (!log_enabled(line.level)) return;
+  if (auto text = repeats.admit(line.level, line.message, RepeatSummary::Clock::now())) log_write(line.level, *text);
 }
 
 void configure_client_logging_once() {

@@ -30,40 +30,11 @@ std::string trim(std::string text) {
   return text;
 }
 
-// Runs netlab.py with `arguments`; returns its exit status and output (stdout and stderr).
-std::pair<std::optional<int>, std::string> run_netlab(const std::vector<std::string>& arguments) {
-  std::vector<std::string> argv{python, script("netlab.py")};
-  argv.insert(argv.end(), arguments.begin(), arguments.end());
-  Process::Options options;
-  options.merge_stderr = true;
-  Process process(argv, options);
-  // netlab.py bounds every wait itself (60 s to start); this only guards against a hang.
-  auto output = process.read_all(scaled(std::chrono::seconds(240)));
-  auto status = process.wait(std::chrono::seconds(5));
-  return {status, trim(output)};
-}
-
 }  // namespace
 
 std::string NetLab::unavailable_reason() {
-  static std::once_flag once;
-  static std::string reason;
-  std::call_once(once, [] {
-    if (::geteuid() != 0) {
-      reason = fmt::format("network namespaces and nft need root (running as uid {})", ::geteuid());
-      return;
-    }
-    try {
-      auto [status, output] = run_netlab({"check"});
-      if (status != 0) {
-        reason = output.empty() ? fmt::format("netlab.py check failed (status {})", status.value_or(-1))
-                                : output;
-      }
-    } catch (const std::exception& e) {
-      reason = fmt::format("cannot run netlab.py: {}", e.what());
-    }
-  });
-  return reason;
+  if (::geteuid() != 0) return fmt::format("network namespaces and nft need root (running as uid {})", ::geteuid());
+  return ManagedDirectory::unavailable_reason("netlab.py");
 }
 
 NetLab::NetLab(NetLabOptions options) : options_(options) {
@@ -77,17 +48,16 @@ NetLab::NetLab(NetLabOptions options) : options_(options) {
   if (auto reason = unavailable_reason(); !reason.empty()) {
     throw std::runtime_error("NetLab: " + reason);
   }
-  state_dir_ = make_temp_dir("zkr-netlab");
-  // Initial sync may take initLimit ticks: give the start that long on top of the usual minute.
-  double timeout_s = (60 + options.init_limit * options.tick_ms / 1000.0) * timeout_scale();
-  std::string summary = netlab({"start", "--servers", std::to_string(options.servers), "--clients",
-                                std::to_string(options.clients), "--tick-ms",
-                                std::to_string(options.tick_ms), "--sync-limit",
-                                std::to_string(options.sync_limit), "--init-limit",
-                                std::to_string(options.init_limit), "--owner-pid",
-                                std::to_string(::getpid()), "--timeout", fmt::format("{}", timeout_s)});
-  started_ = true;
+  directory_ = std::make_unique<ManagedDirectory>("zkr-netlab", "netlab.py");
   try {
+    // Initial sync may take initLimit ticks: give the start that long on top of the usual minute.
+    double timeout_s = (60 + options.init_limit * options.tick_ms / 1000.0) * timeout_scale();
+    std::vector<std::string> start{"start", "--servers", std::to_string(options.servers), "--clients",
+                                   std::to_string(options.clients), "--tick-ms", std::to_string(options.tick_ms),
+                                   "--sync-limit", std::to_string(options.sync_limit), "--init-limit",
+                                   std::to_string(options.init_limit), "--timeout", fmt::format("{}", timeout_s)};
+    for (auto& argument : directory_->owner_arguments()) start.push_back(std::move(argument));
+    std::string summary = netlab(start);
     std::istringstream lines(summary);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream words(line);
@@ -111,44 +81,19 @@ NetLab::NetLab(NetLabOptions options) : options_(options) {
       throw std::runtime_error(fmt::format("NetLab: netlab.py start printed an unexpected summary:\n{}", summary));
     }
   } catch (...) {
-    try {
-      netlab({"stop"});
-    } catch (...) {
-    }
+    directory_->keep();  // torn down all the same; its logs say why the start failed
     throw;
   }
 }
 
-NetLab::~NetLab() {
-  if (!started_) return;
-  try {
-    netlab({"stop"});
-    if (!std::getenv("ZKR_KEEP_CLUSTER_DIR")) {
-      std::error_code ignored;
-      std::filesystem::remove_all(state_dir_, ignored);
-    }
-  } catch (...) {
-    // Never throw from a destructor; the watchdog removes the lab once this process is gone.
-  }
-}
+NetLab::~NetLab() = default;
 
 std::string NetLab::netlab(const std::vector<std::string>& arguments) const {
-  std::vector<std::string> with_dir = arguments;
-  with_dir.push_back("--dir");
-  with_dir.push_back(state_dir_.string());
-  auto [status, output] = run_netlab(with_dir);
-  if (status != 0) {
-    throw std::runtime_error(fmt::format("netlab.py {} failed ({}): {}", arguments.front(),
-                                         status ? fmt::format("exit {}", *status) : "timed out", output));
-  }
-  return output;
+  // netlab.py bounds every wait itself (60 s to start); this only guards against a hang.
+  return directory_->run(arguments, scaled(std::chrono::seconds(240)));
 }
 
-void NetLab::check_server(int server) const {
-  if (server < 0 || server >= servers()) {
-    throw std::out_of_range(fmt::format("NetLab: no server {} (servers are 0..{})", server, servers() - 1));
-  }
-}
+void NetLab::check_server(int server) const { check_server_index("NetLab", server, servers()); }
 
 std::string NetLab::connect_string() const {
   std::string result;
@@ -228,20 +173,11 @@ std::string NetLab::mode(int server) const {
 }
 
 int NetLab::leader() const {
-  for (int server = 0; server < servers(); ++server) {
-    auto m = mode(server);
-    if (m == "leader" || m == "standalone") return server;
-  }
-  return -1;
+  return leader_among(servers(), [this](int server) { return four_letter(server, "srvr"); });
 }
 
 bool NetLab::wait_for_leader(std::chrono::milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (leader() >= 0) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  return wait_until([this] { return leader() >= 0; }, timeout);
 }
 
 std::unique_ptr<Process> NetLab::spawn_on(const std::string& host, std::vector<std::string> argv,
@@ -275,29 +211,16 @@ std::unique_ptr<Process> NetLab::kazoo_client(int client, const std::string& hos
   return process;
 }
 
-void NetLab::drop(const std::string& from, const std::string& to) {
-  parse_host(from, servers(), clients());
-  parse_host(to, servers(), clients());
-  netlab({"drop", from, to});
-}
-
-void NetLab::cut(const std::string& a, const std::string& b) {
+void NetLab::link_command(std::string_view command, const std::string& a, const std::string& b) {
   parse_host(a, servers(), clients());
   parse_host(b, servers(), clients());
-  netlab({"cut", a, b});
+  netlab({std::string(command), a, b});
 }
 
-void NetLab::undrop(const std::string& from, const std::string& to) {
-  parse_host(from, servers(), clients());
-  parse_host(to, servers(), clients());
-  netlab({"undrop", from, to});
-}
-
-void NetLab::uncut(const std::string& a, const std::string& b) {
-  parse_host(a, servers(), clients());
-  parse_host(b, servers(), clients());
-  netlab({"uncut", a, b});
-}
+void NetLab::drop(const std::string& from, const std::string& to) { link_command("drop", from, to); }
+void NetLab::cut(const std::string& a, const std::string& b) { link_command("cut", a, b); }
+void NetLab::undrop(const std::string& from, const std::string& to) { link_command("undrop", from, to); }
+void NetLab::uncut(const std::string& a, const std::string& b) { link_command("uncut", a, b); }
 
 void NetLab::isolate_from_servers(int server) {
   check_server(server);
@@ -311,30 +234,11 @@ void NetLab::isolate(const std::string& host) {
 
 void NetLab::heal() { netlab({"heal"}); }
 
-void NetLab::freeze_server(int server) {
-  check_server(server);
-  netlab({"freeze", std::to_string(server)});
-}
-
-void NetLab::thaw_server(int server) {
-  check_server(server);
-  netlab({"thaw", std::to_string(server)});
-}
-
-void NetLab::kill_server(int server) {
-  check_server(server);
-  netlab({"kill", std::to_string(server)});
-}
-
-void NetLab::stop_server(int server) {
-  check_server(server);
-  netlab({"stop-server", std::to_string(server)});
-}
-
-void NetLab::start_server(int server) {
-  check_server(server);
-  netlab({"start-server", std::to_string(server), "--timeout", fmt::format("{}", 60 * timeout_scale())});
-}
+void NetLab::freeze_server(int server) { netlab(server_command("NetLab", "freeze", server, servers())); }
+void NetLab::thaw_server(int server) { netlab(server_command("NetLab", "thaw", server, servers())); }
+void NetLab::kill_server(int server) { netlab(server_command("NetLab", "kill", server, servers())); }
+void NetLab::stop_server(int server) { netlab(server_command("NetLab", "stop-server", server, servers())); }
+void NetLab::start_server(int server) { netlab(server_command("NetLab", "start-server", server, servers())); }
 
 std::string NetLab::describe() const {
   return fmt::format(

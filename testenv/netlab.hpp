@@ -98,14 +98,15 @@ class NetLab {
   // One line for test logs: lab name, subnet, servers, clients, tickTime, syncLimit, start time.
   std::string describe() const;
   double start_seconds() const { return start_seconds_; }
-  const std::filesystem::path& state_dir() const { return state_dir_; }
+  const std::filesystem::path& state_dir() const { return directory_->path(); }
 
  private:
   std::string netlab(const std::vector<std::string>& arguments) const;
+  void link_command(std::string_view command, const std::string& a, const std::string& b);
   void check_server(int server) const;
 
   NetLabOptions options_;
-  std::filesystem::path state_dir_;
+  std::unique_ptr<ManagedDirectory> directory_;
   std::string lab_;
   std::string subnet_;
   double start_seconds_ = 0;
@@ -113,7 +114,6 @@ class NetLab {
   std::vector<std::string> server_namespaces_;
   std::vector<std::string> client_addresses_;  // "ip"
   std::vector<std::string> client_namespaces_;
-  bool started_ = false;
 };
 
 }  // namespace zkr::testenv

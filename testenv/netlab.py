@@ -18,7 +18,7 @@ Servers run `java ... QuorumPeerMain CFG` (ZooKeeperServerMain for a single serv
 2181 (clients), 2888 and 3888 (quorum) of its own address; each namespace has its own ports.
 
   netlab.py start --dir DIR [--servers 3] [--clients 2] [--tick-ms 200] [--sync-limit 2]
-                  [--init-limit 10] [--owner-pid PID]   prints the lab, one fact a line
+                  [--init-limit 10] [--owner-pid PID [--remove-dir]]   prints the lab, one fact a line
   netlab.py stop --dir DIR
   netlab.py drop FROM TO | cut A B | undrop FROM TO | uncut A B | isolate-from-servers I |
             isolate HOST | heal  --dir DIR
@@ -41,9 +41,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zkenv  # noqa: E402  (same directory; shares the process and logging helpers)
+import lifecycle  # noqa: E402  (same directory: the one lifecycle of every managed process)
+import zkenv  # noqa: E402  (the servers' configuration, commands and readiness)
 
-from zkenv import EnvError  # noqa: E402
+from lifecycle import EnvError  # noqa: E402
 
 IP = "/usr/sbin/ip"
 NFT = "/usr/sbin/nft"
@@ -128,72 +129,19 @@ def socket_in(ns):
         os.close(own)
 
 
-def four_letter(ns, address, command, timeout_s=zkenv.FOUR_LETTER_TIMEOUT_S):
-    """Four-letter command from inside namespace ns; the reply, or None without an answer."""
-    try:
-        with socket_in(ns) as sock:
-            sock.settimeout(timeout_s)
-            sock.connect((address, CLIENT_PORT))
-            sock.sendall(command.encode())
-            chunks = []
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return None
+def four_letter(server, command, timeout_s=zkenv.FOUR_LETTER_TIMEOUT_S):
+    """Four-letter command from inside the server's own namespace, so that partitions never hide
+    the answer; the reply, or None without an answer."""
+    return zkenv.four_letter(CLIENT_PORT, command, timeout_s, server["address"],
+                             make_socket=lambda: socket_in(server["ns"]))
 
 
-def server_mode(state, server):
-    """Asked inside the server's own namespace, so partitions never hide the answer."""
-    reply = four_letter(server["ns"], server["address"], "srvr")
-    for line in (reply or "").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
-def find_leader(state):
-    for server in state["servers"]:
-        if server.get("pid") and server_mode(state, server) in ("leader", "standalone"):
-            return server["index"]
-    return -1
+def server_mode(server):
+    return zkenv.mode_of(four_letter(server, "srvr"))
 
 
 # ---------------------------------------------------------------------------------------------
 # State
-
-
-def state_path(state_dir):
-    return os.path.join(state_dir, "state.json")
-
-
-def load_state(state_dir):
-    try:
-        with open(state_path(state_dir)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise EnvError(f"cannot read {state_path(state_dir)}: {e}")
-
-
-def require_state(state_dir):
-    state = load_state(state_dir)
-    if state is None:
-        raise EnvError(f"no lab recorded in {state_dir} (missing state.json)")
-    return state
-
-
-def save_state(state_dir, state):
-    temporary = state_path(state_dir) + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(state, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, state_path(state_dir))
 
 
 def registry_path(lab):
@@ -231,7 +179,7 @@ def claim_lab(state_dir, owner_pid, owner_start):
         subnet = f"{SUBNET_PREFIX}.{random.choice(free)}"
         record = {"lab": lab, "subnet": subnet, "state_dir": state_dir, "owner_pid": owner_pid,
                   "owner_start": owner_start, "creator_pid": os.getpid(),
-                  "creator_start": zkenv.process_start_time(os.getpid())}
+                  "creator_start": lifecycle.start_time(os.getpid())}
         try:
             fd = os.open(registry_path(lab), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -251,32 +199,18 @@ def host(state, name):
     raise EnvError(f"no host '{name}' in this lab (hosts: {names})")
 
 
-def server_by_index(state, index):
-    servers = state["servers"]
-    if not 0 <= index < len(servers):
-        raise EnvError(f"server index {index} out of range: the lab has {len(servers)} servers, "
-                       f"numbered 0..{len(servers) - 1}")
-    return servers[index]
-
-
 def new_state(state_dir, lab, subnet, args):
     def record(name, address):
         return {"name": name, "ns": f"{lab}-{name}", "address": address}
 
-    servers = []
-    for index in range(args.servers):
-        server = record(f"s{index}", f"{subnet}.{10 + index}")
-        server_dir = os.path.join(state_dir, f"server-{index}")
-        server.update({"index": index, "pid": None,
-                       "cfg": os.path.join(server_dir, "zoo.cfg"),
-                       "data_dir": os.path.join(server_dir, "data"),
-                       "log": os.path.join(server_dir, "zookeeper.log"),
-                       "console": os.path.join(server_dir, "console.log")})
-        servers.append(server)
+    servers = [zkenv.server_record(state_dir, index, client_port=CLIENT_PORT, quorum_port=QUORUM_PORT,
+                                   election_port=ELECTION_PORT,
+                                   **record(f"s{index}", f"{subnet}.{10 + index}"))
+               for index in range(args.servers)]
     clients = [record(f"c{index}", f"{subnet}.{100 + index}") for index in range(args.clients)]
     return {"lab": lab, "subnet": subnet + ".0/24", "hub": f"{lab}-hub",
             "tick_ms": args.tick_ms, "sync_limit": args.sync_limit, "init_limit": args.init_limit,
-            "servers": servers, "clients": clients, "drops": [], "watchdog_pid": None}
+            "servers": servers, "clients": clients, "drops": []}
 
 
 def connect_string(state):
@@ -341,83 +275,18 @@ def remove_namespaces(names):
 # Servers
 
 
-def write_config(state):
-    servers = state["servers"]
-    for server in servers:
-        os.makedirs(server["data_dir"], exist_ok=True)
-        lines = [
-            f"tickTime={state['tick_ms']}",
-            f"initLimit={state['init_limit']}",
-            f"syncLimit={state['sync_limit']}",
-            f"dataDir={server['data_dir']}",
-            f"clientPort={CLIENT_PORT}",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
-            "maxClientCnxns=0",
-        ]
-        if len(servers) > 1:
-            for peer in servers:
-                lines.append(f"server.{peer['index'] + 1}={peer['address']}:{QUORUM_PORT}:"
-                             f"{ELECTION_PORT}")
-            with open(os.path.join(server["data_dir"], "myid"), "w") as f:
-                f.write(f"{server['index'] + 1}\n")
-        with open(server["cfg"], "w") as f:
-            f.write("\n".join(lines) + "\n")
-
-
 def launch_server(state_dir, state, server):
-    classpath = ":".join([zkenv.ZOOKEEPER_JAR] + zkenv.LOGGING_JARS +
-                         [os.path.join(state_dir, "conf")])
-    main = zkenv.STANDALONE_MAIN if len(state["servers"]) == 1 else zkenv.QUORUM_MAIN
-    argv = [IP, "netns", "exec", server["ns"], zkenv.JAVA] + zkenv.JVM_FLAGS + [
-        f"-Dzkenv.log.file={server['log']}",
-        f"-Dlog4j.configuration=file:{os.path.join(state_dir, 'conf', 'log4j.properties')}",
-        "-Dzookeeper.jmx.log4j.disable=true",
-        "-cp", classpath, main, server["cfg"],
-    ]
-    try:
-        with open(server["console"], "ab") as console, open(os.devnull, "rb") as devnull:
-            process = subprocess.Popen(argv, stdin=devnull, stdout=console, stderr=console,
-                                       start_new_session=True, close_fds=True)
-    except OSError as e:
-        raise EnvError(f"cannot start server {server['index']}: {e}")
-    server["pid"] = process.pid  # ip netns exec execs java in place
-    process.returncode = 0  # handed over on purpose; no warning on garbage collection
-
-
-def wait_ready(state, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pending = []
-        for server in state["servers"]:
-            if zkenv.child_exited(server):
-                raise EnvError(
-                    f"server {server['index']} (pid {server['pid']}) exited during start; "
-                    f"log {server['log']}:\n{zkenv.log_tail(server['log'])}"
-                    f"{zkenv.log_tail(server['console'])}")
-            if server_mode(state, server) is None:
-                pending.append(server["index"])
-        if not pending and find_leader(state) >= 0:
-            return
-        if time.monotonic() >= deadline:
-            what = ("servers " + ", ".join(map(str, pending)) + " do not answer srvr") if pending \
-                else "no server reports itself leader"
-            raise EnvError(f"lab not ready after {timeout_s:.0f} s: {what} "
-                           f"(logs in {os.path.dirname(state['servers'][0]['log'])}/..)")
-        time.sleep(0.1)
+    # ip netns exec execs java in place: the recorded pid is the JVM's.
+    argv = [IP, "netns", "exec", server["ns"]] + zkenv.server_argv(state_dir, state, server)
+    lifecycle.launch(server, argv, server["console"], zkenv.server_name(server))
 
 
 def stop_servers(state):
-    for server in state["servers"]:
-        if zkenv.signal_if_ours(server, signal.SIGTERM):
-            zkenv.signal_if_ours(server, signal.SIGCONT)
-    failures = []
-    for server in state["servers"]:
-        try:
-            zkenv.stop_server_process(server)
-        except EnvError as e:
-            failures.append(str(e))
-    return failures
+    try:
+        lifecycle.stop(state["servers"], zkenv.server_name, zkenv.STOP_GRACE_S)
+        return []
+    except EnvError as e:
+        return [str(e)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,7 +298,6 @@ def teardown(state_dir, state, lab):
     entry. Works from the registry alone when the state directory is gone."""
     failures = []
     if state is not None:
-        end_watchdog(state_dir, state)
         failures += stop_servers(state)
         namespaces = lab_namespaces(state)
     else:
@@ -441,7 +309,7 @@ def teardown(state_dir, state, lab):
     if state is not None:
         state["torn_down"] = True
         try:
-            save_state(state_dir, state)
+            lifecycle.save_state(state_dir, state)
         except OSError:
             pass
     if not failures:
@@ -464,26 +332,25 @@ def command_start(args):
     for name in ("tick_ms", "sync_limit", "init_limit"):
         if getattr(args, name) < 1:
             raise EnvError(f"--{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
+    if args.remove_dir and not args.owner_pid:
+        raise EnvError("--remove-dir needs --owner-pid")
     reason = unavailable_reason()
     if reason:
         raise EnvError(reason)
     zkenv.check_installation()
     os.makedirs(state_dir, exist_ok=True)
-    previous = load_state(state_dir)
+    previous = lifecycle.load_state(state_dir)
     if previous is not None and not previous.get("torn_down"):
         raise EnvError(f"{state_dir} already holds lab {previous['lab']}; "
                        f"run 'netlab.py stop --dir {state_dir}' first")
     owner_start = None
     if args.owner_pid:
-        owner_start = zkenv.process_start_time(args.owner_pid)
-        if owner_start is None:
-            raise EnvError(f"--owner-pid {args.owner_pid} is not a running process")
+        lifecycle.own(state_dir, args.owner_pid, zkenv.stop_command("netlab.py", state_dir),
+                      args.remove_dir)
+        owner_start = lifecycle.read_owner(state_dir)["owner_start"]
     collect_garbage(quiet=True)
 
-    conf_dir = os.path.join(state_dir, "conf")
-    os.makedirs(conf_dir, exist_ok=True)
-    with open(os.path.join(conf_dir, "log4j.properties"), "w") as f:
-        f.write(zkenv.LOG4J_PROPERTIES)
+    zkenv.write_log4j(state_dir)
     for entry in os.listdir(state_dir):
         if entry.startswith("server-"):
             shutil.rmtree(os.path.join(state_dir, entry), ignore_errors=True)
@@ -492,17 +359,16 @@ def command_start(args):
     state = new_state(state_dir, lab, subnet, args)
     started = time.monotonic()
     try:
-        save_state(state_dir, state)
+        lifecycle.save_state(state_dir, state)
         build_network(state)
-        write_config(state)
+        zkenv.write_config(state)
         for server in state["servers"]:
             launch_server(state_dir, state, server)
-        save_state(state_dir, state)
-        wait_ready(state, args.timeout)
-        if args.owner_pid:
-            launch_watchdog(state_dir, args.owner_pid, owner_start, state)
+        lifecycle.save_state(state_dir, state)
+        zkenv.wait_cluster_ready(state, args.timeout, server_mode)
+        lifecycle.require_owner(state_dir)
         state["start_seconds"] = round(time.monotonic() - started, 2)
-        save_state(state_dir, state)
+        lifecycle.save_state(state_dir, state)
         mark_ready(lab)
     except BaseException:
         try:
@@ -524,72 +390,15 @@ def print_summary(state):
 
 def command_stop(args):
     state_dir = os.path.abspath(args.dir)
-    state = load_state(state_dir)
+    state = lifecycle.load_state(state_dir)
     if state is None or state.get("torn_down"):
         return
     teardown(state_dir, state, state["lab"])
 
 
-def watchdog_is_ours(pid, state_dir):
-    if not pid or pid == os.getpid():
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
-    except OSError:
-        return False
-    return any(a.endswith("netlab.py") for a in argv) and "watchdog" in argv and state_dir in argv
-
-
-def end_watchdog(state_dir, state):
-    pid = state.get("watchdog_pid")
-    if watchdog_is_ours(pid, state_dir):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    state["watchdog_pid"] = None
-
-
-def launch_watchdog(state_dir, owner_pid, owner_start, state):
-    argv = [sys.executable, os.path.abspath(__file__), "watchdog", "--dir", state_dir,
-            "--owner-pid", str(owner_pid), "--owner-start", str(owner_start)]
-    try:
-        with open(os.path.join(state_dir, "watchdog.log"), "ab") as log, \
-                open(os.devnull, "rb") as devnull:
-            process = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=log,
-                                       start_new_session=True, close_fds=True)
-    except OSError as e:
-        raise EnvError(f"cannot start the watchdog: {e}")
-    process.returncode = 0
-    state["watchdog_pid"] = process.pid
-
-
-def command_watchdog(args):
-    """Tears the lab down once its owner is gone; ends when the lab is stopped by others."""
-    state_dir = os.path.abspath(args.dir)
-    while True:
-        time.sleep(0.5)
-        try:
-            state = load_state(state_dir)
-        except EnvError:
-            continue  # caught mid-write
-        if state is None or state.get("torn_down"):
-            return
-        recorded = state.get("watchdog_pid")
-        if recorded is not None and recorded != os.getpid():
-            return
-        if zkenv.process_start_time(args.owner_pid) != args.owner_start:
-            print(f"netlab watchdog: owner {args.owner_pid} is gone, removing lab {state['lab']}",
-                  file=sys.stderr, flush=True)
-            state["watchdog_pid"] = None  # do not signal ourselves
-            teardown(state_dir, state, state["lab"])
-            return
-
-
 def alive(record, key):
     pid = record.get(f"{key}_pid")
-    return bool(pid) and zkenv.process_start_time(pid) == record.get(f"{key}_start")
+    return lifecycle.running({"pid": pid, "start": record.get(f"{key}_start")})
 
 
 def owner_alive(record):
@@ -632,7 +441,7 @@ def collect_garbage(quiet=False):
             continue
         state_dir = record.get("state_dir") or ""
         try:
-            state = load_state(state_dir) if state_dir else None
+            state = lifecycle.load_state(state_dir) if state_dir else None
         except EnvError:
             state = None
         if state is not None and state.get("lab") != lab:
@@ -676,19 +485,19 @@ def add_drops(state_dir, state, pairs):
         if [source, target] not in state["drops"]:
             state["drops"].append([source, target])
     apply_rules(state)
-    save_state(state_dir, state)
+    lifecycle.save_state(state_dir, state)
 
 
 def command_fault(args):
     state_dir = os.path.abspath(args.dir)
-    state = require_state(state_dir)
+    state = lifecycle.require_state(state_dir, "lab")
     others = [h["name"] for h in state["servers"] + state["clients"]]
     if args.command == "drop":
         pairs = [(args.a, args.b)]
     elif args.command == "cut":
         pairs = [(args.a, args.b), (args.b, args.a)]
     elif args.command == "isolate-from-servers":
-        name = server_by_index(state, args.index)["name"]
+        name = zkenv.server_by_index(state, args.index)["name"]
         pairs = [(name, s["name"]) for s in state["servers"] if s["name"] != name]
         pairs += [(b, a) for a, b in pairs]
     elif args.command == "isolate":
@@ -701,12 +510,12 @@ def command_fault(args):
         removed = [[args.a, args.b]] + ([[args.b, args.a]] if args.command == "uncut" else [])
         state["drops"] = [pair for pair in state["drops"] if pair not in removed]
         apply_rules(state)
-        save_state(state_dir, state)
+        lifecycle.save_state(state_dir, state)
         return
     elif args.command == "heal":
         state["drops"] = []
         apply_rules(state)
-        save_state(state_dir, state)
+        lifecycle.save_state(state_dir, state)
         return
     add_drops(state_dir, state, pairs)
 
@@ -716,13 +525,9 @@ def command_fault(args):
 
 
 def command_status(args):
-    state = require_state(os.path.abspath(args.dir))
+    state = lifecycle.require_state(os.path.abspath(args.dir), "lab")
     for server in state["servers"]:
-        alive = zkenv.process_is_ours(server.get("pid"), server["cfg"])
-        mode = server_mode(state, server) if alive else None
-        print(f"{server['name']} pid={server['pid'] if alive else '-'} ns={server['ns']} "
-              f"address={server['address']}:{CLIENT_PORT} "
-              f"state={'running' if alive else 'stopped'} mode={mode or '-'}")
+        print(zkenv.status_line(server, server_mode, server["name"], f"ns={server['ns']} "))
     for client in state["clients"]:
         print(f"{client['name']} ns={client['ns']} address={client['address']}")
     for source, target in state["drops"]:
@@ -730,47 +535,20 @@ def command_status(args):
 
 
 def command_leader(args):
-    print(find_leader(require_state(os.path.abspath(args.dir))))
+    print(zkenv.find_leader(lifecycle.require_state(os.path.abspath(args.dir), "lab"), server_mode))
 
 
 def command_four_letter(args):
-    state = require_state(os.path.abspath(args.dir))
-    server = server_by_index(state, args.index)
-    reply = four_letter(server["ns"], server["address"], args.word)
+    state = lifecycle.require_state(os.path.abspath(args.dir), "lab")
+    server = zkenv.server_by_index(state, args.index)
+    reply = four_letter(server, args.word)
     sys.stdout.write(reply or "")
 
 
 def command_on_server(args):
     state_dir = os.path.abspath(args.dir)
-    state = require_state(state_dir)
-    server = server_by_index(state, args.index)
-    if args.command == "kill":
-        zkenv.kill_server_process(server)
-    elif args.command == "stop-server":
-        zkenv.stop_server_process(server)
-    elif args.command == "start-server":
-        if zkenv.process_is_ours(server.get("pid"), server["cfg"]):
-            raise EnvError(f"server {args.index} is already running (pid {server['pid']})")
-        launch_server(state_dir, state, server)
-        save_state(state_dir, state)
-        deadline = time.monotonic() + args.timeout
-        while server_mode(state, server) is None:
-            if zkenv.child_exited(server):
-                raise EnvError(f"server {args.index} exited on start; log {server['log']}:\n"
-                               f"{zkenv.log_tail(server['log'])}")
-            if time.monotonic() >= deadline:
-                if args.no_wait_quorum:
-                    break
-                raise EnvError(f"server {args.index} does not answer srvr after "
-                               f"{args.timeout:.0f} s (no quorum?)")
-            time.sleep(0.1)
-    elif args.command == "freeze":
-        if not zkenv.signal_if_ours(server, signal.SIGSTOP):
-            raise EnvError(f"server {args.index} is not running")
-    elif args.command == "thaw":
-        if not zkenv.signal_if_ours(server, signal.SIGCONT):
-            raise EnvError(f"server {args.index} is not running")
-    save_state(state_dir, state)
+    zkenv.on_server(state_dir, lifecycle.require_state(state_dir, "lab"), args, launch_server,
+                    server_mode)
 
 
 def command_check(args):
@@ -793,14 +571,10 @@ def main(argv):
     start.add_argument("--timeout", type=float, default=zkenv.READY_TIMEOUT_S)
     start.add_argument("--owner-pid", type=int, default=0,
                        help="tear the lab down when this process ends")
+    start.add_argument("--remove-dir", action="store_true",
+                       help="with --owner-pid: then remove the state directory too")
     start.set_defaults(handler=command_start)
     with_dir.append(start)
-
-    watchdog = sub.add_parser("watchdog", help=argparse.SUPPRESS)
-    watchdog.add_argument("--owner-pid", type=int, required=True)
-    watchdog.add_argument("--owner-start", type=int, required=True)
-    watchdog.set_defaults(handler=command_watchdog)
-    with_dir.append(watchdog)
 
     for name, handler, text in (("stop", command_stop, "stop the servers, delete the namespaces"),
                                 ("status", command_status, "servers, clients and drops"),
@@ -835,16 +609,7 @@ def main(argv):
     p.set_defaults(handler=command_four_letter)
     with_dir.append(p)
 
-    for name, text in (("kill", "SIGKILL one server"),
-                       ("stop-server", "stop one server (TERM, then KILL)"),
-                       ("start-server", "start a stopped server again"),
-                       ("freeze", "SIGSTOP one server"),
-                       ("thaw", "SIGCONT one server")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("index", type=int, help="server index, from 0")
-        p.add_argument("--timeout", type=float, default=zkenv.READY_TIMEOUT_S)
-        p.add_argument("--no-wait-quorum", action="store_true",
-                       help="start-server: do not fail if the server cannot serve yet")
+    for p in zkenv.add_server_commands(sub):
         p.set_defaults(handler=command_on_server)
         with_dir.append(p)
 
@@ -857,14 +622,7 @@ def main(argv):
         p.add_argument("--dir", required=True, help="state directory")
 
     args = parser.parse_args(argv)
-    try:
-        return args.handler(args) or 0
-    except EnvError as e:
-        print(f"netlab: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("netlab: interrupted", file=sys.stderr)
-        return 130
+    return zkenv.run_command("netlab", args.handler, args)
 
 
 if __name__ == "__main__":

@@ -344,7 +344,8 @@ std::string start_owned_lab(pid_t owner_pid, const std::string& dir) {
 // The watchdog removes a lab whose owner died without cleaning up.
 TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
   Process owner({"/bin/sleep", "120"});
-  const std::string dir = fmt::format("/tmp/zkr-netlab-watchdog-{}", ::getpid());
+  // Not named zkr-*: the reaper of another test's start must not race this test's watchdog.
+  const std::string dir = fmt::format("/tmp/netlab-watchdog-test-{}", ::getpid());
   const std::string lab_name = start_owned_lab(owner.pid(), dir);
   ASSERT_TRUE(lab_namespaces_exist(lab_name));
 
@@ -364,11 +365,12 @@ TEST_F(NetLabTest, WatchdogRemovesTheLabOfADeadOwner) {
 // With its watchdog gone too, a dead owner's lab is removed by `netlab.py gc`, and only then.
 TEST_F(NetLabTest, GcRemovesALabWhoseOwnerAndWatchdogAreGone) {
   Process owner({"/bin/sleep", "120"});
-  const std::string dir = fmt::format("/tmp/zkr-netlab-gc-{}", ::getpid());
+  // Not named zkr-*: the reaper of another test's start would remove the lab before gc does.
+  const std::string dir = fmt::format("/tmp/netlab-gc-test-{}", ::getpid());
   const std::string lab_name = start_owned_lab(owner.pid(), dir);
 
-  // The watchdog is the one state.json names; make sure of its command line before killing it.
-  std::ifstream state_file(dir + "/state.json");
+  // The watchdog is the one owner.json names; make sure of its command line before killing it.
+  std::ifstream state_file(dir + "/owner.json");
   std::string state((std::istreambuf_iterator<char>(state_file)), std::istreambuf_iterator<char>());
   auto key = state.find("\"watchdog_pid\": ");
   ASSERT_NE(key, std::string::npos) << state;
@@ -400,6 +402,43 @@ TEST_F(NetLabTest, GcRemovesALabWhoseOwnerAndWatchdogAreGone) {
   EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
+}
+
+// The child entry of the next test: holds a lab, says what, and waits to be killed.
+TEST(NetLabKilledChild, DISABLED_HoldsALab) {
+  NetLab lab({.servers = 1, .clients = 0});
+  print_held("lab", lab.describe().substr(7, 7));  // "netlab zkrNNNN (...": the lab's name
+  print_held("ready", "");
+  std::this_thread::sleep_for(120s);
+}
+
+// A test killed with SIGKILL mid-run leaves no namespace, no registry entry and no directory.
+TEST_F(NetLabTest, KilledTestLeavesNothingBehind) {
+  auto held = hold_in_child("NetLabKilledChild.DISABLED_HoldsALab", scaled(120s));
+  const std::string lab_name = held.all("lab").at(0);
+  ASSERT_TRUE(lab_namespaces_exist(lab_name));
+  std::string dir;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/zkr-netlab")) {
+    if (entry.path().filename() == lab_name + ".json") {
+      std::ifstream in(entry.path());
+      std::string record((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto key = record.find("\"state_dir\": \"");
+      ASSERT_NE(key, std::string::npos) << record;
+      dir = record.substr(key + 14, record.find('"', key + 14) - key - 14);
+    }
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir)) << "no state directory '" << dir << "' for " << lab_name;
+
+  held.process->signal(SIGKILL);
+  held.process->wait(5s);
+  const auto deadline = Clock::now() + scaled(30s);
+  while ((lab_namespaces_exist(lab_name) || std::filesystem::exists(dir) ||
+          std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json")) &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(lab_namespaces_exist(lab_name)) << "the namespaces of " << lab_name << " were left behind";
+  EXPECT_FALSE(std::filesystem::exists("/run/zkr-netlab/" + lab_name + ".json"));
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " was left behind";
 }
 
 }  // namespace

@@ -9,11 +9,12 @@ authentication (a random password, written only into conninfo and state.json).
 
 initdb and postgres refuse to run as root. Run as root (as CI does), the server runs as an
 unprivileged user (--user, default nobody) that owns the state directory; run as anyone else, it
-runs as the caller. Only the pid recorded in state.json, and only while its command line still
-names this state directory's data/, is ever signalled.
+runs as the caller. Only the postmaster recorded in state.json, by pid and start time
+(lifecycle.py), and only while it runs, is ever signalled.
 
-With --owner-pid, a small watchdog process stops the server once that process is gone (and, with
---remove-dir, removes the state directory), so a test killed by a timeout leaves nothing behind.
+With --owner-pid, the directory is owned by that process (lifecycle.py): a watchdog stops the
+server once it is gone (and, with --remove-dir, removes the state directory), so a test killed by a
+timeout leaves nothing behind.
 
   pgenv.py check                        prints why no server can be started here (nothing if it can)
   pgenv.py start --dir DIR [--owner-pid PID [--remove-dir]] [--user NAME] [--timeout S]
@@ -23,17 +24,19 @@ With --owner-pid, a small watchdog process stops the server once that process is
 
 import argparse
 import glob
-import json
 import os
 import pwd
 import secrets
-import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lifecycle  # noqa: E402  (same directory: the one lifecycle of every managed process)
+import zkenv  # noqa: E402  (command plumbing shared by the testenv tools)
+
+from lifecycle import EnvError  # noqa: E402
 
 SUPERUSER = "zkr"
 DATABASE = "postgres"
@@ -41,14 +44,6 @@ START_ATTEMPTS = 3
 READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 DEFAULT_USER_AS_ROOT = "nobody"
-
-
-class EnvError(Exception):
-    """A failure with a message meant for the person running the tests."""
-
-
-class PortClash(EnvError):
-    """The server could not bind the port chosen for it: the start is retried on another."""
 
 
 def bin_dir():
@@ -71,32 +66,6 @@ def unavailable_reason():
         return (f"no PostgreSQL server binaries (initdb, postgres, pg_ctl, pg_isready) in {where}: "
                 f"install the Debian package postgresql (scripts/install-deps does)")
     return ""
-
-
-# ---------------------------------------------------------------------------------------------
-# State directory
-
-
-def state_path(state_dir):
-    return os.path.join(state_dir, "state.json")
-
-
-def load_state(state_dir):
-    try:
-        with open(state_path(state_dir)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise EnvError(f"cannot read {state_path(state_dir)}: {e}")
-
-
-def save_state(state_dir, state):
-    temporary = state_path(state_dir) + ".tmp"
-    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(state, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, state_path(state_dir))
 
 
 def server_user(requested):
@@ -152,49 +121,6 @@ def run_as_server_user(state, argv, what):
 # The server process
 
 
-def process_is_ours(pid, data_dir):
-    """True if pid is alive (not a zombie) and is a postgres whose command line names data_dir."""
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-        if text[text.rindex(")") + 2] in "ZX":
-            return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
-    except (OSError, ValueError, IndexError):
-        return False
-    return bool(argv) and argv[0].endswith("/postgres") and data_dir in argv
-
-
-def process_start_time(pid):
-    """The start time of pid in clock ticks since boot (tells a reused pid apart), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-        fields = text[text.rindex(")") + 2:].split()
-        if fields[0] in "ZX":
-            return None
-        return int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def log_tail(path, lines=15):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def uri(state):
     return (f"postgresql://{SUPERUSER}:{state['password']}@127.0.0.1:{state['port']}/{DATABASE}"
             f"?connect_timeout=10")
@@ -208,23 +134,8 @@ def launch_server(state):
             "-c", "max_connections=20",
             "-c", "shared_buffers=16MB",
             "-c", "logging_collector=off"]
-    try:
-        with open(state["log"], "ab") as log, open(os.devnull, "rb") as devnull:
-            process = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=log, cwd=state["dir"],
-                                       env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-                                       start_new_session=True, close_fds=True, **as_user(state))
-    except OSError as e:
-        raise EnvError(f"cannot start postgres: {e}")
-    state["pid"] = process.pid
-    process.returncode = 0  # handed over on purpose: no warning when the Popen object goes
-
-
-def child_exited(state):
-    try:
-        pid, _ = os.waitpid(state["pid"], os.WNOHANG)
-        return pid != 0
-    except ChildProcessError:
-        return not process_is_ours(state["pid"], state["data_dir"])
+    lifecycle.launch(state, argv, state["log"], "postgres", cwd=state["dir"],
+                     env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, **as_user(state))
 
 
 def ready(state):
@@ -234,41 +145,10 @@ def ready(state):
     return result.returncode == 0
 
 
-def wait_ready(state, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while not ready(state):
-        if child_exited(state):
-            text = log_tail(state["log"])
-            if "could not bind" in text or "Address already in use" in text:
-                raise PortClash(f"port {state['port']} is taken")
-            raise EnvError(f"postgres (pid {state['pid']}) exited during start; {state['log']}:\n{text}")
-        if time.monotonic() >= deadline:
-            raise EnvError(f"postgres does not accept connections after {timeout_s:.0f} s; "
-                           f"{state['log']}:\n{log_tail(state['log'])}")
-        time.sleep(0.05)
-
-
 def stop_server(state):
-    """pg_ctl stop (fast: running transactions are rolled back), then SIGKILL our pid if needed."""
-    pid = state.get("pid")
-    if not process_is_ours(pid, state["data_dir"]):
-        state["pid"] = None
-        return
-    os.kill(pid, signal.SIGCONT)  # in case a test froze it
-    try:
-        run_as_server_user(state, [os.path.join(state["bin_dir"], "pg_ctl"), "stop", "-D",
-                                   state["data_dir"], "-m", "fast", "-w", "-t", str(int(STOP_GRACE_S))],
-                           "pg_ctl stop")
-    except EnvError as e:
-        print(f"pgenv: {e}; killing pid {pid}", file=sys.stderr)
-    if process_is_ours(pid, state["data_dir"]):
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while process_is_ours(pid, state["data_dir"]):
-            if time.monotonic() >= deadline:
-                raise EnvError(f"postgres (pid {pid}) survived SIGKILL")
-            time.sleep(0.05)
-    state["pid"] = None
+    """SIGINT is PostgreSQL's fast shutdown (running transactions are rolled back); KILL after the
+    grace period."""
+    lifecycle.stop([state], lambda _: "postgres", STOP_GRACE_S, term=signal.SIGINT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,35 +171,33 @@ def command_start(args):
     if args.remove_dir and not args.owner_pid:
         raise EnvError("--remove-dir needs --owner-pid")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    previous = load_state(state_dir)
+    previous = lifecycle.load_state(state_dir)
     if previous is not None:
-        if process_is_ours(previous.get("pid"), previous["data_dir"]):
+        if lifecycle.running(previous):
             raise EnvError(f"{state_dir} already has a running server (pid {previous['pid']}); "
                            f"run 'pgenv.py stop --dir {state_dir}' first")
         raise EnvError(f"{state_dir} holds an earlier server's state: give an empty directory")
-    owner_start = None
-    if args.owner_pid:
-        owner_start = process_start_time(args.owner_pid)
-        if owner_start is None:
-            raise EnvError(f"--owner-pid {args.owner_pid} is not a running process")
     uid, gid, user = server_user(args.user)
     check_reachable(state_dir, uid)
+    if args.owner_pid:
+        lifecycle.own(state_dir, args.owner_pid, zkenv.stop_command("pgenv.py", state_dir),
+                      args.remove_dir)
     os.chown(state_dir, uid, gid)
     os.chmod(state_dir, 0o700)
+    log = os.path.join(state_dir, "postgres.log")
     state = {
         "dir": state_dir, "bin_dir": bin_dir(), "uid": uid, "gid": gid, "user": user, "pid": None,
-        "port": None, "password": secrets.token_hex(16),
+        "start": None, "port": None, "password": secrets.token_hex(16),
         "data_dir": os.path.join(state_dir, "data"), "socket_dir": os.path.join(state_dir, "socket"),
-        "log": os.path.join(state_dir, "postgres.log"), "watchdog_pid": None,
+        "log": log, "logs": [log],
     }
-    for directory in (state["socket_dir"],):
-        os.makedirs(directory, mode=0o700)
-        os.chown(directory, uid, gid)
+    os.makedirs(state["socket_dir"], mode=0o700)
+    os.chown(state["socket_dir"], uid, gid)
     password_file = os.path.join(state_dir, "initdb-password")
     with open(os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(state["password"] + "\n")
     os.chown(password_file, uid, gid)
-    save_state(state_dir, state)
+    lifecycle.save_state(state_dir, state)
     try:
         # --no-sync: a throw-away cluster need not survive a power cut; the server itself runs
         # with its defaults (fsync on).
@@ -333,31 +211,21 @@ def command_start(args):
         pass
     os.chown(state["log"], uid, gid)
 
-    for attempt in range(1, START_ATTEMPTS + 1):
-        state["port"] = free_port()
-        try:
-            launch_server(state)
-            save_state(state_dir, state)
-            wait_ready(state, args.timeout)
-        except BaseException as e:
-            try:
-                stop_server(state)
-            except EnvError:
-                pass
-            save_state(state_dir, state)
-            if isinstance(e, PortClash) and attempt < START_ATTEMPTS:
-                continue
-            raise
-        break
+    def attempt():
+        state["port"] = lifecycle.free_ports(1)[0]
+        launch_server(state)
+        lifecycle.save_state(state_dir, state)
+        lifecycle.wait_ready([state], lambda: None if ready(state) else "postgres does not accept "
+                             "connections", args.timeout, lambda _: "postgres", poll_s=0.05)
 
-    if args.owner_pid:
+    def clean_up():
         try:
-            launch_watchdog(state_dir, state, args.owner_pid, owner_start, args.remove_dir)
-        except BaseException:
             stop_server(state)
-            save_state(state_dir, state)
-            raise
-    save_state(state_dir, state)
+        finally:
+            lifecycle.save_state(state_dir, state)
+
+    lifecycle.start_with_retries(state_dir, attempt, clean_up, START_ATTEMPTS)
+    lifecycle.save_state(state_dir, state)
     conninfo = os.path.join(state_dir, "conninfo")
     with open(os.open(conninfo, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(uri(state) + "\n")
@@ -365,79 +233,22 @@ def command_start(args):
     print(f"pid {state['pid']}", flush=True)
 
 
-def watchdog_is_ours(pid, state_dir):
-    if not pid or pid == os.getpid():
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
-    except OSError:
-        return False
-    return any(a.endswith("pgenv.py") for a in argv) and "watchdog" in argv and state_dir in argv
-
-
-def launch_watchdog(state_dir, state, owner_pid, owner_start, remove_dir):
-    argv = [sys.executable, os.path.abspath(__file__), "watchdog", "--dir", state_dir,
-            "--owner-pid", str(owner_pid), "--owner-start", str(owner_start)]
-    if remove_dir:
-        argv.append("--remove-dir")
-    try:
-        with open(os.devnull, "rb") as devnull:
-            process = subprocess.Popen(argv, stdin=devnull, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL, start_new_session=True,
-                                       close_fds=True)
-    except OSError as e:
-        raise EnvError(f"cannot start the watchdog: {e}")
-    process.returncode = 0
-    state["watchdog_pid"] = process.pid
-
-
-def command_watchdog(args):
-    """Stops the server once the owner process is gone; ends when the server or directory does."""
-    state_dir = os.path.abspath(args.dir)
-    while True:
-        time.sleep(0.5)
-        try:
-            state = load_state(state_dir)
-        except EnvError:
-            continue  # caught mid-write; look again
-        if state is None:
-            return
-        if state.get("watchdog_pid") not in (None, os.getpid()):
-            return
-        if not process_is_ours(state.get("pid"), state["data_dir"]):
-            return
-        if process_start_time(args.owner_pid) != args.owner_start:
-            stop_server(state)
-            save_state(state_dir, state)
-            if args.remove_dir:
-                shutil.rmtree(state_dir, ignore_errors=True)
-            return
-
-
 def command_stop(args):
     state_dir = os.path.abspath(args.dir)
-    state = load_state(state_dir)
+    state = lifecycle.load_state(state_dir)
     if state is None:
         print(f"pgenv: nothing to stop in {state_dir} (no state.json)", file=sys.stderr)
         return 0
-    watchdog = state.get("watchdog_pid")
-    if watchdog_is_ours(watchdog, state_dir):
-        try:
-            os.kill(watchdog, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    state["watchdog_pid"] = None
-    stop_server(state)
-    save_state(state_dir, state)
+    try:
+        stop_server(state)
+    finally:
+        lifecycle.save_state(state_dir, state)
     return 0
 
 
 def command_status(args):
-    state = load_state(os.path.abspath(args.dir))
-    if state is None:
-        raise EnvError(f"no server recorded in {args.dir} (missing state.json)")
-    alive = process_is_ours(state.get("pid"), state["data_dir"])
+    state = lifecycle.require_state(os.path.abspath(args.dir), "server")
+    alive = lifecycle.running(state)
     print(f"pid={state['pid'] if alive else '-'} address=127.0.0.1:{state['port']} "
           f"user={state['user']} state={'running' if alive else 'stopped'}")
     return 0
@@ -456,11 +267,6 @@ def main(argv):
                                                   f"(default {DEFAULT_USER_AS_ROOT})")
     start.add_argument("--timeout", type=float, default=READY_TIMEOUT_S)
     start.set_defaults(handler=command_start)
-    watchdog = sub.add_parser("watchdog", help=argparse.SUPPRESS)
-    watchdog.add_argument("--owner-pid", type=int, required=True)
-    watchdog.add_argument("--owner-start", type=int, required=True)
-    watchdog.add_argument("--remove-dir", action="store_true")
-    watchdog.set_defaults(handler=command_watchdog)
     sub.add_parser("stop", help="stop the server").set_defaults(handler=command_stop)
     sub.add_parser("status", help="one line").set_defaults(handler=command_status)
     for name, p in sub.choices.items():
@@ -468,14 +274,7 @@ def main(argv):
             p.add_argument("--dir", required=True, help="state directory")
 
     args = parser.parse_args(argv)
-    try:
-        return args.handler(args) or 0
-    except EnvError as e:
-        print(f"pgenv: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("pgenv: interrupted", file=sys.stderr)
-        return 130
+    return zkenv.run_command("pgenv", args.handler, args)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@
 
 #include <filesystem>
 #include <string>
+#include <memory>
 #include <vector>
+
+#include "managed_directory.hpp"
 
 namespace zkr::testenv {
 
@@ -21,22 +24,19 @@ class PostgresServer {
   static std::string unavailable_reason();
 
   PostgresServer();   // throws std::runtime_error carrying pgenv.py's message
-  ~PostgresServer();  // pg_ctl stop, then SIGKILL of its own pid if needed; removes the directory
+  ~PostgresServer();  // fast shutdown (SIGINT), SIGKILL if needed; removes the directory
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
 
   // "postgresql://zkr:PASSWORD@127.0.0.1:PORT/postgres?connect_timeout=10": for libpq and psql.
   const std::string& uri() const { return uri_; }
   pid_t pid() const { return pid_; }  // the postmaster
-  const std::filesystem::path& state_dir() const { return state_dir_; }  // log: postgres.log
+  const std::filesystem::path& state_dir() const { return directory_->path(); }  // log: postgres.log
 
  private:
-  std::string pgenv(const std::vector<std::string>& arguments) const;
-
-  std::filesystem::path state_dir_;
+  std::unique_ptr<ManagedDirectory> directory_;
   std::string uri_;
   pid_t pid_ = 0;
-  bool started_ = false;
 };
 
 }  // namespace zkr::testenv

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -259,5 +261,45 @@ std::optional<int> Process::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Process::running() { return pid_ > 0 && !reap(false); }
+
+}  // namespace zkr::testenv
+
+namespace zkr::testenv {
+
+std::vector<std::string> HeldByChild::all(const std::string& key) const {
+  std::vector<std::string> values;
+  for (auto [it, end] = facts.equal_range(key); it != end; ++it) values.push_back(it->second);
+  return values;
+}
+
+HeldByChild hold_in_child(const std::string& test_name, std::chrono::milliseconds timeout) {
+  Process::Options options;
+  options.merge_stderr = true;
+  HeldByChild held;
+  held.process = std::make_unique<Process>(
+      std::vector<std::string>{std::filesystem::read_symlink("/proc/self/exe").string(),
+                               "--gtest_also_run_disabled_tests", "--gtest_filter=" + test_name},
+      options);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string output;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto line = held.process->read_line(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    if (!line) break;
+    output += *line + "\n";
+    if (*line == "held ready") return held;
+    if (line->starts_with("held ")) {
+      auto space = line->find(' ', 5);
+      held.facts.emplace(line->substr(5, space - 5), space == std::string::npos ? "" : line->substr(space + 1));
+    }
+  }
+  throw std::runtime_error(fmt::format("{} in a child process did not get ready:\n{}", test_name, output));
+}
+
+void print_held(std::string_view key, std::string_view value) {
+  std::fputs((value.empty() ? fmt::format("held {}\n", key) : fmt::format("held {} {}\n", key, value)).c_str(),
+             stdout);
+  std::fflush(stdout);
+}
 
 }  // namespace zkr::testenv

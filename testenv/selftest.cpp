@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -14,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "postgres.hpp"
 #include "testenv.hpp"
 
 namespace zkr::testenv {
@@ -351,6 +355,128 @@ TEST(Process, DestructorKillsTheWholeGroup) {
   const auto deadline = Clock::now() + scaled(10s);
   while (alive(grandchild) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(alive(grandchild));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A recycled pid, and a test killed with SIGKILL: nothing of testenv's may be signalled by
+// mistake or left behind.
+
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Runs a testenv script (or any python) to the end; its output, and a failure if it did not exit 0.
+std::string run_python(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), "/usr/bin/python3");
+  Process::Options options;
+  options.merge_stderr = true;
+  Process process(arguments, options);
+  std::string output = process.read_all(scaled(120s));
+  EXPECT_EQ(process.wait(scaled(10s)), 0) << output;
+  return output;
+}
+
+// True once `done()` holds, polled for at most `timeout`.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + scaled(timeout);
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
+// The watchdog owner.json names, checked by its command line.
+pid_t recorded_watchdog(const std::filesystem::path& dir) {
+  const std::string owner = read_text(dir / "owner.json");
+  auto key = owner.find("\"watchdog_pid\": ");
+  if (key == std::string::npos) {
+    ADD_FAILURE() << "no watchdog recorded in " << (dir / "owner.json") << ": '" << owner << "'";
+    return 0;
+  }
+  const pid_t watchdog = static_cast<pid_t>(std::stol(owner.substr(key + 16)));
+  const std::string cmdline = read_text(fmt::format("/proc/{}/cmdline", watchdog));
+  EXPECT_NE(cmdline.find("watchdog"), std::string::npos) << cmdline;
+  return watchdog;
+}
+
+// The child entries: each holds something of testenv, says what, and waits to be killed.
+TEST(KilledChild, DISABLED_HoldsACluster) {
+  Cluster cluster;
+  print_held("dir", cluster.state_dir().string());
+  print_held("pid", std::to_string(cluster.pid(0)));
+  print_held("ready", "");
+  std::this_thread::sleep_for(120s);
+}
+
+TEST(KilledChild, DISABLED_HoldsAPostgresServer) {
+  PostgresServer server;
+  print_held("dir", server.state_dir().string());
+  print_held("pid", std::to_string(server.pid()));
+  print_held("ready", "");
+  std::this_thread::sleep_for(120s);
+}
+
+// Kills the child that holds `test`'s environment; true once its processes and directory are gone.
+void expect_nothing_left_behind(const HeldByChild& held) {
+  held.process->signal(SIGKILL);
+  held.process->wait(scaled(10s));
+  for (const auto& dir : held.all("dir")) {
+    EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(dir); }, 30s)) << dir << " was left behind";
+  }
+  for (const auto& pid : held.all("pid")) {
+    EXPECT_TRUE(eventually([&] { return !alive(std::stoi(pid)); }, 30s)) << "pid " << pid << " was left behind";
+  }
+}
+
+TEST(KilledTest, ClusterLeavesNothingBehind) {
+  expect_nothing_left_behind(hold_in_child("KilledChild.DISABLED_HoldsACluster", scaled(120s)));
+}
+
+TEST(KilledTest, PostgresLeavesNothingBehind) {
+  if (auto reason = PostgresServer::unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  expect_nothing_left_behind(hold_in_child("KilledChild.DISABLED_HoldsAPostgresServer", scaled(120s)));
+}
+
+// Owner and watchdog both killed: the servers and the directory stay until the next start reaps them.
+TEST(KilledTest, NextStartReapsADirectoryWhoseOwnerAndWatchdogAreGone) {
+  auto held = hold_in_child("KilledChild.DISABLED_HoldsACluster", scaled(120s));
+  const std::filesystem::path dir = held.all("dir").at(0);
+  const pid_t server = std::stoi(held.all("pid").at(0));
+  const pid_t watchdog = recorded_watchdog(dir);
+  ASSERT_GT(watchdog, 0);
+  ASSERT_EQ(::kill(watchdog, SIGKILL), 0);
+  held.process->signal(SIGKILL);
+  held.process->wait(scaled(10s));
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(std::filesystem::exists(dir)) << "something other than the reaper removed " << dir;
+  ASSERT_TRUE(alive(server));
+
+  Cluster next;
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the next start left " << dir << " behind";
+  EXPECT_TRUE(eventually([&] { return !alive(server); }, 30s)) << "server pid " << server << " was left behind";
+}
+
+// A pid recorded for a server that died may be reused by another process, even one whose command
+// line looks the same: stop must leave that process alone.
+TEST(Zkenv, StopSignalsOnlyTheProcessItStarted) {
+  Cluster cluster;
+  const pid_t server = cluster.pid(0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return !alive(server); }, 10s));
+  const std::string cfg = (cluster.state_dir() / "server-0" / "zoo.cfg").string();
+  Process lookalike({"/usr/bin/python3", "-c", "import time; time.sleep(60)", "zookeeper", cfg});
+  // The record keeps whatever else it said of the dead server; only the pid is now another's.
+  run_python({"-c",
+              "import json, sys\n"
+              "path = sys.argv[1] + '/state.json'\n"
+              "state = json.load(open(path))\n"
+              "state['servers'][0]['pid'] = int(sys.argv[2])\n"
+              "json.dump(state, open(path, 'w'))\n",
+              cluster.state_dir().string(), std::to_string(lookalike.pid())});
+  run_python({source_dir() + "/testenv/zkenv.py", "stop", "--dir", cluster.state_dir().string()});
+  EXPECT_TRUE(lookalike.running()) << "zkenv.py stop signalled a process it did not start";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,8 +28,6 @@
 namespace zkr::testenv {
 namespace {
 
-constexpr auto python = "/usr/bin/python3";
-
 std::string env_or(const char* name, std::string fallback) {
   const char* value = std::getenv(name);
   return value && *value ? std::string(value) : std::move(fallback);
@@ -103,14 +101,14 @@ Cluster::Cluster(ClusterOptions options) {
   if (options.servers < 1) {
     throw std::invalid_argument(fmt::format("Cluster: servers must be >= 1, not {}", options.servers));
   }
-  state_dir_ = make_temp_dir("zkr-cluster");
+  directory_ = std::make_unique<ManagedDirectory>("zkr-cluster", "zkenv.py");
   try {
-    std::string connect = zkenv({"start", "--servers", std::to_string(options.servers), "--tick-ms",
-                                 std::to_string(options.tick_ms), "--sync-limit",
-                                 std::to_string(options.sync_limit), "--owner-pid",
-                                 std::to_string(::getpid()), "--timeout",
-                                 fmt::format("{}", 60 * timeout_scale())});
-    started_ = true;
+    std::vector<std::string> start{"start", "--servers", std::to_string(options.servers), "--tick-ms",
+                                   std::to_string(options.tick_ms), "--sync-limit",
+                                   std::to_string(options.sync_limit), "--timeout",
+                                   fmt::format("{}", 60 * timeout_scale())};
+    for (auto& argument : directory_->owner_arguments()) start.push_back(std::move(argument));
+    std::string connect = zkenv(start);
     // zkenv.py prints the connect string, one 127.0.0.1:port per server in index order.
     std::stringstream addresses(connect);
     for (std::string address; std::getline(addresses, address, ',');) {
@@ -121,54 +119,52 @@ Cluster::Cluster(ClusterOptions options) {
                                            connect, options.servers));
     }
   } catch (...) {
-    // zkenv.py stops what it started when it fails; the state directory stays for its logs.
-    if (started_) {
-      try {
-        zkenv({"stop"});
-      } catch (...) {
-      }
-    }
+    directory_->keep();  // stopped all the same; its logs say why the start failed
     throw;
   }
 }
 
-Cluster::~Cluster() {
-  if (!started_) return;
-  try {
-    zkenv({"stop"});
-    if (!std::getenv("ZKR_KEEP_CLUSTER_DIR")) {
-      std::error_code ignored;
-      std::filesystem::remove_all(state_dir_, ignored);
-    }
-  } catch (...) {
-    // Never throw from a destructor; the state directory stays for a post-mortem.
-  }
-}
+Cluster::~Cluster() = default;
 
 std::string Cluster::zkenv(const std::vector<std::string>& arguments) const {
-  std::vector<std::string> argv{python, source_dir() + "/testenv/zkenv.py"};
-  argv.insert(argv.end(), arguments.begin(), arguments.end());
-  argv.push_back("--dir");
-  argv.push_back(state_dir_.string());
-  Process::Options options;
-  options.merge_stderr = true;
-  Process process(argv, options);
-  // zkenv.py bounds every wait itself (60 s to start); this only guards against a hang.
-  auto output = process.read_all(scaled(std::chrono::seconds(180)));
-  auto status = process.wait(std::chrono::seconds(5));
-  if (status != 0) {
-    throw std::runtime_error(fmt::format("zkenv.py {} failed ({}): {}", arguments.front(),
-                                         status ? fmt::format("exit {}", *status) : "timed out",
-                                         trim(output)));
-  }
-  return trim(output);
+  return directory_->run(arguments, scaled(std::chrono::seconds(180)));
 }
 
-void Cluster::check_index(int index) const {
-  if (index < 0 || index >= size()) {
-    throw std::out_of_range(fmt::format("Cluster: no server {} (servers are 0..{})", index, size() - 1));
+void check_server_index(std::string_view who, int index, int count) {
+  if (index < 0 || index >= count) {
+    throw std::out_of_range(fmt::format("{}: no server {} (servers are 0..{})", who, index, count - 1));
   }
 }
+
+std::vector<std::string> server_command(std::string_view who, std::string_view command, int index, int count) {
+  check_server_index(who, index, count);
+  std::vector<std::string> arguments{std::string(command), std::to_string(index)};
+  if (command == "start-server") {
+    arguments.insert(arguments.end(), {"--timeout", fmt::format("{}", 60 * timeout_scale())});
+  }
+  return arguments;
+}
+
+int leader_among(int count, const std::function<std::string(int)>& srvr) {
+  for (int index = 0; index < count; ++index) {
+    std::string reply = srvr(index);
+    if (reply.find("Mode: leader") != std::string::npos || reply.find("Mode: standalone") != std::string::npos) {
+      return index;
+    }
+  }
+  return -1;
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+void Cluster::check_index(int index) const { check_server_index("Cluster", index, size()); }
 
 std::string Cluster::connect_string() const {
   std::string result;
@@ -187,55 +183,24 @@ std::string Cluster::server_address(int index) const {
 int Cluster::size() const { return static_cast<int>(client_ports_.size()); }
 
 int Cluster::leader() const {
-  for (int index = 0; index < size(); ++index) {
-    std::string reply = four_letter_word(server_address(index), "srvr");
-    if (reply.find("Mode: leader") != std::string::npos ||
-        reply.find("Mode: standalone") != std::string::npos) {
-      return index;
-    }
-  }
-  return -1;
+  return leader_among(size(), [this](int index) { return four_letter_word(server_address(index), "srvr"); });
 }
 
 bool Cluster::wait_for_leader(std::chrono::milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (leader() >= 0) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  return wait_until([this] { return leader() >= 0; }, timeout);
 }
 
-void Cluster::kill(int index) {
-  check_index(index);
-  zkenv({"kill", std::to_string(index)});
-}
-
-void Cluster::stop(int index) {
-  check_index(index);
-  zkenv({"stop-server", std::to_string(index)});
-}
-
-void Cluster::start(int index) {
-  check_index(index);
-  zkenv({"start-server", std::to_string(index), "--timeout", fmt::format("{}", 60 * timeout_scale())});
-}
-
-void Cluster::freeze(int index) {
-  check_index(index);
-  zkenv({"freeze", std::to_string(index)});
-}
-
-void Cluster::thaw(int index) {
-  check_index(index);
-  zkenv({"thaw", std::to_string(index)});
-}
+void Cluster::kill(int index) { zkenv(server_command("Cluster", "kill", index, size())); }
+void Cluster::stop(int index) { zkenv(server_command("Cluster", "stop-server", index, size())); }
+void Cluster::start(int index) { zkenv(server_command("Cluster", "start-server", index, size())); }
+void Cluster::freeze(int index) { zkenv(server_command("Cluster", "freeze", index, size())); }
+void Cluster::thaw(int index) { zkenv(server_command("Cluster", "thaw", index, size())); }
 
 pid_t Cluster::pid(int index) const {
   check_index(index);
   // state.json is written by zkenv.py: each server entry has exactly one "pid" (a number or null),
   // in index order, and nothing else is called that.
-  std::ifstream in(state_dir_ / "state.json");
+  std::ifstream in(state_dir() / "state.json");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::size_t position = 0;
   for (int seen = 0;; ++seen) {

@@ -7,12 +7,15 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "managed_directory.hpp"
 
 namespace zkr::testenv {
 
@@ -34,13 +37,13 @@ struct ClusterOptions {
   int sync_limit = 10;
 };
 
-// ZooKeeper servers started through testenv/zkenv.py in a fresh temporary state directory.
+// ZooKeeper servers started through testenv/zkenv.py in a fresh ManagedDirectory "zkr-cluster-*".
 // Server indices run from 0 to size()-1. Every call that changes a server throws
 // std::runtime_error carrying zkenv.py's message when it fails.
 class Cluster {
  public:
   explicit Cluster(ClusterOptions options = {});
-  ~Cluster();  // stops every server it started; never throws
+  ~Cluster();  // stops every server it started and removes the directory; never throws
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
@@ -58,16 +61,25 @@ class Cluster {
   void thaw(int index);   // SIGCONT
   pid_t pid(int index) const;  // 0 if the server is not running
 
-  const std::filesystem::path& state_dir() const { return state_dir_; }
+  const std::filesystem::path& state_dir() const { return directory_->path(); }
 
  private:
   std::string zkenv(const std::vector<std::string>& arguments) const;
   void check_index(int index) const;
 
-  std::filesystem::path state_dir_;
+  std::unique_ptr<ManagedDirectory> directory_;
   std::vector<int> client_ports_;
-  bool started_ = false;
 };
+
+// What Cluster and NetLab share over their servers. server_command(): the arguments of a per-server
+// command of zkenv.py and netlab.py (kill, stop-server, start-server, freeze, thaw) for server
+// `index` of `count`; check_server_index() throws std::out_of_range naming `who` for a bad index.
+void check_server_index(std::string_view who, int index, int count);
+std::vector<std::string> server_command(std::string_view who, std::string_view command, int index, int count);
+// The first of `count` servers whose srvr reply (from `srvr(index)`) says leader or standalone, or -1.
+int leader_among(int count, const std::function<std::string(int)>& srvr);
+// Polls `done` until it holds (true) or `timeout` passes (false).
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
 // The server shared by the tests of one ctest run: reads $ZKR_TEST_ZK_DIR/connect_string. Without
 // that variable (a test binary run by hand) it starts a private single-server Cluster once per
@@ -190,6 +202,19 @@ class Process {
   std::string buffer_;
   std::optional<int> status_;
 };
+
+// For tests that kill a test mid-run: runs one test of this very binary (a DISABLED_ one too) in a
+// child process, which prints "held KEY VALUE" lines for what it holds, then "held ready" (see
+// print_held). Returns the child and those facts, KEY -> VALUES in order; throws
+// std::runtime_error with the child's output if it ends or stays silent first.
+struct HeldByChild {
+  std::unique_ptr<Process> process;
+  std::multimap<std::string, std::string> facts;
+  std::vector<std::string> all(const std::string& key) const;
+};
+HeldByChild hold_in_child(const std::string& test_name, std::chrono::milliseconds timeout);
+// In the child: one "held KEY VALUE" line, flushed.
+void print_held(std::string_view key, std::string_view value);
 
 // Forces a real server-side expiry of a session: opens a second handle with the session's id and
 // 16-byte password, waits until it is connected, and closes it. Returns once the close completed.

@@ -83,6 +83,9 @@ struct Participant {
 std::vector<Participant> election_participants(Session& session, std::string_view path);
 // The current leader, or nullopt if nobody takes part. Throws as election_participants().
 std::optional<Participant> election_leader(Session& session, std::string_view path);
+// Without exceptions (zkr/session.hpp): an empty result, and ec set, on failure.
+std::vector<Participant> election_participants(Session& session, std::string_view path, std::error_code& ec) noexcept;
+std::optional<Participant> election_leader(Session& session, std::string_view path, std::error_code& ec) noexcept;
 
 // One term of leadership. A handle: copies share the term, and dropping them does not resign
 // (the latch or selector that won the term ends it). The token and the loss signal are Grant's,
@@ -118,6 +121,10 @@ class LeaderLatch {
   // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
   // Error(errc::invalid_argument) for a layout that is none of ElectionLayout's.
   LeaderLatch(Session& session, std::string path, ElectionOptions options = {});
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
+  // `auto latch = zkr::LeaderLatch::make(...)`: a LeaderLatch does not move.
+  static std::optional<LeaderLatch> make(Session& session, std::string path, ElectionOptions options,
+                                         std::error_code& ec) noexcept;
   ~LeaderLatch();  // close()
   LeaderLatch(const LeaderLatch&) = delete;
   LeaderLatch& operator=(const LeaderLatch&) = delete;
@@ -128,6 +135,7 @@ class LeaderLatch {
   // again by itself, at the back of the queue, on the session's next connection. Throws
   // Error(errc::cancelled) if the latch was closed.
   void start();
+  void start(std::error_code& ec) noexcept;
   // Leaves: cancels the wait or ends the term (listeners hear `resigned`), deletes the node.
   // Idempotent, non-blocking.
   void close();
@@ -143,10 +151,15 @@ class LeaderLatch {
   // if the latch was closed, or the error that ended participation (for example
   // errc::session_closed when the Session was closed, zk_errc::no_auth).
   std::optional<Leadership> wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop = {});
+  // The same without exceptions: empty with ec set to errc::timed_out or errc::cancelled (stop
+  // requested) where the form above returns empty, else to what it throws.
+  std::optional<Leadership> wait_for_leadership(std::chrono::nanoseconds timeout, std::stop_token stop,
+                                                std::error_code& ec) noexcept;
   // Callback form (zkr/asio.hpp builds on it): the handler runs once on the session's callback
   // thread with the term, or with errc::timed_out (the timeout passed; negative: none, zero: does
   // not wait), errc::cancelled (stop was requested, or the latch was closed), or the error that
-  // ended participation. Throws Error(errc::invalid_argument) if start() was never called.
+  // ended participation. Throws Error(errc::invalid_argument) if start() was never called (a
+  // caller's mistake, with no non-throwing form).
   using LeadershipHandler = std::function<void(std::error_code, Leadership)>;
   void async_wait_for_leadership(std::chrono::nanoseconds timeout, LeadershipHandler handler,
                                  std::stop_token stop = {});
@@ -166,6 +179,8 @@ class LeaderLatch {
   // Everyone on the path, and the leader, as election_participants() / election_leader().
   std::vector<Participant> participants() const;
   std::optional<Participant> leader() const;
+  std::vector<Participant> participants(std::error_code& ec) const noexcept;
+  std::optional<Participant> leader(std::error_code& ec) const noexcept;
 
 
  private:
@@ -190,6 +205,9 @@ class LeaderSelector {
   // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
   // Error(errc::invalid_argument) if the function is empty or the layout is none of ElectionLayout's.
   LeaderSelector(Session& session, std::string path, LeadershipFunction function, SelectorOptions options = {});
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
+  static std::optional<LeaderSelector> make(Session& session, std::string path, LeadershipFunction function,
+                                            SelectorOptions options, std::error_code& ec) noexcept;
   ~LeaderSelector();  // close()
   LeaderSelector(const LeaderSelector&) = delete;
   LeaderSelector& operator=(const LeaderSelector&) = delete;
@@ -199,6 +217,7 @@ class LeaderSelector {
   // Starts the selector's thread, which joins the election. Idempotent. Throws
   // Error(errc::cancelled) if the selector was closed.
   void start();
+  void start(std::error_code& ec) noexcept;
   // Queues once more after a term ended (only needed without auto_requeue). False if the
   // selector is queued or leading already, or closed.
   bool requeue();

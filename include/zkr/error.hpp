@@ -9,7 +9,10 @@
 // category carried it: `if (ec == zkr::condition::connection_trouble) retry();`. They classify the
 // codes once, here, so that no caller keeps a list of codes of its own.
 // Calls come in two forms: the plain form throws zkr::Error (a std::system_error that also names
-// the path involved); the overload that takes `std::error_code& ec` never throws and sets ec.
+// the path involved); the overload that takes `std::error_code& ec` last never throws, sets ec (or
+// clears it) and returns an empty result on failure. Constructors that check their arguments have
+// a factory instead (Session::connect, Lock::make, ...). docs/guide.md, "Without exceptions", lists
+// every such form, and the few calls that throw only on a caller's mistake.
 #pragma once
 
 #include <string>
@@ -58,14 +61,14 @@ enum class errc : int {
   cancelled,                   // a stop_token was triggered
   timed_out,                   // a wait ran past its timeout
   would_block,                 // non-blocking acquire found the lock held
-  limit_mismatch,              // participants disagree on a semaphore's limit, or another recipe owns the path
+  limit_mismatch,              // participants disagree on a semaphore's limit (or its path records none)
   // 12 is retired (it was never raised).
   missing_chroot = 13,         // the connect string's chroot node does not exist
   unknown_host = 14,           // no host of the connect string resolves (the resolver's reason in the message)
   internal_error = 15,         // an unexpected exception inside the library (a bug: please report it)
   corrupt_state = 16,          // a file of state the library keeps (a DurableFenceGate's) is damaged
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
-  incompatible_peer = 18,      // the path holds another library's nodes that this recipe cannot share (names the peer)
+  incompatible_peer = 18,      // the path is another recipe's (a semaphore's, another library's): names it
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
 };
 

@@ -24,8 +24,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 
+#include <zkr/error.hpp>
 #include <zkr/fencing_token.hpp>
 
 namespace zkr {
@@ -76,6 +78,9 @@ class DurableFenceGate {
   // read or written, std::errc::device_or_resource_busy if another gate has it open (through any
   // of its names).
   explicit DurableFenceGate(std::filesystem::path file);
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set to one of those
+  // codes, on failure. `auto gate = zkr::DurableFenceGate::open(file, ec);`: a gate does not move.
+  static std::optional<DurableFenceGate> open(std::filesystem::path file, std::error_code& ec) noexcept;
   ~DurableFenceGate();
   DurableFenceGate(const DurableFenceGate&) = delete;
   DurableFenceGate& operator=(const DurableFenceGate&) = delete;
@@ -84,6 +89,8 @@ class DurableFenceGate {
   // (the write is then not admitted) if the file cannot be written; since the state of the file is
   // then unknown, every later admit() throws too, until the gate is opened again.
   bool admit(std::string_view key, FencingToken token);
+  // The same without exceptions: false, and ec set, where the form above throws.
+  bool admit(std::string_view key, FencingToken token, std::error_code& ec) noexcept;
 
   std::optional<FencingToken> highest(std::string_view key) const;
   std::uint64_t admitted() const;

@@ -18,6 +18,7 @@
 
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <zkr/election.hpp>
@@ -31,12 +32,14 @@ class FencedTransaction {
   // Bound to a held lock or a lease (a Lease is a HeldLock): once that HeldLock is released (or
   // destroyed), commit() is refused, even while other HeldLocks of its grant (reentrant holds,
   // zkr/lock.hpp) keep the node. It follows the HeldLock through moves. Throws
-  // Error(errc::invalid_argument) for an empty HeldLock.
+  // Error(errc::invalid_argument) for an empty HeldLock (a caller's mistake: code built without
+  // exceptions tests the HeldLock first).
   explicit FencedTransaction(const HeldLock& held);
   // Bound to a term of leadership: refused once the term ended (lost or resigned) as well.
   explicit FencedTransaction(const Leadership& term);
 
-  // As Transaction's: each path is checked when the op is added (Error(errc::invalid_path)).
+  // As Transaction's: each path is checked when the op is added (Error(errc::invalid_path); code
+  // built without exceptions checks its paths with validate_path() first).
   FencedTransaction& create(std::string path, std::string data = {}, CreateMode mode = CreateMode::persistent,
                             NodeAcl acl = NodeAcl::open);
   FencedTransaction& set(std::string path, std::string data, int version = -1);
@@ -52,6 +55,8 @@ class FencedTransaction {
   //     naming it ("op 2 of 3: create /a");
   //   zk_errc::connection_loss, errc::timed_out: the outcome is unknown, but all or nothing.
   std::vector<DataOpResult> commit();
+  // The same without exceptions (zkr/session.hpp): an empty vector, and ec set, on failure.
+  std::vector<DataOpResult> commit(std::error_code& ec) noexcept;
 
  private:
   std::shared_ptr<detail::Contender> contender_;

@@ -38,6 +38,9 @@ class LeaderWatch {
   // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if the callback is
   // empty.
   LeaderWatch(Session& session, std::string path, Callback callback);
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
+  static std::optional<LeaderWatch> make(Session& session, std::string path, Callback callback,
+                                         std::error_code& ec) noexcept;
   ~LeaderWatch();  // stop()
   LeaderWatch(const LeaderWatch&) = delete;
   LeaderWatch& operator=(const LeaderWatch&) = delete;

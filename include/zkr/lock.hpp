@@ -138,7 +138,8 @@ class HeldLock : public Grant {
   // when no answer came in time, and when the connection dropped with the delete in flight and the
   // resent delete found the node gone (our first delete or another client's took it). A HeldLock
   // that is not the last of its grant lets go of its hold only and answers from what the session
-  // knows. Throws errc::invalid_argument if this HeldLock holds nothing (empty or released).
+  // knows. Throws errc::invalid_argument if this HeldLock holds nothing (empty or released): a
+  // caller's mistake, with no non-throwing form (test the HeldLock first).
   ReleaseOutcome release_and_confirm(std::chrono::milliseconds timeout);
 
  private:
@@ -164,6 +165,9 @@ struct ContenderInfo {
 // may hold at once (1 for a lock; readers before the first writer hold whatever it says).
 std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path,
                                            int max_holders = 1);
+// Without exceptions (zkr/session.hpp): an empty vector, and ec set, on failure.
+std::vector<ContenderInfo> list_contenders(Session& session, std::string_view path, int max_holders,
+                                           std::error_code& ec) noexcept;
 
 // What is under a lock path, for operators: list_contenders() tells a path that does not exist
 // (or whose chroot does not) from one that is free only through this.
@@ -174,6 +178,7 @@ struct PathListing {
 };
 // Throws Error as list_contenders(). Logs a warning naming the children that are not contenders.
 PathListing list_lock_path(Session& session, std::string_view path, int max_holders = 1);
+PathListing list_lock_path(Session& session, std::string_view path, int max_holders, std::error_code& ec) noexcept;
 
 // For operators breaking a stuck lock: deletes the node of `holder` (a row of list_contenders()),
 // if it is still the node with that token. The delete is conditional on the data version read
@@ -184,6 +189,7 @@ PathListing list_lock_path(Session& session, std::string_view path, int max_hold
 // node was gone already (or is another grant's). Throws Error (zk_errc::no_auth when the ACL
 // forbids it).
 bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder);
+bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder, std::error_code& ec) noexcept;
 
 using AcquireHandler = std::function<void(std::error_code, HeldLock)>;
 
@@ -194,14 +200,18 @@ class Lock {
   // Throws Error(errc::invalid_path) naming the path, or Error(errc::invalid_argument) for a
   // creator-only ACL on a session without credentials.
   Lock(Session& session, std::string path, LockOptions options = {});
+  // The constructor without exceptions: the Lock, or nullopt with ec set to one of those codes.
+  static std::optional<Lock> make(Session& session, std::string path, LockOptions options,
+                                  std::error_code& ec) noexcept;
   Lock(Lock&& other) noexcept;  // the same lock (see the top of this file)
   Lock& operator=(Lock&& other) noexcept;
   ~Lock();
   const std::string& path() const { return path_; }
 
   // Waits until granted (through session losses: it queues again on the replacement). Throws
-  // Error: errc::cancelled when stop is requested, errc::session_closed, zk_errc::no_auth (ACL
-  // refusal), other ZooKeeper errors (see zkr::condition).
+  // Error: errc::cancelled when stop is requested, errc::would_deadlock (this thread holds it),
+  // errc::session_closed, zk_errc::no_auth (ACL refusal), errc::incompatible_peer (the path is a
+  // semaphore's, or holds another library's nodes), other ZooKeeper errors (see zkr::condition).
   HeldLock acquire(std::stop_token stop = {});
   // Does not wait: an empty optional if someone else holds the lock. Throws as acquire(), and
   // errc::session_lost or zk_errc::connection_loss when the session is not usable right now.
@@ -209,15 +219,23 @@ class Lock {
   // Waits at most `timeout`: empty if it ran out or stop was requested. Throws as acquire().
   std::optional<HeldLock> try_acquire_for(std::chrono::nanoseconds timeout,
                                           std::stop_token stop = {});
-  // Never throws: on failure ec is set (errc::timed_out, errc::cancelled, errc::would_block, ...).
+
+  // The same without exceptions (zkr/session.hpp). These report giving up in ec too: an empty
+  // result with errc::would_block (held by someone else, try_acquire), errc::timed_out or
+  // errc::cancelled (all three are condition::gave_up); otherwise ec is what the throwing form
+  // throws (errc::would_deadlock, errc::session_closed, zk_errc::no_auth, ...).
+  HeldLock acquire(std::stop_token stop, std::error_code& ec) noexcept;  // an empty HeldLock on failure
+  std::optional<HeldLock> try_acquire(std::error_code& ec) noexcept;
   std::optional<HeldLock> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                           std::error_code& ec) noexcept;
   // Callback form: the handler runs once on the session's callback thread with either an error
-  // or the held lock. A negative timeout waits forever; zero does not wait.
+  // or the held lock. A negative timeout waits forever; zero does not wait. Throws only on a
+  // moved-from Lock (errc::invalid_argument).
   void async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler,
                      std::stop_token stop = {});
 
   std::vector<ContenderInfo> contenders() const;
+  std::vector<ContenderInfo> contenders(std::error_code& ec) const noexcept;
 
  private:
   friend class ReadWriteLock;

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include <zkr/error.hpp>
 namespace zkr {
 
 // A znode path a recipe may use: absolute, no trailing '/', no empty, '.' or '..' component, nothing

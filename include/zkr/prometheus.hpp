@@ -14,16 +14,45 @@
 // The `path` label is a recipe path that LockPathLabels opted in, or "" for all other paths; so
 // the number of series is bounded by the options, never by the paths a program happens to use.
 // Label values are escaped as the format requires, and bytes that are not UTF-8 become U+FFFD.
+//
+// metric_families() is the one description of these families: prometheus_text() writes it, and
+// the optional zkrecipes::prometheus component (<zkr/prometheus_collectable.hpp>) hands it to
+// prometheus-cpp; another exporter can read it too.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <zkr/session.hpp>
 
 namespace zkr {
 
 inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+enum class MetricType { counter, gauge, histogram };
+
+// One series of a family: its labels (raw values, unescaped) and its value, or for a histogram its
+// buckets (upper bound in seconds, cumulative count; the +Inf bucket is `count`), count and sum.
+struct MetricSeries {
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;
+  std::vector<std::pair<double, std::uint64_t>> buckets;
+  std::uint64_t count = 0;
+  double sum = 0;
+};
+
+struct MetricFamily {
+  std::string name;
+  MetricType type = MetricType::gauge;
+  std::string help;
+  std::vector<MetricSeries> series;
+};
+
+// The families listed above, in that order, from a snapshot.
+std::vector<MetricFamily> metric_families(const SessionMetrics& metrics);
 
 std::string prometheus_text(const SessionMetrics& metrics);
 // prometheus_text(session.metrics())

@@ -6,14 +6,21 @@
 // Queue order is kept, so a writer is never starved by readers that came after it.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <system_error>
+
 #include <zkr/lock.hpp>
 
 namespace zkr {
 
 class ReadWriteLock {
  public:
-  // Throws Error(errc::invalid_path).
+  // Throws Error(errc::invalid_path), or Error(errc::invalid_argument) as Lock's constructor.
   ReadWriteLock(Session& session, std::string path, LockOptions options = {});
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
+  static std::optional<ReadWriteLock> make(Session& session, std::string path, LockOptions options,
+                                           std::error_code& ec) noexcept;
   Lock& read_lock() { return read_; }
   Lock& write_lock() { return write_; }
   const std::string& path() const { return read_.path(); }

@@ -87,6 +87,9 @@ class Semaphore {
  public:
   // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if max_leases < 1.
   Semaphore(Session& session, std::string path, int max_leases, SemaphoreOptions options = {});
+  // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
+  static std::optional<Semaphore> make(Session& session, std::string path, int max_leases, SemaphoreOptions options,
+                                       std::error_code& ec) noexcept;
   ~Semaphore();
 
   const std::string& path() const { return path_; }
@@ -100,8 +103,11 @@ class Semaphore {
   std::optional<Lease> try_acquire();
   // Waits at most `timeout`: empty if it ran out or stop was requested. Throws as acquire().
   std::optional<Lease> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop = {});
-  // Never throws: on failure ec is set (errc::timed_out, errc::cancelled, errc::would_block,
-  // errc::limit_mismatch, ...).
+  // The same without exceptions, as Lock's: giving up is errc::would_block (every lease taken,
+  // try_acquire), errc::timed_out or errc::cancelled; otherwise ec is what the throwing form
+  // throws (errc::limit_mismatch, errc::session_closed, ...).
+  Lease acquire(std::stop_token stop, std::error_code& ec) noexcept;  // an empty Lease on failure
+  std::optional<Lease> try_acquire(std::error_code& ec) noexcept;
   std::optional<Lease> try_acquire_for(std::chrono::nanoseconds timeout, std::stop_token stop,
                                        std::error_code& ec) noexcept;
   // Callback form, as Lock::async_acquire: the handler runs once on the session's callback
@@ -110,10 +116,13 @@ class Semaphore {
 
   // Lease holders first, then waiters in queue order.
   std::vector<ContenderInfo> contenders() const;
+  std::vector<ContenderInfo> contenders(std::error_code& ec) const noexcept;
 
   // The limit recorded on `path`: nullopt if the path does not exist or records none. Throws
   // Error as list_contenders().
   static std::optional<int> recorded_limit(Session& session, std::string_view path);
+  // Without exceptions: nullopt with ec clear when nothing is recorded, nullopt with ec set on failure.
+  static std::optional<int> recorded_limit(Session& session, std::string_view path, std::error_code& ec) noexcept;
 
  private:
   detail::Acquisition acquisition() const;  // the one front end (recipes/acquisition.hpp)

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include <zkr/error.hpp>
 namespace zkr {
 
 // CLOCK_BOOTTIME as a std::chrono clock: like steady_clock, but it keeps counting while the machine
@@ -154,7 +155,8 @@ struct DataOpResult {
 };
 
 // Operations committed together or not at all (Session::commit). Each path is checked when the
-// operation is added: a bad one throws Error(errc::invalid_path) naming it and why.
+// operation is added: a bad one throws Error(errc::invalid_path) naming it and why (code built
+// without exceptions checks its paths with validate_path() first, zkr/names.hpp).
 class Transaction {
  public:
   Transaction& create(std::string path, std::string data = {}, CreateMode mode = CreateMode::persistent,
@@ -180,6 +182,8 @@ struct DigestCredentials {
   std::string password;
   // Reads "user:password" from the first line of a file. Throws Error naming the file.
   static DigestCredentials from_file(const std::filesystem::path& file);
+  // The same without exceptions: nullopt, and ec set, if the file cannot be read or is malformed.
+  static std::optional<DigestCredentials> from_file(const std::filesystem::path& file, std::error_code& ec) noexcept;
 };
 
 enum class LogLevel { error, warning, info, debug };
@@ -342,11 +346,21 @@ class Passkey {
 };
 }  // namespace detail
 
+// Every call of the API that can throw on a normal path has a form that takes `std::error_code& ec`
+// last and never throws (zkr/error.hpp): it sets ec to the code the throwing form would have
+// thrown, clears it on success, and returns an empty result on failure (nullopt, an empty HeldLock
+// or vector, a default NodeData). A constructor that validates its arguments has a factory instead
+// (Session::connect, Lock::make, ...). Code built with -fno-exceptions uses only these.
 class Session {
  public:
   // Connects and waits for the first session. Throws Error with errc::invalid_connect_string,
-  // errc::invalid_argument (timeouts), errc::connect_timeout, or errc::auth_failed.
+  // errc::invalid_argument (timeouts, path labels), errc::unknown_host, errc::connect_timeout or
+  // errc::auth_failed.
   explicit Session(SessionOptions options);
+  // The constructor without exceptions: the connected Session, or nullopt with ec set to one of
+  // the codes above. `auto session = zkr::Session::connect(options, ec);` (a Session does not move:
+  // keep the optional where it was made).
+  static std::optional<Session> connect(SessionOptions options, std::error_code& ec) noexcept;
   // The library's: wraps an already connected core (unit tests with a fake connection).
   Session(detail::Passkey, std::shared_ptr<detail::SessionCore> core) : core_(std::move(core)) {}
   ~Session();  // close()
@@ -406,6 +420,23 @@ class Session {
   // the first operation that failed, naming its path, which op it was ("op 2 of 3: create /a"),
   // and that none was applied. One result per op, in order.
   std::vector<DataOpResult> commit(const Transaction& transaction);
+
+  // The data calls without exceptions: ec set to what the forms above throw, and an empty result
+  // (a default NodeData or NodeStat, nullopt, an empty vector or string) on failure. exists()
+  // answers nullopt with ec clear when there is no node.
+  NodeData get(std::string_view path, std::error_code& ec) const noexcept;
+  NodeData get(std::string_view path, DataWatch watch, std::error_code& ec) const noexcept;
+  std::optional<NodeStat> exists(std::string_view path, std::error_code& ec) const noexcept;
+  std::vector<std::string> children(std::string_view path, std::error_code& ec) const noexcept;
+  std::vector<std::string> children(std::string_view path, DataWatch watch, std::error_code& ec) const noexcept;
+  std::string create(std::string_view path, std::string_view data, std::error_code& ec) noexcept;
+  std::string create(std::string_view path, std::string_view data, CreateMode mode, NodeAcl acl,
+                     std::error_code& ec) noexcept;
+  NodeStat set(std::string_view path, std::string_view data, std::error_code& ec) noexcept;
+  NodeStat set(std::string_view path, std::string_view data, int version, std::error_code& ec) noexcept;
+  void remove(std::string_view path, std::error_code& ec) noexcept;
+  void remove(std::string_view path, int version, std::error_code& ec) noexcept;
+  std::vector<DataOpResult> commit(const Transaction& transaction, std::error_code& ec) noexcept;
 
   // Closes the session: held locks are reported lost (reason session_closed) and their nodes go
   // with the session. Idempotent. Blocks until the C client handle is closed.

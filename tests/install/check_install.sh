@@ -6,6 +6,7 @@
 #   check_install.sh install BUILD_DIR PREFIX
 #   check_install.sh cmake-consumer PREFIX WORK_DIR shared|static
 #   check_install.sh pkgconfig-consumer PREFIX WORK_DIR shared|static
+#   check_install.sh prometheus-consumer PREFIX WORK_DIR
 #   check_install.sh subdirectory SOURCE_DIR WORK_DIR
 #   check_install.sh deb BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -83,6 +84,18 @@ cmd_install() {
   "$prefix/bin/zklock" --version >/dev/null || fail "the installed zklock does not run"
   echo "installed into $prefix:"
   (cd "$prefix" && find . -type f -o -type l | sort)
+}
+
+# The optional component, found with find_package(zkrecipes COMPONENTS prometheus).
+cmd_prometheus_consumer() {
+  local prefix=$1 work=$2
+  fresh_dir "$work"
+  cmake -S "$here/prometheus_consumer" -B "$work" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$CXX" \
+        -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 ||
+    { cat "$work/configure.log"; fail "configuring the prometheus consumer against $prefix"; }
+  cmake --build "$work" >"$work/build.log" 2>&1 ||
+    { cat "$work/build.log"; fail "building the prometheus consumer against $prefix"; }
+  run_consumer "$work/consumer"
 }
 
 cmd_cmake_consumer() {
@@ -183,7 +196,8 @@ case "$command" in
   install) [ $# -eq 2 ] || fail "usage: install BUILD_DIR PREFIX"; cmd_install "$@" ;;
   cmake-consumer) [ $# -eq 3 ] || fail "usage: cmake-consumer PREFIX WORK_DIR shared|static"; cmd_cmake_consumer "$@" ;;
   pkgconfig-consumer) [ $# -eq 3 ] || fail "usage: pkgconfig-consumer PREFIX WORK_DIR shared|static"; cmd_pkgconfig_consumer "$@" ;;
+  prometheus-consumer) [ $# -eq 2 ] || fail "usage: prometheus-consumer PREFIX WORK_DIR"; cmd_prometheus_consumer "$@" ;;
   subdirectory) [ $# -eq 2 ] || fail "usage: subdirectory SOURCE_DIR WORK_DIR"; cmd_subdirectory "$@" ;;
   deb) [ $# -eq 2 ] || fail "usage: deb BUILD_DIR WORK_DIR"; cmd_deb "$@" ;;
-  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, subdirectory, deb)" ;;
+  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, prometheus-consumer, subdirectory, deb)" ;;
 esac

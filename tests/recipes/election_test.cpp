@@ -244,8 +244,9 @@ TEST_F(ElectionTest, LatchListenersHearGainedAndLostAndTheLatchQueuesAgain) {
   proxy.blackhole();  // the monitor declares the session lost before the server can expire it
   ASSERT_TRUE(eventually([&] { return term->lost(); }, testenv::scaled(15s)));
   EXPECT_EQ(term->loss_reason(), LossReason::session_lost);
-  EXPECT_TRUE(work_stopped);
-  EXPECT_TRUE(term->lost_token().stop_requested());
+  // The stops are requested on the session's callback thread, just after lost() turns true.
+  EXPECT_TRUE(eventually([&] { return work_stopped.load(); }));
+  EXPECT_TRUE(eventually([&] { return term->lost_token().stop_requested(); }));
   EXPECT_FALSE(latch.is_leader());
   proxy.pass();
   auto again = latch.wait_for_leadership(testenv::scaled(20s));  // a new session, a new node

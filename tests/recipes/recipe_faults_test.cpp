@@ -484,7 +484,7 @@ TEST_F(RecipeFaultsTest, LockAndLatchRefuseASemaphoresPathNamingTheSemaphore) {
     auto held = lock.try_acquire_for(testenv::scaled(2s));
     ADD_FAILURE() << "a lock joined a semaphore's path" << (held ? " and holds" : "");
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), errc::limit_mismatch);
+    EXPECT_EQ(e.code(), errc::incompatible_peer);
     EXPECT_NE(std::string(e.what()).find("semaphore"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("max_leases=3"), std::string::npos) << e.what();
   }
@@ -494,7 +494,7 @@ TEST_F(RecipeFaultsTest, LockAndLatchRefuseASemaphoresPathNamingTheSemaphore) {
     auto term = latch.wait_for_leadership(testenv::scaled(2s));
     ADD_FAILURE() << "a latch joined a semaphore's path" << (term ? " and leads" : "");
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), errc::limit_mismatch);
+    EXPECT_EQ(e.code(), errc::incompatible_peer);
     EXPECT_NE(std::string(e.what()).find("semaphore"), std::string::npos) << e.what();
   }
   // Only the semaphore's lease node is left.

@@ -2,6 +2,7 @@
 
 #include <future>
 #include <memory>
+#include <vector>
 
 namespace zkr::swarm {
 
@@ -63,5 +64,13 @@ bool Actor::run(const std::function<void()>& function, std::chrono::milliseconds
 }
 
 void Actor::abandon() { abandoned_ = true; }
+
+void keep_for_process(std::shared_ptr<void> object) {
+  static std::mutex mutex;
+  // Never destroyed: a static vector's destructor would free them at exit, under the thread.
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard lock(mutex);
+  kept->push_back(std::move(object));
+}
 
 }  // namespace zkr::swarm

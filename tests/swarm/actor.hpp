@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stop_token>
 #include <thread>
@@ -33,7 +34,8 @@ class Actor {
   // did not return within `timeout` (it then still runs, as the actor's current task).
   bool run(const std::function<void()>& function, std::chrono::milliseconds timeout);
   // The thread could not be stopped (a task that never returns): leave it running, never joined,
-  // rather than hang the test's teardown.
+  // rather than hang the test's teardown. Keep the actor, and whatever its task may still use, in
+  // keep_for_process().
   void abandon();
 
  private:
@@ -47,5 +49,11 @@ class Actor {
   bool abandoned_ = false;
   std::jthread thread_;  // last: starts once the members above exist
 };
+
+// Keeps `object` until the process ends, never destroyed: what an abandoned actor's thread may
+// still use (the actor, the sessions and recipes its task calls). Such a run has failed already;
+// kept here, the objects stay reachable (LeakSanitizer does not report them a second time) and
+// are never freed under that thread.
+void keep_for_process(std::shared_ptr<void> object);
 
 }  // namespace zkr::swarm

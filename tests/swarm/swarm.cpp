@@ -460,9 +460,10 @@ void Swarm::teardown() {
   if (abandoned) {
     // A thread still inside the library uses the actors, sessions and recipes: leave them to it
     // (the run has failed anyway).
-    for (auto& slot : slots_) (void)slot.release();
-    for (auto& actor : actors_) (void)actor.release();
-    for (auto& hold : holds_) new std::shared_ptr<HoldBox>(std::move(hold.box));
+    for (auto& slot : slots_) keep_for_process(std::move(slot));
+    for (auto& actor : actors_) keep_for_process(std::move(actor));
+    for (auto& hold : holds_) keep_for_process(std::move(hold.box));
+    for (auto& pending : pending_) keep_for_process(std::move(pending));
     slots_.clear();
     actors_.clear();
   }

@@ -13,6 +13,7 @@
 #include <zkr/prometheus.hpp>
 #include <zkr/session.hpp>
 
+#include "client_log.hpp"
 #include "python_readers.hpp"
 
 namespace zkr::test {
@@ -161,6 +162,39 @@ TEST(JsonLinesLogSink, LeavesOutWhatIsUnknown) {
   const auto read = json_lines_read_back({record, record});
   ASSERT_EQ(read.size(), 2u);
   EXPECT_EQ(read[0], fmt::format("level={},message=,time={}", hex("error"), hex("1970-01-01T00:00:00.000000Z")));
+}
+
+// The C client's lines, as its log callback gets them (3.8.0's format).
+TEST(ClientLog, TheClientsPrefixIsTakenOffAndItsLevelRead) {
+  const auto line = detail::parse_client_log_line(
+      "2026-12-03 11:50:00,123:4242(0x7f12ab34cd56):ZOO_ERROR@handle_socket_error_msg@1290: Socket "
+      "127.0.0.1:4000 zk retcode=-4, errno=111(Connection refused): server refused to accept the client\n");
+  EXPECT_EQ(line.level, LogLevel::error);
+  EXPECT_EQ(line.message,
+            "Socket 127.0.0.1:4000 zk retcode=-4, errno=111(Connection refused): server refused to accept the client");
+  const auto warning = detail::parse_client_log_line("2026-12-03 11:50:00,123:1(0x1):ZOO_WARN@f@2: a: b");
+  EXPECT_EQ(warning.level, LogLevel::warning);
+  EXPECT_EQ(warning.message, "a: b");
+  const auto other = detail::parse_client_log_line("something else");
+  EXPECT_EQ(other.level, LogLevel::debug);
+  EXPECT_EQ(other.message, "something else");
+}
+
+TEST(ClientLog, ARepeatedLineIsLoggedFirstThenCountedOncePerInterval) {
+  using namespace std::chrono_literals;
+  detail::RepeatSummary summary(10s, 2);
+  const auto start = detail::RepeatSummary::Clock::time_point() + 1h;
+  EXPECT_EQ(summary.admit(LogLevel::error, "refused", start), "refused");
+  EXPECT_EQ(summary.admit(LogLevel::warning, "refused", start), "refused");  // another level, another line
+  for (int i = 1; i < 58; ++i) EXPECT_EQ(summary.admit(LogLevel::error, "refused", start + i * 170ms), std::nullopt);
+  EXPECT_EQ(summary.admit(LogLevel::error, "refused", start + 10s), "refused (repeated 58 times in 10s)");
+  EXPECT_EQ(summary.admit(LogLevel::error, "refused", start + 11s), std::nullopt);
+  EXPECT_EQ(summary.admit(LogLevel::error, "refused", start + 30s), "refused (repeated 2 times in 20s)");
+  // A line that comes back after a quiet interval is logged as it is.
+  EXPECT_EQ(summary.admit(LogLevel::error, "refused", start + 60s), "refused");
+  // Bounded: a third message forgets the one reported longest ago.
+  EXPECT_EQ(summary.admit(LogLevel::info, "other", start + 61s), "other");
+  EXPECT_EQ(summary.admit(LogLevel::warning, "refused", start + 62s), "refused");
 }
 
 }  // namespace

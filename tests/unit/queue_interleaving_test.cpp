@@ -1327,8 +1327,31 @@ TEST_F(QueueInterleaving, LockReadsItsPathNodesDataOnlyWhenThereIsSome) {
   Lock on_a_semaphore(*session, "/semaphore");
   std::error_code ec;
   EXPECT_FALSE(on_a_semaphore.try_acquire_for(kForever, {}, ec));
-  EXPECT_EQ(ec, errc::limit_mismatch);
+  EXPECT_EQ(ec, errc::incompatible_peer);
   EXPECT_TRUE(wait_until([&] { return server->node("/semaphore")->children.empty(); }));
+}
+
+
+// An acquisition of a Curator-layout semaphore made on a closed session ends (session_closed)
+// after the session's worker thread has stopped. Nothing it leaves queued for that worker may
+// keep the session alive: once the program lets go of the Session and the Semaphore, the session
+// is freed (before, a cleanup queued there held the acquisition, which holds the session).
+TEST_F(QueueInterleaving, APeerSemaphoreAcquisitionOnAClosedSessionLetsTheSessionGo) {
+  auto session = open_session();
+  const std::weak_ptr<detail::SessionCore> core = detail::Internals::core(*session);
+  for (const auto layout : {SemaphoreLayout::curator_v2, SemaphoreLayout::kazoo}) {
+    SemaphoreOptions options;
+    options.layout = layout;
+    Semaphore semaphore(*session, fmt::format("/semaphores/closed-{}", to_string(layout)), 2, options);
+    session->close();
+    auto told = std::make_shared<std::promise<std::error_code>>();
+    auto outcome = told->get_future();
+    semaphore.async_acquire(kForever, [told](std::error_code ec, HeldLock) { told->set_value(ec); });
+    ASSERT_EQ(outcome.wait_for(scaled(10s)), std::future_status::ready);
+    EXPECT_EQ(outcome.get(), errc::session_closed);
+  }
+  session.reset();
+  EXPECT_TRUE(wait_until([&] { return core.expired(); })) << "the closed session is never freed";
 }
 
 }  // namespace

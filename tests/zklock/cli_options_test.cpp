@@ -1,5 +1,8 @@
 // zklock's command line, parsed without starting anything.
+#include <algorithm>
+#include <cctype>
 #include <csignal>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -41,7 +44,7 @@ TEST(ZklockOptions, CommandAndDefaults) {
   EXPECT_EQ(options.conflict_exit_code, 1);
   EXPECT_EQ(options.lost_exit_code, 75);
   EXPECT_EQ(options.kind, LockKind::mutex);
-  EXPECT_EQ(options.session_timeout, 10s);
+  EXPECT_EQ(options.session_timeout, 20s);
   EXPECT_EQ(options.connect_timeout, 15s);
   EXPECT_EQ(options.kill_after, 5s);
   EXPECT_EQ(options.kill_signal, SIGTERM);
@@ -280,15 +283,68 @@ TEST(ZklockOptions, DurationText) {
   EXPECT_EQ(format_duration(1500ms), "1.5s");
 }
 
-TEST(ZklockOptions, HelpMentionsEveryOption) {
+TEST(ZklockOptions, HelpMentionsTheEnvironmentAndExitCodes) {
   const std::string help = help_text();
-  for (const char* option :
-       {"--zk", "--nonblock", "--wait", "--timeout", "--conflict-exit-code", "--shared", "--exclusive",
-        "--session-timeout", "--connect-timeout", "--kill-after", "--kill-signal", "--lost-exit-code",
-        "--owner", "--auth-file", "--slots", "--break", "--node", "--force", "--verbose", "--quiet", "--list", "--json", "ZKLOCK_FENCING_TOKEN",
-        "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS", "75", "64", "69", "70", "77",
-        "126", "127"}) {
-    EXPECT_THAT(help, HasSubstr(option));
+  for (const char* item : {"ZKLOCK_FENCING_TOKEN", "ZKLOCK_NODE", "ZKLOCK_PATH", "ZKLOCK_SESSION_ID", "ZKLOCK_SERVERS",
+                           "75", "64", "65", "66", "69", "70", "77", "126", "127"}) {
+    EXPECT_THAT(help, HasSubstr(item));
+  }
+}
+
+// The man page's OPTIONS section: the tag line of each entry (the line after ".TP").
+std::vector<std::string> man_page_option_tags() {
+  std::ifstream in(ZKLOCK_MAN_PAGE);
+  std::vector<std::string> tags;
+  bool in_options = false;
+  bool after_tp = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(".SH")) in_options = line == ".SH OPTIONS";
+    if (in_options && after_tp) tags.push_back(line);
+    after_tp = line == ".TP";
+  }
+  return tags;
+}
+
+// The option as the man page's source spells it: "\-\-kill\-after".
+std::string roff(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '-' ? std::string("\\-") : std::string(1, c);
+  return out;
+}
+
+// Whatever the parser accepts, --help lists (in its column of options) and the man page describes
+// (an entry of its OPTIONS section), by every name it goes by.
+TEST(ZklockOptions, HelpAndManPageDescribeEveryAcceptedOption) {
+  const std::string help = help_text();
+  const std::vector<std::string> tags = man_page_option_tags();
+  ASSERT_FALSE(tags.empty()) << "no OPTIONS entries in " << ZKLOCK_MAN_PAGE;
+  const auto tagged = [&](const std::string& needle) {
+    return std::any_of(tags.begin(), tags.end(), [&](const std::string& tag) {
+      for (auto at = tag.find(needle); at != std::string::npos; at = tag.find(needle, at + 1)) {
+        const char before = at > 0 ? tag[at - 1] : ' ';
+        const char next = at + needle.size() < tag.size() ? tag[at + needle.size()] : ' ';
+        // Not part of a longer name (\-k inside \-\-kill\-after).
+        if (before != '-' && !std::isalnum(static_cast<unsigned char>(next)) && next != '\\') return true;
+      }
+      return false;
+    });
+  };
+  for (const AcceptedOption& option : accepted_options()) {
+    const std::string name = fmt::format("--{}", option.name);
+    const std::string help_entry =
+        option.short_name ? fmt::format("\n  -{}, {}", option.short_name, name) : fmt::format("\n      {}", name);
+    EXPECT_NE(help.find(help_entry), std::string::npos) << "--help does not list " << name;
+    EXPECT_TRUE(tagged(roff(name))) << "the man page's OPTIONS do not describe " << name;
+    if (option.short_name) {
+      EXPECT_TRUE(tagged(roff(fmt::format("-{}", option.short_name))))
+          << "the man page's OPTIONS do not describe -" << option.short_name;
+    }
+    if (!option.alias.empty()) {
+      EXPECT_NE(help.find(fmt::format(", --{}", option.alias)), std::string::npos)
+          << "--help does not list --" << option.alias;
+      EXPECT_TRUE(tagged(roff(fmt::format("--{}", option.alias))))
+          << "the man page's OPTIONS do not describe --" << option.alias;
+    }
   }
 }
 
@@ -306,6 +362,27 @@ TEST(ZklockOptions, OncePerTakesAPeriodWithAUnit) {
   EXPECT_THAT(usage_error({"--once-per", "1h", "-N", "2", "/p", "true"}), HasSubstr("drop -s, -x or -N"));
   EXPECT_THAT(usage_error({"--once-per", "1h", "--list", "/p"}), HasSubstr("drop --once-per"));
   EXPECT_THAT(usage_error({"--once-per", "1h", "--break", "/p"}), HasSubstr("--once-per applies only to running a command"));
+}
+
+TEST(ZklockOptions, OncePerTakesATimeZoneAndTheFailedRunPolicy) {
+  const CliOptions defaults = parse({"--once-per", "1d", "/p", "true"});
+  EXPECT_EQ(defaults.once_per_zone.name(), "UTC");
+  EXPECT_FALSE(defaults.count_failed);
+  const CliOptions berlin = parse({"--once-per", "1d", "--tz", "Europe/Berlin", "--count-failed", "/p", "true"});
+  EXPECT_EQ(berlin.once_per_zone.name(), "Europe/Berlin");
+  EXPECT_TRUE(berlin.count_failed);
+  EXPECT_EQ(parse({"--once-per", "1d", "--tz=Asia/Kolkata", "/p", "true"}).once_per_zone.offset_at(0), 19800);
+  EXPECT_THAT(usage_error({"--once-per", "1d", "--tz", "Mars/Base", "/p", "true"}),
+              HasSubstr("invalid value 'Mars/Base' for --tz: unknown time zone 'Mars/Base'"));
+  EXPECT_THAT(usage_error({"--once-per", "1d", "--tz", "", "/p", "true"}),
+              HasSubstr("invalid value '' for --tz: '' is not a time zone name"));
+  EXPECT_THAT(usage_error({"--tz", "UTC", "/p", "true"}), HasSubstr("--tz applies only to --once-per"));
+  EXPECT_THAT(usage_error({"--count-failed", "/p", "true"}), HasSubstr("--count-failed applies only to --once-per"));
+  const std::string help = help_text();
+  EXPECT_THAT(help, HasSubstr("--tz ZONE"));
+  EXPECT_THAT(help, HasSubstr("(default UTC)"));
+  EXPECT_THAT(help, HasSubstr("Monday 00:00 to Monday 00:00"));
+  EXPECT_THAT(help, HasSubstr("--count-failed"));
 }
 
 TEST(ZklockOptions, WatchGoesWithListOnly) {

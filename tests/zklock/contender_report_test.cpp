@@ -62,6 +62,36 @@ TEST(ZklockReport, Text) {
   EXPECT_EQ(format_listing_text("/locks/a", listing({})), "/locks/a: free (no holder, no waiters)\n");
 }
 
+// Owner data of any length (zklock's default is host:pid:command) keeps every column aligned:
+// each row's NODE and OWNER start where the header's do.
+TEST(ZklockReport, ColumnsStayAlignedWithLongOwners) {
+  const std::string long_owner = "build-host-with-a-long-name.example.com:48213:/usr/local/bin/nightly-report --all";
+  const std::string text = format_listing_text(
+      "/locks/a", listing({contender("_c_x-lock-0000000003", 42, true, long_owner),
+                           contender("_c_y-lock-0000000004", 4294967302, false, "caf\xc3\xa9:1:short")}));
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
+    lines.push_back(text.substr(at, end - at));
+  }
+  ASSERT_EQ(lines.size(), 4u) << text;
+  const auto column_of = [](const std::string& line, std::string_view value) {
+    const auto at = line.find(value);
+    // In characters, not bytes: the owner "café" takes four columns.
+    return at == std::string::npos ? std::string::npos
+                                   : static_cast<std::size_t>(std::count_if(line.begin(), line.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                            [](char c) { return (c & 0xC0) != 0x80; }));
+  };
+  const std::size_t node = column_of(lines[1], "NODE");
+  const std::size_t owner = column_of(lines[1], "OWNER");
+  EXPECT_EQ(column_of(lines[2], "_c_x-lock-"), node) << text;
+  EXPECT_EQ(column_of(lines[3], "_c_y-lock-"), node) << text;
+  EXPECT_EQ(column_of(lines[2], long_owner), owner) << text;
+  EXPECT_EQ(column_of(lines[3], "caf"), owner) << text;
+  // Tokens align right, under the end of TOKEN.
+  EXPECT_EQ(column_of(lines[2], " 42 ") + 3, column_of(lines[1], "TOKEN ") + 5) << text;
+  EXPECT_EQ(column_of(lines[3], "4294967302 ") + 10, column_of(lines[1], "TOKEN ") + 5) << text;
+}
+
 TEST(ZklockReport, OtherChildrenAreShownAsNotContenders) {
   EXPECT_EQ(format_listing_text("/q", listing({}, {"config", "report-lock-0000000000"})),
             "/q: free (no holder, no waiters)\nnot a contender: config\nnot a contender: report-lock-0000000000\n");
@@ -105,7 +135,7 @@ TEST(ZklockReport, Json) {
   EXPECT_EQ(format_listing_json("/a", listing({})), "{\"path\":\"/a\",\"exists\":true,\"contenders\":[],\"not_contenders\":[]}\n");
   // --watch: the time of the observation comes first.
   const auto observed = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'456));
-  EXPECT_EQ(format_listing_json("/a", listing({}), std::nullopt, std::nullopt, observed),
+  EXPECT_EQ(format_listing_json("/a", listing({}), std::nullopt, {}, observed),
             "{\"observed\":\"2023-11-14T22:13:20.456Z\",\"path\":\"/a\",\"exists\":true,\"contenders\":[],"
             "\"not_contenders\":[]}\n");
 }

@@ -137,14 +137,14 @@ TEST_F(FleetOutputTest, ListJsonWritesTokensAndSessionIdsAsNumbers) {
   ASSERT_EQ(json.exit_code, 0) << json.output;
   EXPECT_THAT(json.output, ContainsRegex(R"("observed":"[0-9T:.-]+Z","path":)"));
   EXPECT_THAT(json.output, HasSubstr(fmt::format(R"("token":{},"session_id":)", token)));
-  EXPECT_THAT(json.output, ContainsRegex(R"("last_run":\{"started":"[^"]+","owner":"[^"]*","token":[0-9]+,)"
+  EXPECT_THAT(json.output, ContainsRegex(R"("last_run":\{"schedule":"1h UTC","started":"[^"]+","owner":"[^"]*","token":[0-9]+,)"
                                          R"("session_id":[0-9]+,"session":"0x[0-9a-f]+","exit_code":0,)"));
   EXPECT_THAT(json.output, Not(ContainsRegex(R"re("(token|session_id)":")re")));
   // The number and the text name the same session.
   const Outcome same = run_to_end(
       {python, "-c",
        "import json,sys; listing = json.loads(sys.argv[1]); "
-       "records = listing['contenders'] + [listing['last_run']]; "
+       "records = listing['contenders'] + [listing['last_run']] + listing['last_runs']; "
        "print(all(int(r['session'], 16) == r['session_id'] and isinstance(r['token'], int) for r in records))",
        json.output});
   EXPECT_EQ(same.output, "True\n") << json.output;

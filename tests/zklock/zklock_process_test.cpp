@@ -396,6 +396,47 @@ TEST_F(ZklockTest, BreakDeletesTheHoldersNodeAndItsJobStops) {
   second.wait(scaled(30s));
 }
 
+// --break of a path that does not exist says so and exits 66, as --list does: a typo or a missing
+// chroot is not "no holder".
+TEST_F(ZklockTest, BreakOfAPathThatDoesNotExistSaysSoAndExits66) {
+  const Outcome missing = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(missing.exit_code, 66) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr(path_ + ": does not exist"));
+  EXPECT_THAT(missing.output, Not(HasSubstr("no holder")));
+  const Outcome chrooted = run_to_end(zklock({"--break", "/jobs", "--force"}, servers_ + path_ + "-chroot"));
+  EXPECT_EQ(chrooted.exit_code, 66) << chrooted.output;
+  EXPECT_THAT(chrooted.output, HasSubstr("does not exist (under the chroot " + path_ + "-chroot"));
+  EXPECT_EQ(run_to_end(zklock({"--list", path_})).exit_code, 66) << "--break created the path";
+
+  // An existing path without a holder: 1, "no holder".
+  ASSERT_EQ(run_to_end(zklock({path_, "true"})).exit_code, 0);
+  const Outcome free = run_to_end(zklock({"--break", path_, "--force"}));
+  EXPECT_EQ(free.exit_code, 1) << free.output;
+  EXPECT_THAT(free.output, HasSubstr("no holder, nothing to break"));
+}
+
+// A session lost while zklock waits in the queue is no error (the man page's EXIT STATUS): the
+// waiter queues again on a new session and runs its command once granted.
+TEST_F(ZklockTest, SessionLostWhileWaitingQueuesAgainAndRuns) {
+  Cluster cluster;
+  const std::string servers = cluster.connect_string();
+  auto holder = start_holder({}, nullptr, servers);
+  Process waiter(zklock({path_, "-c", "echo waiter ran"}, servers), merged_output());
+  KillAtEnd stop_waiter{waiter.pid(), true};
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string listing = run_to_end(zklock({"--list", path_, "--json"}, servers)).output;
+        return listing.find("\"holds\":false") != std::string::npos;  // the waiter queued behind the holder
+      },
+      30s));
+  cluster.freeze(0);
+  std::this_thread::sleep_for(scaled(4s));  // twice the 2 s session: both sessions lost
+  cluster.thaw(0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);  // the holder's job was stopped
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  EXPECT_THAT(waiter.read_all(scaled(5s)), HasSubstr("waiter ran"));
+}
+
 // On a terminal, --break asks; only "y" breaks.
 TEST_F(ZklockTest, BreakAsksOnATerminal) {
   if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "needs script(1) for a pseudo-terminal";
@@ -632,7 +673,7 @@ TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
                                      "2", "-k", "0.3", path_, "-c", "echo job-ran"});
   EXPECT_EQ(fitted.exit_code, 0) << fitted.output;
   EXPECT_THAT(fitted.output, HasSubstr("asking for a session timeout of 4.595s"));
-  EXPECT_THAT(fitted.output, HasSubstr("negotiated timeout 4.595s, lead time 1.3s"));
+  EXPECT_THAT(fitted.output, HasSubstr("negotiated timeout 4.595s, lead time 1.3s, tolerated silence 1.53s"));
   EXPECT_THAT(fitted.output, HasSubstr("job-ran"));
 
   const Outcome refused =
@@ -642,6 +683,16 @@ TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
                                         "75s (with --tick-time 2s); the ensemble granted 60s"));
   EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
   EXPECT_LE(contender_count(), 0);
+}
+
+// The defaults (a 20 s session, --kill-after 5, a 2 s tick as Debian ships; the test servers'
+// tick is shorter, so it is given) tolerate 12 s of ensemble silence,
+// more than a rolling restart or a leader election takes (docs/operations.md, "Timeouts"); -v
+// says so.
+TEST_F(ZklockTest, VerboseSaysTheSilenceTheDefaultsTolerate) {
+  const Outcome outcome = run_to_end({zklock_binary, "--zk", servers_, "-v", "--tick-time", "2", path_, "-c", "echo job-ran"});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("negotiated timeout 20s, lead time 6s, tolerated silence 12s"));
 }
 
 TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
@@ -1360,6 +1411,12 @@ std::int64_t local_window(std::chrono::milliseconds period) {
   return now.count() / period.count();
 }
 
+// This machine's ISO week (UTC), for --once-per 1w.
+std::int64_t local_week() {
+  constexpr std::int64_t monday_shift = 3 * 86'400'000LL;
+  return (local_window(std::chrono::milliseconds(1)) + monday_shift) / std::chrono::milliseconds(std::chrono::weeks(1)).count();
+}
+
 std::size_t line_count(const std::filesystem::path& file) {
   const std::string text = read_file(file);
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
@@ -1450,13 +1507,16 @@ TEST_F(ZklockTest, OncePerRecordsTheExitCodeAndListShowsTheLastRun) {
   const Outcome text = list();
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr(path_ + ": free"));
-  EXPECT_THAT(text.output, ::testing::ContainsRegex("last --once-per run: started [^ ]+Z by \"nightly\" "
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("last --once-per run \\(1w UTC\\): started [^ ]+Z by \"nightly\" "
                                                     "\\(token [0-9]+, session 0x[0-9a-f]+\\), exited 3 at [^ ]+Z"));
   EXPECT_THAT(text.output, Not(HasSubstr("not a contender")));
   const Outcome json = list({"--json"});
-  EXPECT_THAT(json.output, HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"started":")"));
-  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly","token":[0-9]+,"session_id":[0-9]+,"session":"0x[0-9a-f]+",)"
-                                                    R"("exit_code":3,"finished":"[^"]+Z"\}\})"));
+  EXPECT_THAT(json.output,
+              HasSubstr(R"("contenders":[],"not_contenders":[],"last_run":{"schedule":"1w UTC","started":")"));
+  EXPECT_THAT(json.output,
+              ::testing::ContainsRegex(R"("owner":"nightly","token":[0-9]+,"session_id":[0-9]+,"session":"0x[0-9a-f]+",)"
+                                       R"("exit_code":3,"finished":"[^"]+Z"\},"last_runs":\[\{"schedule":"1w UTC",)"
+                                       R"("started":"[^"]+Z","owner":"nightly","token":[0-9]+,"session_id":[0-9]+,)"));
   // Neither the clock probe nor anything else is left beside the record.
   zkr::SessionOptions options;
   options.servers = servers_;
@@ -1473,12 +1533,116 @@ TEST_F(ZklockTest, OncePerRefusesARecordItDidNotWrite) {
   const Outcome refused = run_to_end(zklock({"--once-per", "1d", path_, "echo", "job-ran"}));
   EXPECT_EQ(refused.exit_code, 65) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr(path_ + "/zklock.last-run is not a run record zklock wrote (it does not "
-                                        "start with 'zklock run record 1')"));
+                                        "start with 'zklock run record 2')"));
   EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
   EXPECT_EQ(session.get(path_ + "/zklock.last-run").data, "last-run=yesterday");
   // --list shows it as what it is: a child that is not a contender.
   EXPECT_THAT(list().output, HasSubstr("not a contender: zklock.last-run"));
   session.remove(path_ + "/zklock.last-run");
+}
+
+// A run that failed leaves its window open: the next zklock in the window runs the command again,
+// until one exits 0. (Week windows: a test straddling Monday 00:00 UTC cannot judge, and says so.)
+TEST_F(ZklockTest, OncePerRunsAgainAfterAFailedRunInTheSameWindow) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const auto run = [&](std::string_view exit_code) {
+    return run_to_end(zklock({"--once-per", "1w", path_, "-c", fmt::format("echo ran >> '{}'; exit {}",
+                                                                             runs.string(), exit_code)}));
+  };
+  const Outcome failed = run("3");
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  const Outcome again = run("4");
+  EXPECT_EQ(again.exit_code, 4) << again.output;
+  EXPECT_THAT(again.output, ::testing::ContainsRegex("this window's run \\([^)]+\\) started [^ ]+Z by .*, exited 3 "
+                                                     "at [^ ]+Z: running it again"));
+  const Outcome succeeded = run("0");
+  EXPECT_EQ(succeeded.exit_code, 0) << succeeded.output;
+  const Outcome skipped = run("0");
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, HasSubstr("is claimed already"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a Monday 00:00 UTC";
+  EXPECT_EQ(line_count(runs), 3u);
+}
+
+// Records of other versions: version 1 (one run, no schedule) counts for every schedule and is
+// replaced at the next claim; a newer version is refused, asking for an upgrade. A run of this
+// window that never recorded its end, and whose runner holds nothing, is run again.
+TEST_F(ZklockTest, OncePerReadsOlderRecordsAndRefusesNewerOnes) {
+  zkr::SessionOptions options;
+  options.servers = servers_;
+  zkr::Session session(options);
+  const std::string record = path_ + "/zklock.last-run";
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto window = local_week();
+  session.create(path_);
+  session.create(record, fmt::format("zklock run record 1\nstarted_ms={}\nowner=old\ntoken=1\nsession=0x1\n"
+                                     "exit_code=0\n", now_ms));
+  const Outcome skipped = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, HasSubstr("claimed already: started"));
+  EXPECT_THAT(skipped.output, Not(HasSubstr("job-ran")));
+
+  session.set(record, fmt::format("zklock run record 2\nrun 1w UTC\nstarted_ms={}\nowner=gone\ntoken=1\n"
+                                  "session=0x1\n", now_ms));
+  const Outcome again = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("by \"gone\" (token 1, session 0x1), not (yet) finished: running it again"));
+  if (local_week() == window) EXPECT_THAT(again.output, HasSubstr("job-ran"));
+
+  session.set(record, "zklock run record 3\nrun 1w UTC\nstarted_ms=1\n");
+  const Outcome refused = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
+  EXPECT_EQ(refused.exit_code, 65) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("it is a version 3 run record, and this zklock reads versions 1 and 2: "
+                                        "upgrade zklock"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("job-ran")));
+  session.remove(record);
+}
+
+// --count-failed: the old rule, any started run uses up its window.
+TEST_F(ZklockTest, OncePerCountFailedLetsAFailedRunUseUpItsWindow) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const std::string job = fmt::format("echo ran >> '{}'; exit 3", runs.string());
+  const Outcome failed = run_to_end(zklock({"--once-per", "1w", "--count-failed", path_, "-c", job}));
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  const Outcome skipped = run_to_end(zklock({"--once-per", "1w", "--count-failed", path_, "-c", job}));
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_THAT(skipped.output, ::testing::ContainsRegex("claimed already: .*exited 3 at"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a Monday 00:00 UTC";
+  EXPECT_EQ(line_count(runs), 1u);
+}
+
+// One entry per schedule: an hourly run is not claimed by this week's run, nor the reverse, and
+// --list shows both.
+TEST_F(ZklockTest, OncePerKeepsARecordPerPeriodAndZone) {
+  const TempDir dir("zklock-once");
+  const auto runs = dir.path() / "runs";
+  const auto window = local_week();
+  const auto run = [&](std::vector<std::string> schedule) {
+    schedule.insert(schedule.begin(), "--once-per");
+    for (std::string argument : {path_, std::string("-c"), fmt::format("echo ran >> '{}'", runs.string())})
+      schedule.push_back(argument);
+    return run_to_end(zklock(schedule));
+  };
+  EXPECT_EQ(run({"1w"}).exit_code, 0);
+  const Outcome hourly = run({"1h"});
+  EXPECT_EQ(hourly.exit_code, 0) << hourly.output;
+  EXPECT_THAT(hourly.output, Not(HasSubstr("claimed already")));
+  const Outcome berlin = run({"1w", "--tz", "Europe/Berlin"});
+  EXPECT_THAT(berlin.output, Not(HasSubstr("claimed already")));
+  EXPECT_THAT(run({"1w"}).output, HasSubstr("claimed already"));
+  EXPECT_THAT(run({"1w", "--tz", "Europe/Berlin"}).output, HasSubstr("(Europe/Berlin)"));
+
+  const Outcome text = list();
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1w UTC): started"));
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1h UTC): started"));
+  EXPECT_THAT(text.output, HasSubstr("last --once-per run (1w Europe/Berlin): started"));
+  if (local_week() != window) GTEST_SKIP() << "the test straddled a week's start";
+  EXPECT_EQ(line_count(runs), 3u);
 }
 
 }  // namespace

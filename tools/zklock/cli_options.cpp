@@ -39,6 +39,8 @@ constexpr OptionSpec option_table[] = {
     {"exclusive", 'x', false},
     {"slots", 'N', true},
     {"once-per", '\0', true},
+    {"tz", '\0', true},
+    {"count-failed", '\0', false},
     {"session-timeout", '\0', true},
     {"connect-timeout", '\0', true},
     {"tick-time", '\0', true},
@@ -369,11 +371,23 @@ void read_log_and_metrics(const GivenOptions& given, CliOptions& options) {
 
 void read_once_per(const GivenOptions& given, CliOptions& options) {
   const auto value = given.text("once-per");
-  if (!value) return;
+  if (!value) {
+    if (given.text("tz")) throw UsageError("--tz applies only to --once-per");
+    if (given.flag("count-failed")) throw UsageError("--count-failed applies only to --once-per");
+    return;
+  }
   if (options.kind != LockKind::mutex) {
     throw UsageError("--once-per runs the job on one host at a time: it takes a plain lock, drop -s, -x or -N");
   }
   options.once_per = parse_period(*value, "--once-per");
+  if (auto zone = given.text("tz")) {
+    try {
+      options.once_per_zone = TimeZone::load(*zone);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(fmt::format("invalid value '{}' for --tz: {}", *zone, error.what()));
+    }
+  }
+  options.count_failed = given.flag("count-failed");
 }
 
 // What follows the options: nothing with --list; else LOCKPATH, then "-c SHELL-COMMAND" or the
@@ -462,6 +476,12 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   return options;
 }
 
+std::vector<AcceptedOption> accepted_options() {
+  std::vector<AcceptedOption> accepted = {{"command", 'c', {}}};  // read after LOCKPATH, not from the table
+  for (const OptionSpec& option : option_table) accepted.push_back({option.name, option.short_name, option.alias});
+  return accepted;
+}
+
 std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
@@ -481,6 +501,7 @@ whole job.
 Options (they stop at LOCKPATH; '--' may stand before COMMAND). A value follows its option or is
 joined to it (--wait=5, -w5); short switches group (-nq); long names are spelled out in full, and
 each option is given at most once:
+  -c, --command 'SHELL COMMAND' after LOCKPATH, instead of COMMAND: run it with /bin/sh -c
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
                                 (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
   -n, --nonblock                fail at once if the lock is held (reaching the ensemble is
@@ -494,11 +515,20 @@ each option is given at most once:
                                 readers and writers
   -N, --slots N                 take one of N slots of a semaphore: up to N jobs run at once
                                 (the library's Semaphore; every participant must give the same N)
-      --once-per PERIOD         run the command at most once per PERIOD (30m, 1h, 1d, 1w...)
-                                on all hosts together: periods are windows of the ensemble
-                                leader's clock (UTC days for 1d); a zklock that finds this
-                                window's run done (or running) exits 0 without running it
-      --session-timeout SECS    requested session timeout (default 10), raised if needed to
+      --once-per PERIOD         run the command once per PERIOD (30m, 1h, 1d, 1w...) on all
+                                hosts together: periods are windows of the ensemble leader's
+                                clock in the --tz zone (1d: calendar days; 1w: ISO weeks,
+                                Monday 00:00 to Monday 00:00); a zklock that finds this
+                                window's run done (or running) exits 0 without running it;
+                                a run that failed (exit status not 0, killed, lock lost)
+                                leaves the window open, and the next zklock runs it again
+      --tz ZONE                 with --once-per: the time zone of its windows, a name of the
+                                tz database such as Europe/Berlin (default UTC); days are 23
+                                or 25 hours long when the clocks change
+      --count-failed            with --once-per: any run that started uses up its window, even
+                                one that failed (at most one start per window)
+      --session-timeout SECS    requested session timeout (default 20: 12 s of ensemble
+                                silence tolerated, see -v), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)
       --connect-timeout SECS    how long to try to reach the ensemble (default 15); the
@@ -537,7 +567,8 @@ each option is given at most once:
                                 interrupted (then exit 0), each after an 'observed TIME' line;
                                 with --json, one JSON line each
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
-                                first on a terminal); its zklock stops the job and exits 75
+                                first on a terminal); its zklock stops the job and exits 75;
+                                exit 1 if there is no holder, 66 if LOCKPATH does not exist
       --node NAME               with --break: which holder, when there are several
       --force                   with --break: do not ask
   -h, --help                    print this help and exit
@@ -561,15 +592,17 @@ signals...) are ignored.
 
 Exit status:
   the command's status (128+N if it was killed by signal N)
-  0             also: --once-per found this period's run already done or running elsewhere
+  0             also: --once-per found this window's run already done or running elsewhere
   1 (or -E N)   the lock was held (-n) or the wait timed out (-w)
   75 (or -L N)  the lock was lost while the command ran (also when the command ended just as
                 the loss came, or the release could not confirm it held to the end); the
                 command was stopped
   64            usage error: bad option, value or lock path, or a chroot that does not exist
-  65            --once-per: the path's run record is not one zklock wrote; nothing was run
-  66            with --list: LOCKPATH (or the chroot) does not exist
-  69            the ensemble could not be reached within the connect timeout
+  65            --once-per: the path's run record is not one this zklock reads (another
+                program's, or a newer zklock's); nothing was run
+  66            with --list or --break: LOCKPATH (or the chroot) does not exist
+  69            the ensemble could not be reached within the connect timeout (a session lost
+                while waiting for the lock is replaced: zklock queues again and runs)
   70            an unexpected failure inside zklock or the library (a bug: please report it)
   77            authentication or ACL refusal
   126 / 127     the command could not be executed / was not found

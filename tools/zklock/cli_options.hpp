@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "time_zone.hpp"
+
 namespace zklock {
 
 enum class Mode { run, list, break_lock, help, version };
@@ -36,8 +38,13 @@ struct CliOptions {
   int slots = 0;  // LockKind::semaphore: how many jobs may hold at once
   // --once-per: run at most once per window of this length (of the ensemble leader's clock).
   std::optional<std::chrono::milliseconds> once_per;
+  TimeZone once_per_zone;     // --tz: the zone whose wall clock the windows follow (UTC)
+  bool count_failed = false;  // --count-failed: a failed run uses up its window too
 
-  std::chrono::milliseconds session_timeout{10'000};
+  // 20 s: with the default --kill-after and a 2 s tick it tolerates 12 s of silence from the
+  // ensemble (a rolling restart or a leader election measured 1-2 s), at the price of a crashed
+  // holder blocking its path about 22 s. docs/operations.md ("Timeouts") has the figures.
+  std::chrono::milliseconds session_timeout{20'000};
   std::chrono::milliseconds connect_timeout{15'000};
   std::chrono::milliseconds tick_time{2'000};  // the ensemble's tickTime (--tick-time, $ZKLOCK_TICK_TIME)
   std::chrono::milliseconds kill_after{5'000};
@@ -92,6 +99,15 @@ int parse_exit_code(std::string_view text, std::string_view option);
 
 // Human text for durations in messages: "2s", "1.5s", "250ms".
 std::string format_duration(std::chrono::nanoseconds duration);
+
+// Every option the parser accepts (-c/--command included), for the test that --help and the man
+// page describe each of them.
+struct AcceptedOption {
+  std::string_view name;   // long name, without "--"
+  char short_name;         // '\0' if none
+  std::string_view alias;  // another long name, or empty
+};
+std::vector<AcceptedOption> accepted_options();
 
 std::string help_text();
 std::string version_text();

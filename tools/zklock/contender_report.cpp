@@ -1,5 +1,7 @@
 #include "contender_report.hpp"
 
+#include <algorithm>
+#include <array>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -71,6 +73,13 @@ std::string printable(std::string_view text) {
   for_each_sequence(text, [&](std::string_view sequence) { out += sequence; },
                     [&](std::string_view) { out += '?'; });
   return out.empty() ? "-" : out;
+}
+
+// Terminal columns a printable() text takes: one per code point (wide characters aside).
+std::size_t display_width(std::string_view text) {
+  std::size_t width = 0;
+  for (unsigned char c : text) width += (c & 0xC0) != 0x80 ? 1 : 0;
+  return width;
 }
 
 std::string json_array(const std::vector<std::string>& items) {
@@ -146,13 +155,31 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   std::string out = fmt::format("{}: {} holder{}, {} waiter{}{}\n", path, holders, holders == 1 ? "" : "s",
                                 contenders.size() - holders, contenders.size() - holders == 1 ? "" : "s",
                                 slots_note(slots));
-  const char* row = "{:<7} {:<9} {:<9} {:>12} {:<20} {:<24} {:<24} {}\n";
-  out += fmt::format(fmt::runtime(row), "STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE");
+  // Each column as wide as its longest value (owner data is free text of any length), and at least
+  // as wide as usual, so that the columns stay aligned.
+  constexpr std::size_t columns = 8;
+  using Row = std::array<std::string, columns>;
+  std::vector<Row> rows = {{"STATE", "ROLE", "CLIENT", "TOKEN", "SESSION", "SINCE", "OWNER", "NODE"}};
   for (const auto& contender : contenders) {
-    out += fmt::format(fmt::runtime(row), contender.holds ? "holder" : "waiter", role_name(contender.role, slots),
-                       scheme_name(contender.scheme), contender.token.value(),
-                       zkr::session_id_text(contender.session_id), format_utc(contender.created),
-                       printable(contender.owner_data), printable(contender.node));
+    rows.push_back({contender.holds ? "holder" : "waiter", std::string(role_name(contender.role, slots)),
+                    std::string(scheme_name(contender.scheme)), std::to_string(contender.token.value()),
+                    zkr::session_id_text(contender.session_id), format_utc(contender.created),
+                    printable(contender.owner_data), printable(contender.node)});
+  }
+  std::array<std::size_t, columns> widths = {7, 9, 9, 12, 20, 24, 24, 0};
+  for (const Row& row : rows) {
+    for (std::size_t column = 0; column + 1 < columns; ++column) {
+      widths[column] = std::max(widths[column], display_width(row[column]));
+    }
+  }
+  constexpr std::size_t token_column = 3;  // numbers align right
+  for (const Row& row : rows) {
+    for (std::size_t column = 0; column + 1 < columns; ++column) {
+      const std::string padding(widths[column] - display_width(row[column]), ' ');
+      out += column == token_column ? padding + row[column] : row[column] + padding;
+      out += ' ';
+    }
+    out += row.back() + '\n';
   }
   return out;
 }
@@ -160,7 +187,7 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
 }  // namespace
 
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
-                                std::optional<int> slots, const std::optional<RunRecord>& last_run) {
+                                std::optional<int> slots, const std::vector<RunRecord>& last_runs) {
   if (!listing.exists) {
     if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
     return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
@@ -170,7 +197,10 @@ std::string format_listing_text(std::string_view path, const zkr::PathListing& l
   if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
   else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
-  if (last_run) out += fmt::format("last --once-per run: {}\n", describe_run(*last_run));
+  for (const auto& run : last_runs) {
+    out += fmt::format("last --once-per run{}: {}\n", run.schedule.empty() ? "" : fmt::format(" ({})", run.schedule),
+                       describe_run(run));
+  }
   return out;
 }
 
@@ -188,7 +218,7 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
 }
 
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
-                                const std::optional<RunRecord>& last_run,
+                                const std::vector<RunRecord>& last_runs,
                                 std::optional<std::chrono::system_clock::time_point> observed) {
   std::string out = observed ? fmt::format("{{\"observed\":{},", json_string(format_utc(*observed))) : "{";
   out += fmt::format("\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
@@ -207,7 +237,14 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }
   out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
-  if (last_run) out += fmt::format(",\"last_run\":{}", run_record_json(*last_run));
+  if (!last_runs.empty()) {
+    const auto latest = std::max_element(last_runs.begin(), last_runs.end(), [](const auto& a, const auto& b) {
+      return a.started_ms < b.started_ms;
+    });
+    out += fmt::format(",\"last_run\":{},\"last_runs\":[", run_record_json(*latest));
+    for (std::size_t i = 0; i < last_runs.size(); ++i) out += (i ? "," : "") + run_record_json(last_runs[i]);
+    out += ']';
+  }
   out += "}\n";
   return out;
 }

@@ -16,21 +16,22 @@ namespace zklock {
 // A table, one line per contender (holders first, then waiters in queue order), preceded by a
 // header line; "PATH: free" when there is nobody; then one "not a contender: NAME" line per other
 // child. "PATH: does not exist" when it does not (`chroot`, if any, is named: it may be the one
-// missing). `slots`: the path is a semaphore with that many slots (the header says so). `last_run`:
-// the path's --once-per record, as a closing "last --once-per run: ..." line.
+// missing). `slots`: the path is a semaphore with that many slots (the header says so). `last_runs`:
+// the path's --once-per record, as closing "last --once-per run (SCHEDULE): ..." lines.
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot = {},
                                 std::optional<int> slots = std::nullopt,
-                                const std::optional<RunRecord>& last_run = std::nullopt);
+                                const std::vector<RunRecord>& last_runs = {});
 
 // {["observed": TIME,] "path": ..., "exists": true|false, ["slots": N,] "contenders": [{"node",
 // "sequence", "token", "session_id", "session", "owner", "since", "holds", "role", "scheme"}, ...],
-// "not_contenders": [NAME, ...] [, "last_run": {...} (see run_record_json)]} on one line, followed
-// by a newline; "observed" when given (the time the listing was read), "slots" only for a
-// semaphore's path, "last_run" only for a path with a --once-per record. Vocabulary:
+// "not_contenders": [NAME, ...] [, "last_run": {...} (see run_record_json), "last_runs": [{...}, ...]]}
+// on one line, followed by a newline; "observed" when given (the time the listing was read), "slots"
+// only for a semaphore's path, "last_run" (the latest started) and "last_runs" (one per --once-per
+// schedule, same vocabulary) only for a path with a --once-per record. Vocabulary:
 // json_vocabulary.hpp.
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing,
                                 std::optional<int> slots = std::nullopt,
-                                const std::optional<RunRecord>& last_run = std::nullopt,
+                                const std::vector<RunRecord>& last_runs = {},
                                 std::optional<std::chrono::system_clock::time_point> observed = std::nullopt);
 
 // Who holds, for "PATH is held by ..." messages: each holder's session, owner data (escaped for the

@@ -93,18 +93,18 @@ class Zklock {
   struct Listing {
     zkr::PathListing contenders;
     std::optional<int> slots;
-    std::optional<RunRecord> last_run;
+    std::vector<RunRecord> last_runs;
     std::chrono::system_clock::time_point observed;  // when it was read
   };
   Listing read_listing();           // fails (exits) on an error
   Listing read_listing_or_throw();  // throws zkr::Error
   bool passing_outage(const std::error_code& code) const;
   std::string format_listing(const Listing& listing) const;
-  std::optional<RunRecord> read_last_run(zkr::PathListing& listing);
+  std::vector<RunRecord> read_last_runs(zkr::PathListing& listing);
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
-  std::string limit_mismatch();
+  std::string limit_mismatch(std::error_code error);
   int run();
 
  private:
@@ -252,9 +252,11 @@ void Zklock::connect() {
   if (options_.verbose()) {
     state_subscription_ =
         session_->on_state_change([inbox = inbox_](zkr::SessionState state) { inbox->post_state(state); });
-    say("connected to {}: session {}, negotiated timeout {}, lead time {}", options_.servers,
+    // The tolerated silence is how long the ensemble may not answer through its leader (an
+    // election, a restart) before the job is stopped: what an operator sizes --session-timeout by.
+    say("connected to {}: session {}, negotiated timeout {}, lead time {}, tolerated silence {}", options_.servers,
         zkr::session_id_text(session_->id()), format_duration(session_->negotiated_timeout()),
-        format_duration(session_->lead_time()));
+        format_duration(session_->lead_time()), format_duration(session_->silence_tolerance()));
   }
 }
 
@@ -412,8 +414,10 @@ zkr::HeldLock Zklock::acquire() {
     fail(outcome->error, fmt::format("not allowed to lock {}: the ACL refuses us ({})", options_.lock_path,
                                      outcome->error.message()));
   }
-  if (outcome->error == zkr::errc::limit_mismatch) {
-    fail(outcome->error, fmt::format("cannot lock {}{}: {}", options_.lock_path, kind_description(), limit_mismatch()));
+  // A lock on a semaphore's path is refused as another recipe's (incompatible_peer); say which.
+  if (outcome->error == zkr::errc::limit_mismatch || outcome->error == zkr::errc::incompatible_peer) {
+    fail(outcome->error, fmt::format("cannot lock {}{}: {}", options_.lock_path, kind_description(),
+                                     limit_mismatch(outcome->error)));
   }
   if (outcome->error) {
     fail(outcome->error, fmt::format("cannot lock {}: {}", options_.lock_path, outcome->error.message()));
@@ -446,7 +450,10 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
                                    error.what()));
   }
   if (!verdict.already_ran) {
-    if (held && options_.verbose()) {
+    if (held && verdict.again && !options_.quiet()) {
+      say("{}: this window's run ({}) {}: running it again", options_.lock_path, gate.describe_window(verdict.now_ms),
+          describe_run(*verdict.last));
+    } else if (held && options_.verbose()) {
       say("claimed the window {} of --once-per for this run", gate.describe_window(verdict.now_ms));
     }
     return false;
@@ -469,7 +476,8 @@ int Zklock::run() {
       session_->on_deadline([inbox = inbox_](zkr::SessionDeadline deadline) { inbox->post_deadline(deadline); });
   std::optional<OncePerGate> once_per;
   if (options_.once_per) {
-    once_per.emplace(*session_, options_.lock_path, *options_.once_per);
+    once_per.emplace(*session_, options_.lock_path, *options_.once_per, options_.once_per_zone,
+                     options_.count_failed);
     if (once_per_window_done(*once_per, nullptr)) {
       session_->close();
       return 0;
@@ -516,13 +524,16 @@ std::string Zklock::kind_description() const {
 }
 
 // Why the path refused this kind of lock: what the path records, and what to pass instead.
-std::string Zklock::limit_mismatch() {
+std::string Zklock::limit_mismatch(std::error_code error) {
   std::optional<int> recorded;
   try {
     recorded = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   } catch (const zkr::Error&) {
     // The generic message below still says what is wrong.
   }
+  // Another library's nodes (a semaphore's own path included): the library's words say it.
+  if (error == zkr::errc::incompatible_peer && (!recorded || options_.kind == LockKind::semaphore))
+    return error.message();
   if (!recorded) return "the path belongs to another recipe or records another limit";
   if (options_.kind == LockKind::semaphore) {
     return fmt::format("the path is a semaphore of {} slots, not {}: every participant must give --slots {}", *recorded,
@@ -544,17 +555,17 @@ std::string Zklock::current_holders() {
 
 // The path's --once-per record, shown as the last run rather than as a child that is not a
 // contender. A record zklock did not write stays listed as such a child.
-std::optional<RunRecord> Zklock::read_last_run(zkr::PathListing& listing) {
+std::vector<RunRecord> Zklock::read_last_runs(zkr::PathListing& listing) {
   auto& others = listing.not_contenders;
   const auto record = std::find(others.begin(), others.end(), run_record_name);
-  if (record == others.end()) return std::nullopt;
+  if (record == others.end()) return {};
   const auto node = read_run_record_node(*session_, options_.lock_path);
-  if (!node) return std::nullopt;  // removed since the listing
+  if (!node) return {};  // removed since the listing
   std::string problem;
-  auto last_run = run_record_from(*node, problem);
-  if (!last_run) return std::nullopt;
+  auto last_runs = run_records_from(*node, problem);
+  if (!last_runs) return {};
   others.erase(record);
-  return last_run;
+  return std::move(*last_runs);
 }
 
 Zklock::Listing Zklock::read_listing_or_throw() {
@@ -563,7 +574,7 @@ Zklock::Listing Zklock::read_listing_or_throw() {
   // A semaphore's path records its slots: its first N contenders hold, not only the first.
   listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
-  listing.last_run = read_last_run(listing.contenders);
+  listing.last_runs = read_last_runs(listing.contenders);
   return listing;
 }
 
@@ -586,13 +597,14 @@ bool Zklock::passing_outage(const std::error_code& code) const {
 // JSON carries the time the listing was read; --watch's text says it in a line of its own first.
 std::string Zklock::format_listing(const Listing& listing) const {
   if (options_.json) {
-    return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_run, listing.observed);
+    return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_runs,
+                               listing.observed);
   }
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
   return (options_.watch ? fmt::format("observed {}\n", format_utc(listing.observed)) : std::string()) +
          format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
-                             listing.last_run);
+                             listing.last_runs);
 }
 
 void print_report(const std::string& report) {
@@ -680,15 +692,23 @@ int Zklock::watch_list() {
 int Zklock::break_lock() {
   connect();
   std::vector<zkr::ContenderInfo> holders;
-  std::optional<int> slots;
+  zkr::PathListing listing;
   try {
-    slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-    for (auto& contender : zkr::list_contenders(*session_, options_.lock_path, slots.value_or(1)))
-      if (contender.holds && (!options_.break_node || contender.node == *options_.break_node))
-        holders.push_back(std::move(contender));
+    const std::optional<int> slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
+    listing = zkr::list_lock_path(*session_, options_.lock_path, slots.value_or(1));
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
+  // As --list says it: a path that does not exist is not one without a holder (a typo, a chroot).
+  if (!listing.exists) {
+    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, {}, std::chrono::system_clock::now()});
+    while (!missing.empty() && missing.back() == '\n') missing.pop_back();
+    say("{}, nothing to break", missing);
+    return exit_code::no_such_path;
+  }
+  for (auto& contender : listing.contenders)
+    if (contender.holds && (!options_.break_node || contender.node == *options_.break_node))
+      holders.push_back(std::move(contender));
   if (holders.empty()) {
     if (!options_.quiet()) {
       say("{}: {}, nothing to break", options_.lock_path,

@@ -1,0 +1,13 @@
+#include <zkr/asio.hpp>
+
+// guide.md, "Boost.Asio completion tokens": a callback completion with the Error it carries.
+void header_asio_uses(zkr::Lock& lock) {
+  zkr::asio::async_acquire(lock, [](std::exception_ptr error, zkr::HeldLock held) {
+    try {
+      if (error) std::rethrow_exception(error);
+      held.release();
+    } catch (const zkr::Error& e) {
+      (void)(e.code() == zkr::errc::cancelled);
+    }
+  });
+}

@@ -1,0 +1,6 @@
+#include <zkr/prometheus.hpp>
+
+// guide.md, "Prometheus text": the text of a session's metrics.
+std::string header_prometheus_uses(const zkr::Session& session) {
+  return std::string(zkr::kPrometheusContentType) + zkr::prometheus_text(session);
+}
