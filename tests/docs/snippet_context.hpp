@@ -64,6 +64,7 @@ enum class Status { ok, stale_token };
 extern std::string write;
 Status apply(const std::string& write);
 void refuse();
+void report(std::error_code error);  // how the reader's program reports a failure
 void stop();
 void do_work(std::stop_token lost);
 void do_leader_work(zkr::FencingToken token);
