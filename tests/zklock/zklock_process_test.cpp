@@ -1590,7 +1590,9 @@ TEST_F(ZklockTest, OncePerReadsOlderRecordsAndRefusesNewerOnes) {
   const Outcome again = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_THAT(again.output, HasSubstr("by \"gone\" (token 1, session 0x1), not (yet) finished: running it again"));
-  if (local_week() == window) EXPECT_THAT(again.output, HasSubstr("job-ran"));
+  if (local_week() == window) {
+    EXPECT_THAT(again.output, HasSubstr("job-ran"));
+  }
 
   session.set(record, "zklock run record 3\nrun 1w UTC\nstarted_ms=1\n");
   const Outcome refused = run_to_end(zklock({"--once-per", "1w", path_, "echo", "job-ran"}));
