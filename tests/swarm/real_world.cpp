@@ -42,9 +42,9 @@ class Observer {
   std::vector<ServerNode> children(const std::string& path) {
     std::vector<std::string> names;
     const auto rc = call<zk_errc>([&](auto done) {
-      return connection_->get_children(path, [done, &names](zk_errc rc, std::vector<std::string> got, detail::NodeStat) {
+      return connection_->get_children(path, [done, &names](zk_errc result, std::vector<std::string> got, detail::NodeStat) {
         names = std::move(got);
-        done(rc);
+        done(result);
       });
     });
     if (rc == zk_errc::no_node) return {};
@@ -58,9 +58,9 @@ class Observer {
   std::optional<detail::NodeStat> stat(const std::string& path) {
     detail::NodeStat stat;
     const auto rc = call<zk_errc>([&](auto done) {
-      return connection_->exists(path, [done, &stat](zk_errc rc, detail::NodeStat got) {
+      return connection_->exists(path, [done, &stat](zk_errc result, detail::NodeStat got) {
         stat = got;
-        done(rc);
+        done(result);
       });
     });
     if (rc == zk_errc::no_node) return std::nullopt;
@@ -70,7 +70,7 @@ class Observer {
   void create(const std::string& path) {
     const auto rc = call<zk_errc>([&](auto done) {
       return connection_->create(path, {}, detail::CreateMode::persistent, NodeAcl::open,
-                                 [done](zk_errc rc, std::string, detail::NodeStat) { done(rc); });
+                                 [done](zk_errc result, std::string, detail::NodeStat) { done(result); });
     });
     if (rc != zk_errc::ok && rc != zk_errc::node_exists)
       throw std::runtime_error(fmt::format("swarm observer: create {}: {}", path, make_error_code(rc).message()));
