@@ -842,11 +842,13 @@ std::size_t SessionCore::pending_watches() const {
 SessionMetrics SessionCore::metrics() const {
   SessionMetrics out;
   {
+    // Both counters are raised under mutex_ (a heartbeat raises both): read together here, so that
+    // requests_sent - heartbeats_sent never counts a heartbeat caught between its two increments.
     std::lock_guard lock(mutex_);
     out = session_metrics_;
+    out.requests_sent = requests_sent_;
+    out.heartbeats_sent = heartbeats_sent_;
   }
-  out.requests_sent = requests_sent_;
-  out.heartbeats_sent = heartbeats_sent_;
   out.wakeups = wakeups;
   out.acquisitions = acquisitions;
   out.acquire_timeouts = acquire_timeouts;
