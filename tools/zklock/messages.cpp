@@ -6,8 +6,6 @@
 
 namespace zklock {
 
-void write_to_stderr(std::string_view text) noexcept { write_all(STDERR_FILENO, text); }
-
 void write_all(int fd, std::string_view text) noexcept {
   while (!text.empty()) {
     const ssize_t written = ::write(fd, text.data(), text.size());

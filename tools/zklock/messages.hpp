@@ -12,10 +12,9 @@
 
 namespace zklock {
 
-// Writes a whole message to stderr, or as much as stderr takes. Never throws and never blocks on
-// a closed reader (SIGPIPE is blocked: EPIPE): a broken stderr must not cost the job's orderly stop.
-void write_to_stderr(std::string_view text) noexcept;
-// The same to any descriptor.
+// Writes a whole message to fd (stderr, the --log-file), or as much as it takes. Never throws and
+// never blocks on a closed reader (SIGPIPE is blocked: EPIPE): a broken stderr must not cost the
+// job's orderly stop.
 void write_all(int fd, std::string_view text) noexcept;
 
 // Writes one message line to zklock's log (run_events.hpp): "zklock: TEXT" on stderr or
