@@ -601,23 +601,28 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     });
   }
 
-  // Tells the callback when the members or `stale` changed. Fresh once the latest listing came
-  // back on a live connection and every member in it was read.
+  // Tells the callback when the members or `stale` changed. Live (fresh) once the latest listing
+  // came back on a connected session and every member in it was read; stale from a connection
+  // drop or a session loss until then. While live, a change is told only once its reads are back.
   void publish_locked() {
     if (stopped) return;
+    const bool complete = listing_back && reading.empty();
+    if (complete && core->state() == SessionState::connected) live = true;
     GroupSnapshot next;
-    next.stale = !(listing_back && reading.empty() && core->state() == SessionState::connected);
-    if (next.stale && !told.stale) {
-      next.members = told.members;  // the last known, marked stale
+    if (!live) {
+      if (!published || told.stale) return;  // nothing fresh told yet, or stale told already
+      next.members = told.members;           // the last known, marked stale
+      next.stale = true;
     } else {
+      if (!complete) return;
+      next.stale = false;
       for (const auto& name : current)
         if (auto it = known.find(name); it != known.end()) next.members.push_back(it->second);
       std::sort(next.members.begin(), next.members.end(), [](const auto& a, const auto& b) {
         return std::tie(a.id, a.node) < std::tie(b.id, b.node);
       });
+      if (published && same(next, told)) return;
     }
-    if (next.stale && told.stale && published) return;  // nothing fresh to say
-    if (published && same(next, told)) return;
     told = next;
     published = true;
     fresh_changed.notify_all();
@@ -637,6 +642,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   }
 
   void go_stale_locked() {
+    live = false;
     listing_back = false;
     publish_locked();
   }
@@ -678,6 +684,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   std::uint64_t listings = 0;
   std::uint64_t watching = 0;
   bool listing_back = false;  // the latest listing came back
+  bool live = false;          // fresh: see publish_locked
   std::set<std::string> current;                   // member nodes of the latest listing
   std::map<std::string, GroupMemberInfo> known;    // node name -> what its read found
   std::set<std::string> reading;                   // reads in flight
