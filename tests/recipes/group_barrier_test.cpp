@@ -11,6 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/use_future.hpp>
+
+#include <zkr/asio.hpp>
 #include <zkr/barrier.hpp>
 #include <zkr/error.hpp>
 #include <zkr/group.hpp>
@@ -315,6 +318,29 @@ TEST_F(BarrierTest, DoubleBarrierParticipantWhoseSessionExpiredEntersAgain) {
   DoubleBarrier second(sessions.add(servers), path, 2);
   EXPECT_TRUE(second.enter(testenv::scaled(10s)));
   EXPECT_TRUE(entered.get());
+}
+
+TEST_F(BarrierTest, AsioFormsCompleteWithTheOutcome) {
+  Session& session = sessions.add(servers);
+  Barrier barrier(session, path + "/b");
+  barrier.set();
+  auto timed_out = zkr::asio::async_wait(barrier, 50ms, boost::asio::use_future);
+  EXPECT_FALSE(timed_out.get());
+  auto down = zkr::asio::async_wait(barrier, testenv::scaled(10s), boost::asio::use_future);
+  barrier.remove();
+  EXPECT_TRUE(down.get());
+
+  DoubleBarrier a(session, path + "/d", 2), b(sessions.add(servers), path + "/d", 2);
+  auto a_in = zkr::asio::async_enter(a, testenv::scaled(10s), boost::asio::use_future);
+  auto b_in = zkr::asio::async_enter(b, testenv::scaled(10s), boost::asio::use_future);
+  EXPECT_TRUE(a_in.get());
+  EXPECT_TRUE(b_in.get());
+  auto a_out = zkr::asio::async_leave(a, testenv::scaled(10s), boost::asio::use_future);
+  EXPECT_TRUE(b.leave(testenv::scaled(10s)));
+  EXPECT_TRUE(a_out.get());
+  sessions.close_all();
+  auto closed = zkr::asio::async_wait(barrier, testenv::scaled(10s), boost::asio::use_future);
+  EXPECT_THROW(closed.get(), Error);
 }
 
 // In the child of the next test: enters a double barrier of three and stays until killed.
