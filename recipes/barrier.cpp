@@ -27,7 +27,8 @@ bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::ses
 // One wait. `step` runs under the session mutex on a usable connection: at the start, whenever a
 // watch it set fires, and on each reconnection and new session. It issues reads with watch() and
 // ends the wait with finish_locked(). Replies of an earlier run are dropped (reply()), except those
-// wrapped with reply_any() (creates and deletes, whose outcome the step keeps track of).
+// wrapped with reply_any() (answers that need no run of their own; creates and deletes whose outcome
+// the recipe keeps track of take a plain callback and look at finished()).
 class NodeWait final : public detail::SessionListener, public std::enable_shared_from_this<NodeWait> {
  public:
   using Step = std::function<void(NodeWait&, std::uint64_t generation)>;
@@ -133,6 +134,7 @@ class NodeWait final : public detail::SessionListener, public std::enable_shared
   }
 
   detail::SessionCore& core() { return *core_; }
+  bool finished() const { return finished_; }  // under the mutex
 
   // ---- SessionListener (under the mutex) ----
   void on_reconnected(std::uint64_t) override { rerun_locked(); }
@@ -251,6 +253,7 @@ struct DoubleBarrier::State : std::enable_shared_from_this<State> {
   std::uint64_t created_generation = 0;  // the session generation our node exists on; 0: none
   bool creating = false;
   bool removing = false;
+  bool destroyed = false;  // the DoubleBarrier is gone: a wait still running gives up
 
   // Deletes our node if it exists (in the background; the session takes it along when it ends).
   void remove_node_locked() {
@@ -284,6 +287,7 @@ std::optional<DoubleBarrier> DoubleBarrier::make(Session& session, std::string p
 DoubleBarrier::~DoubleBarrier() {
   if (!state_) return;
   std::lock_guard lock(state_->core->mutex());
+  state_->destroyed = true;
   state_->remove_node_locked();
 }
 
@@ -297,22 +301,29 @@ void DoubleBarrier::async_enter(std::chrono::nanoseconds timeout, BarrierHandler
   NodeWait::start(
       state->core, timeout, std::move(stop),
       [state](NodeWait& wait, std::uint64_t generation) {
+        if (state->destroyed) return wait.finish_locked(make_error_code(errc::cancelled));
         // Our node first, on this session (a lost session took the earlier one along).
         if (state->created_generation != generation) {
           if (state->creating) return;
           state->creating = true;
+          // The reply updates our state even if the wait is over by then (a node made for a wait
+          // that gave up is deleted), so that no later enter() waits for a create already answered.
           detail::create_with_parents(
               state->core, generation, state->node, state->data, CreateMode::ephemeral, NodeAcl::open,
-              wait.reply_any([state, generation](NodeWait& self, zk_errc rc, std::string, NodeStat) {
+              [state, generation, weak = wait.weak_from_this()](zk_errc rc, std::string, NodeStat) {
+                std::lock_guard lock(state->core->mutex());
                 state->creating = false;
                 // node_exists: our own create, whose reply was lost (the name is ours alone).
-                if (rc == zk_errc::ok || rc == zk_errc::node_exists) {
-                  state->created_generation = generation;
-                  return self.rerun_locked();
+                const bool made = rc == zk_errc::ok || rc == zk_errc::node_exists;
+                if (made) state->created_generation = generation;
+                auto self = weak.lock();
+                if (!self || self->finished()) {
+                  if (made) state->remove_node_locked();
+                  return;
                 }
-                if (is_connection_trouble(rc) || is_session_ended(rc)) return self.rerun_locked();
-                self.finish_locked(make_error_code(rc));
-              }));
+                if (made || is_connection_trouble(rc) || is_session_ended(rc)) return self->rerun_locked();
+                self->finish_locked(make_error_code(rc));
+              });
           return;
         }
         // Then count: all children, "ready" included, as both peers count.
@@ -357,15 +368,16 @@ void DoubleBarrier::async_leave(std::chrono::nanoseconds timeout, BarrierHandler
         if (state->created_generation == generation) {
           if (state->removing) return;
           state->removing = true;
-          wait.core().remove(generation, state->node, -1, wait.reply_any([state](NodeWait& self, zk_errc rc) {
+          wait.core().remove(generation, state->node, -1, [state, weak = wait.weak_from_this()](zk_errc rc) {
+            std::lock_guard lock(state->core->mutex());
             state->removing = false;
-            if (rc == zk_errc::ok || rc == zk_errc::no_node) {
-              state->created_generation = 0;
-              return self.rerun_locked();
-            }
-            if (is_connection_trouble(rc) || is_session_ended(rc)) return;  // again on reconnection
-            self.finish_locked(make_error_code(rc));
-          }));
+            if (rc == zk_errc::ok || rc == zk_errc::no_node) state->created_generation = 0;
+            auto self = weak.lock();
+            if (!self || self->finished()) return;
+            if (rc == zk_errc::ok || rc == zk_errc::no_node || is_connection_trouble(rc) || is_session_ended(rc))
+              return self->rerun_locked();  // (a connection that is not back yet: on reconnection)
+            self->finish_locked(make_error_code(rc));
+          });
           return;
         }
         // Then wait until no participant's node is left; the last to see it removes "ready".

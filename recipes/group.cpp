@@ -174,7 +174,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     creating = false;
     if (rc == zk_errc::ok) return joined_locked(generation);
     if (rc == zk_errc::node_exists) return check_owner_locked(generation);
-    if (is_connection_trouble(rc) || is_session_ended(rc)) return;  // on_reconnected / on_new_session retry
+    // Connection trouble: on_reconnected / on_new_session try again, or now if that came first.
+    if (is_connection_trouble(rc) || is_session_ended(rc)) return create_locked();
     fail_locked(make_error_code(rc));
   }
 
@@ -192,7 +193,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       self->creating = false;
       if (rc == zk_errc::no_node) return self->create_locked();  // gone meanwhile: try again
       if (rc != zk_errc::ok) {
-        if (is_connection_trouble(rc) || is_session_ended(rc)) return;
+        if (is_connection_trouble(rc) || is_session_ended(rc)) return self->create_locked();  // if usable
         return self->fail_locked(make_error_code(rc));
       }
       if (stat.ephemeral_owner == self->core->session_id() && self->core->usable_locked(generation))
@@ -280,7 +281,11 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       if (!self) return;
       std::lock_guard lock(self->core->mutex());
       if (self->pending_removal != node || self->removal_generation != generation) return;
-      if (is_connection_trouble(rc) && self->core->generation_locked() == generation) return;  // on_reconnected
+      if (is_connection_trouble(rc) && self->core->generation_locked() == generation) {
+        // on_reconnected sends it again, or now if the connection is back already.
+        if (self->core->usable_locked(generation)) self->remove_locked(generation, node);
+        return;
+      }
       self->pending_removal.clear();
       self->detach_if_idle_locked();
     });

@@ -232,6 +232,28 @@ TEST_F(GroupTest, ExpiredMemberIsToldAndRejoinsAndItsViewIsStaleUntilFresh) {
   EXPECT_FALSE(calls.back().stale);
 }
 
+// A connection drop on a session that survives: stale, then fresh again on the same session.
+TEST_F(GroupTest, DroppedConnectionMakesTheViewStaleUntilItIsBack) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  Snapshots told;
+  GroupMember member(session, path, "m", "d");
+  member.join();
+  GroupView view(session, path, GroupLayout::curator, told.callback());
+  ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"m=d"}; }));
+  const auto id = session.id();
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return told.calls().size() >= 3; }));
+  auto calls = told.calls();
+  EXPECT_FALSE(calls[0].stale);
+  EXPECT_TRUE(calls[1].stale);
+  EXPECT_EQ(ids(calls[1]), Strings{"m"});
+  EXPECT_FALSE(calls[2].stale);
+  EXPECT_EQ(ids(calls[2]), Strings{"m"});
+  EXPECT_EQ(session.id(), id);
+  EXPECT_EQ(member.state(), MembershipState::joined);
+}
+
 TEST_F(GroupTest, ServerRestartLeavesTheMemberInAndTheViewFreshAgain) {
   testenv::Cluster cluster;
   Session& session = sessions.add(cluster.connect_string(), 6000ms);
@@ -298,6 +320,11 @@ TEST_F(BarrierTest, DoubleBarrierEnterTimesOutWithoutLeavingItsNode) {
   DoubleBarrier alone(sessions.add(servers), path, 2);
   EXPECT_FALSE(alone.enter(200ms));
   EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+  // It can enter again, and this time a second participant comes.
+  DoubleBarrier second(sessions.add(servers), path, 2);
+  auto second_in = std::async(std::launch::async, [&] { return second.enter(testenv::scaled(10s)); });
+  EXPECT_TRUE(alone.enter(testenv::scaled(10s)));
+  EXPECT_TRUE(second_in.get());
   EXPECT_THROW(DoubleBarrier(sessions[0], path, 0), Error);
 }
 
