@@ -303,6 +303,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   void set_state_locked(MembershipState next, std::optional<LossReason> reason, std::error_code error = {}) {
     state = next;
     state_changed.notify_all();
+    settle_join_waiters_locked();
     if (!listener) return;
     MembershipEvent event{next, reason.value_or(LossReason::session_lost), node_path, error};
     core->post_callback([weak = weak_from_this(), event] {
@@ -337,6 +338,41 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       attached = false;
       core->detach(this);
     }
+  }
+
+  // ---- asynchronous joins (under core->mutex()) ----
+
+  struct JoinWaiter {
+    JoinHandler handler;
+    std::optional<std::stop_callback<std::function<void()>>> stop;
+    std::unique_ptr<boost::asio::steady_timer> timer;  // the worker thread's
+  };
+
+  // Joined: every waiter succeeds; no longer wanted (left, failed, closed): every waiter fails.
+  void settle_join_waiters_locked() {
+    if (join_waiters.empty()) return;
+    std::error_code ec;
+    if (state == MembershipState::joined) ec = {};
+    else if (!wanted) ec = failure ? failure : make_error_code(errc::cancelled);
+    else return;
+    auto waiters = std::move(join_waiters);
+    join_waiters.clear();
+    for (auto& entry : waiters) end_waiter_locked(entry.second, ec);
+  }
+
+  void end_join_waiter_locked(std::uint64_t waiter_id, std::error_code ec) {
+    auto it = join_waiters.find(waiter_id);
+    if (it == join_waiters.end()) return;
+    auto waiter = std::move(it->second);
+    join_waiters.erase(it);
+    end_waiter_locked(waiter, ec);
+  }
+
+  void end_waiter_locked(const std::shared_ptr<JoinWaiter>& waiter, std::error_code ec) {
+    core->post_to_worker([waiter] {
+      if (waiter->timer) waiter->timer->cancel();
+    });
+    core->post_callback([waiter, ec] { waiter->handler(ec); });
   }
 
   // Blocks until joined, failed, stopped, or `deadline`.
@@ -382,6 +418,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   std::optional<std::chrono::steady_clock::time_point> taken_since;
   std::error_code failure;
   std::condition_variable state_changed;
+  std::map<std::uint64_t, std::shared_ptr<JoinWaiter>> join_waiters;
+  std::uint64_t next_join_waiter = 0;
 };
 
 GroupMember::GroupMember(Session& session, std::string path, std::string member_id, std::string data,
@@ -443,6 +481,41 @@ void GroupMember::join(std::stop_token stop, std::error_code& ec) noexcept {
 
 bool GroupMember::try_join_for(std::chrono::nanoseconds timeout, std::stop_token stop, std::error_code& ec) noexcept {
   return detail::without_exceptions(ec, [&] { return try_join_for(timeout, std::move(stop)); });
+}
+
+void GroupMember::async_join(std::chrono::nanoseconds timeout, JoinHandler handler, std::stop_token stop) {
+  auto waiter = std::make_shared<State::JoinWaiter>();
+  waiter->handler = std::move(handler);
+  std::uint64_t id = 0;
+  {
+    std::lock_guard lock(state_->core->mutex());
+    if (state_->ended) return state_->end_waiter_locked(waiter, make_error_code(errc::session_closed));
+    id = ++state_->next_join_waiter;
+    state_->join_waiters.emplace(id, waiter);
+    state_->join_locked();
+    state_->settle_join_waiters_locked();  // joined already
+  }
+  std::weak_ptr<State> weak = state_;
+  if (timeout >= std::chrono::nanoseconds::zero()) {
+    auto core = state_->core;
+    core->post_to_worker([core, weak, waiter, id, timeout] {
+      waiter->timer = std::make_unique<boost::asio::steady_timer>(core->worker(), timeout);
+      waiter->timer->async_wait([weak, id](boost::system::error_code ec) {
+        auto self = weak.lock();
+        if (ec || !self) return;
+        std::lock_guard lock(self->core->mutex());
+        self->end_join_waiter_locked(id, make_error_code(errc::timed_out));
+      });
+    });
+  }
+  if (stop.stop_possible()) {
+    waiter->stop.emplace(std::move(stop), [weak, id] {
+      if (auto self = weak.lock()) {
+        std::lock_guard lock(self->core->mutex());
+        self->end_join_waiter_locked(id, make_error_code(errc::cancelled));
+      }
+    });
+  }
 }
 
 void GroupMember::leave() {

@@ -19,6 +19,7 @@
 //   // a barrier down, all N through a double barrier (true), or the timeout ran out (false)
 //   bool down = co_await zkr::asio::async_wait(barrier, 30s, boost::asio::use_awaitable);
 //   bool entered = co_await zkr::asio::async_enter(double_barrier, 5min, boost::asio::use_awaitable);
+//   bool joined = co_await zkr::asio::async_join(group_member, 10s, boost::asio::use_awaitable);
 //
 //   // callback, run through its associated executor (here a strand)
 //   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
@@ -55,6 +56,7 @@
 #include <zkr/barrier.hpp>
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
+#include <zkr/group.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/semaphore.hpp>
 
@@ -192,7 +194,7 @@ auto async_wait_for_leadership_for(LeaderLatch& latch, std::chrono::nanoseconds 
       token, std::ref(latch), timeout, std::move(stop));
 }
 
-// ---- Barriers (zkr/barrier.hpp) ----
+// ---- Barriers (zkr/barrier.hpp) and group membership (zkr/group.hpp) ----
 // Completion signature: void(std::exception_ptr, bool). True once the barrier is down (async_wait),
 // all N have entered (async_enter) or left (async_leave); false when `timeout` (negative: none)
 // ran out or stop was requested; the exception is a zkr::Error as the blocking forms throw
@@ -237,6 +239,18 @@ auto async_leave(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, Compl
   return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "leave double barrier",
                                     [&barrier, timeout, stop](BarrierHandler done) {
                                       barrier.async_leave(timeout, std::move(done), stop);
+                                    });
+}
+
+// Waits until the member has joined (true), or `timeout` (negative: none) ran out or stop was
+// requested (false; the join goes on). Completion signature: void(std::exception_ptr, bool); the
+// exception is a zkr::Error as GroupMember::join() throws (zk_errc::node_exists, ...).
+template <typename CompletionToken>
+auto async_join(GroupMember& member, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                std::stop_token stop = {}) {
+  return detail::async_barrier_wait(std::forward<CompletionToken>(token), member.path(), "join group",
+                                    [&member, timeout, stop](GroupMember::JoinHandler done) {
+                                      member.async_join(timeout, std::move(done), stop);
                                     });
 }
 

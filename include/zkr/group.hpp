@@ -95,6 +95,11 @@ class GroupMember {
   // Waits at most `timeout`: false if it ran out or stop was requested (the join then goes on in
   // the background, as if join() had been called without waiting).
   bool try_join_for(std::chrono::nanoseconds timeout, std::stop_token stop = {});
+  // Callback form: the handler runs once on the session's callback thread with no error once
+  // joined, errc::timed_out (a negative timeout waits forever), errc::cancelled (stop requested,
+  // or leave()), or the error join() throws. A timeout or stop leaves the join going on.
+  using JoinHandler = std::function<void(std::error_code)>;
+  void async_join(std::chrono::nanoseconds timeout, JoinHandler handler, std::stop_token stop = {});
   void join(std::stop_token stop, std::error_code& ec) noexcept;
   bool try_join_for(std::chrono::nanoseconds timeout, std::stop_token stop, std::error_code& ec) noexcept;
 

@@ -365,6 +365,15 @@ TEST_F(BarrierTest, AsioFormsCompleteWithTheOutcome) {
   auto a_out = zkr::asio::async_leave(a, testenv::scaled(10s), boost::asio::use_future);
   EXPECT_TRUE(b.leave(testenv::scaled(10s)));
   EXPECT_TRUE(a_out.get());
+  GroupMember member(session, path + "/g", "m");
+  auto joined = zkr::asio::async_join(member, testenv::scaled(10s), boost::asio::use_future);
+  EXPECT_TRUE(joined.get());
+  GroupMember taken(sessions.add(servers, 1000ms), path + "/g", "m");
+  auto refused = zkr::asio::async_join(taken, testenv::scaled(10s), boost::asio::use_future);
+  EXPECT_THROW(refused.get(), Error);  // zk_errc::node_exists, after the joiner's session timeout
+  auto gave_up = zkr::asio::async_join(taken, 1ms, boost::asio::use_future);
+  EXPECT_FALSE(gave_up.get());
+
   sessions.close_all();
   auto closed = zkr::asio::async_wait(barrier, testenv::scaled(10s), boost::asio::use_future);
   EXPECT_THROW(closed.get(), Error);
