@@ -198,6 +198,20 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       }
       if (stat.ephemeral_owner == self->core->session_id() && self->core->usable_locked(generation))
         return self->joined_locked(generation);
+      if (self->own_sessions.contains(stat.ephemeral_owner)) {
+        // Our own node of a session this Session lost, which the server has not expired yet (after
+        // a server restart it gives every session a fresh timeout): the same member, so it goes.
+        self->creating = true;
+        self->core->remove(generation, self->node_path, stat.version, [weak, attempt](zk_errc) {
+          auto again = weak.lock();
+          if (!again) return;
+          std::lock_guard inner(again->core->mutex());
+          if (attempt != again->attempts) return;
+          again->creating = false;
+          again->create_locked();
+        });
+        return;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (!self->taken_since) self->taken_since = now;
       if (now - *self->taken_since > self->core->negotiated_timeout())
@@ -211,6 +225,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
 
   void joined_locked(std::uint64_t generation) {
     taken_since.reset();
+    own_sessions.insert(core->session_id());
     joined_generation = generation;
     set_state_locked(MembershipState::joined, {});
     watch_node_locked(generation);
@@ -416,6 +431,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   std::string pending_removal;
   std::uint64_t removal_generation = 0;
   std::optional<std::chrono::steady_clock::time_point> taken_since;
+  std::set<std::int64_t> own_sessions;  // the sessions this member was joined on
   std::error_code failure;
   std::condition_variable state_changed;
   std::map<std::uint64_t, std::shared_ptr<JoinWaiter>> join_waiters;

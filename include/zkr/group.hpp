@@ -87,8 +87,9 @@ class GroupMember {
   const std::string& id() const;
 
   // Creates the member's node (and the group's path, as a container) and waits until it exists.
-  // A node of the same id left by another, still live session (a restarted process's former
-  // session, curator layout) is waited out for one session timeout, then refused. Throws Error:
+  // A node of the same id left by a session this member lost is deleted first; one of another,
+  // still live session (a restarted process's former session, curator layout) is waited out for
+  // one session timeout, then refused. Throws Error:
   // zk_errc::node_exists (the id is taken), errc::cancelled (stop requested: the join goes on in
   // the background), errc::session_closed, zk_errc::no_auth. Calling it while joined returns at once.
   void join(std::stop_token stop = {});
