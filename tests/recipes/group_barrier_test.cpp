@@ -233,6 +233,38 @@ TEST_F(GroupTest, ExpiredMemberIsToldAndRejoinsAndItsViewIsStaleUntilFresh) {
   EXPECT_FALSE(calls.back().stale);
 }
 
+// The create took effect but its reply was lost: the node found on retry is the member's own
+// (same session), so it joins with it; a double barrier's participant likewise counts once.
+TEST_F(GroupTest, LostCreateRepliesAreRecognisedAsOwnNodes) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  // The parents exist: the create whose reply goes is the member's own node's.
+  raw.create(path.substr(0, path.rfind('/')));  // "/zkr-test", if no test made it yet
+  ASSERT_EQ(raw.create(path), ZOK);
+  ASSERT_EQ(raw.create(path + "/g"), ZOK);
+  ASSERT_EQ(raw.create(path + "/d"), ZOK);
+  Events events;
+  GroupMember member(session, path + "/g", "m", "d", {}, events.listener());
+  proxy.drop_next_reply();
+  ASSERT_TRUE(member.try_join_for(testenv::scaled(10s)));
+  EXPECT_EQ(proxy.dropped_replies(), 1);
+  EXPECT_EQ(raw.stat(path + "/g/m").ephemeralOwner, session.id());
+  EXPECT_EQ(events.states(), (std::vector{MembershipState::joining, MembershipState::joined}));
+
+  DoubleBarrier first(session, path + "/d", 2), second(sessions.add(servers), path + "/d", 2);
+  proxy.drop_next_reply();
+  auto first_in = std::async(std::launch::async, [&] { return first.enter(testenv::scaled(10s)); });
+  ASSERT_TRUE(eventually([&] { return proxy.dropped_replies() == 2; }));
+  EXPECT_TRUE(second.enter(testenv::scaled(10s)));
+  EXPECT_TRUE(first_in.get());
+  EXPECT_EQ(raw.children(path + "/d").size(), 3u);  // two participants and "ready"
+  auto first_out = std::async(std::launch::async, [&] { return first.leave(testenv::scaled(10s)); });
+  EXPECT_TRUE(second.leave(testenv::scaled(10s)));
+  EXPECT_TRUE(first_out.get());
+  member.leave();
+  for (const auto* node : {"/g", "/d", ""}) raw.remove(path + node);  // ours, made by hand
+}
+
 // A connection drop on a session that survives: stale, then fresh again on the same session.
 TEST_F(GroupTest, DroppedConnectionMakesTheViewStaleUntilItIsBack) {
   testenv::Proxy proxy(servers);
