@@ -433,19 +433,34 @@ TEST(DoubleBarrierChild, DISABLED_EntersAndWaits) {
   std::this_thread::sleep_for(testenv::scaled(60s));
 }
 
-// A participant killed between enter and leave holds the others only until its session ends.
-TEST_F(BarrierTest, DoubleBarrierKilledParticipantDoesNotHoldTheOthersForEver) {
+// A participant killed (or frozen) between enter and leave holds the others only until its
+// session ends.
+void leave_past_a_dead_participant(const std::string& servers, const std::string& path, Sessions& sessions,
+                                   bool freeze) {
   ::setenv("ZKR_TEST_BARRIER_PATH", path.c_str(), 1);
   auto child = testenv::hold_in_child("DoubleBarrierChild.DISABLED_EntersAndWaits", testenv::scaled(30s));
   DoubleBarrier a(sessions.add(servers), path, 3), b(sessions.add(servers), path, 3);
   auto a_entered = std::async(std::launch::async, [&] { return a.enter(testenv::scaled(10s)); });
   EXPECT_TRUE(b.enter(testenv::scaled(10s)));
   EXPECT_TRUE(a_entered.get());
-  child.process->signal(SIGKILL);
-  child.process->wait(testenv::scaled(10s));
+  if (freeze) {
+    child.process->freeze();
+  } else {
+    child.process->signal(SIGKILL);
+    child.process->wait(testenv::scaled(10s));
+  }
   auto a_left = std::async(std::launch::async, [&] { return a.leave(testenv::scaled(15s)); });
-  EXPECT_TRUE(b.leave(testenv::scaled(15s)));  // once the killed one's 1 s session expired
+  EXPECT_TRUE(b.leave(testenv::scaled(15s)));  // once the dead one's 1 s session expired
   EXPECT_TRUE(a_left.get());
+  if (freeze) child.process->signal(SIGKILL);  // the destructor reaps it
+}
+
+TEST_F(BarrierTest, DoubleBarrierKilledParticipantDoesNotHoldTheOthersForEver) {
+  leave_past_a_dead_participant(servers, path, sessions, false);
+}
+
+TEST_F(BarrierTest, DoubleBarrierFrozenParticipantDoesNotHoldTheOthersForEver) {
+  leave_past_a_dead_participant(servers, path, sessions, true);
 }
 
 }  // namespace
