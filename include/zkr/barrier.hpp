@@ -48,8 +48,8 @@ class Barrier {
   bool remove();
   bool is_set() const;
 
-  // Waits until the barrier is down: true; false when `timeout` (negative: none) ran out or stop
-  // was requested. Throws Error: errc::session_closed, zk_errc::no_auth.
+  // Waits until the barrier is down: true; false when `timeout` (negative: none; zero: look once)
+  // ran out or stop was requested. Throws Error: errc::session_closed, zk_errc::no_auth.
   bool wait(std::chrono::nanoseconds timeout = std::chrono::nanoseconds(-1), std::stop_token stop = {});
   void async_wait(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop = {});
 
@@ -79,7 +79,8 @@ class DoubleBarrier {
   std::string node() const;  // this participant's node path
 
   // Enters: creates this participant's node and waits until N participants have (true). False
-  // when `timeout` (negative: none) ran out or stop was requested: its node is deleted then.
+  // when `timeout` (negative: none; zero: the shortest) ran out or stop was requested: its node is
+  // deleted then.
   // Throws Error: errc::session_closed, zk_errc::no_auth.
   bool enter(std::chrono::nanoseconds timeout = std::chrono::nanoseconds(-1), std::stop_token stop = {});
   // Leaves: deletes this participant's node and waits until every participant's node is gone
