@@ -18,6 +18,12 @@
 // restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader and
 // latch modes each ENTER line also carries the term's fencing token, the czxid of the client's election node
 // (as this library's tokens), so that a checker can tell overlapping terms apart by token.
+//
+// Added modes: group (each client a GroupMember named WHO-i with the payload "data-WHO-i"; once the
+// first client counts ITERATIONS members it prints "MEMBERS <id>=<data>,..." sorted by id, and the
+// clients leave at the next line on stdin), double-barrier:N (each client enters a
+// DistributedDoubleBarrier of N participants, logs ENTER, waits HOLD_MS, leaves and logs EXIT; one
+// round).
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -25,6 +31,8 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -32,6 +40,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
+import org.apache.curator.framework.recipes.nodes.GroupMember;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
@@ -101,6 +111,9 @@ public final class CuratorPeer {
     System.out.flush();
     final BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
     stdin.readLine();
+    if (mode.equals("group")) runGroup(clients, path, who, iterations, stdin);
+    if (mode.startsWith("double-barrier:"))
+      runDoubleBarrier(clients, path, who, Integer.parseInt(mode.substring("double-barrier:".length())), holdMs);
 
     final boolean churn = iterations == 0;
     final AtomicBoolean stopping = new AtomicBoolean(false);
@@ -273,5 +286,68 @@ public final class CuratorPeer {
     System.out.println(finished ? "DONE" : "ERROR timed out");
     System.out.flush();
     System.exit(finished ? 0 : 1);  // Curator's and ZooKeeper's threads would keep the JVM alive
+  }
+
+  private static void runGroup(List<CuratorFramework> clients, String path, String who, int expected,
+                               BufferedReader stdin) throws Exception {
+    List<GroupMember> members = new ArrayList<>();
+    for (int i = 0; i < clients.size(); ++i) {
+      GroupMember member = new GroupMember(clients.get(i), path, who + "-" + i,
+                                           ("data-" + who + "-" + i).getBytes(StandardCharsets.UTF_8));
+      member.start();
+      members.add(member);
+    }
+    String seen = null;
+    for (int wait = 0; wait < 300 && seen == null; ++wait) {
+      Map<String, byte[]> current = new TreeMap<>(members.get(0).getCurrentMembers());
+      if (current.size() == expected) {
+        StringBuilder line = new StringBuilder();
+        for (Map.Entry<String, byte[]> entry : current.entrySet()) {
+          if (line.length() > 0) line.append(',');
+          line.append(entry.getKey()).append('=').append(new String(entry.getValue(), StandardCharsets.UTF_8));
+        }
+        seen = line.toString();
+      } else {
+        Thread.sleep(100);
+      }
+    }
+    System.out.println(seen == null ? "ERROR members not seen" : "MEMBERS " + seen);
+    System.out.flush();
+    stdin.readLine();
+    for (GroupMember member : members) member.close();
+    for (CuratorFramework client : clients) client.close();
+    System.out.println("DONE");
+    System.out.flush();
+    System.exit(0);
+  }
+
+  private static void runDoubleBarrier(List<CuratorFramework> clients, String path, String who, int participants,
+                                       long holdMs) throws Exception {
+    final AtomicBoolean failed = new AtomicBoolean(false);
+    List<Thread> threads = new ArrayList<>();
+    for (int i = 0; i < clients.size(); ++i) {
+      final CuratorFramework client = clients.get(i);
+      final String name = who + "-" + i;
+      Thread thread = new Thread(() -> {
+        try {
+          DistributedDoubleBarrier barrier = new DistributedDoubleBarrier(client, path, participants);
+          if (!barrier.enter(30, TimeUnit.SECONDS)) throw new IllegalStateException("enter timed out");
+          record("ENTER", name);
+          Thread.sleep(holdMs);
+          if (!barrier.leave(30, TimeUnit.SECONDS)) throw new IllegalStateException("leave timed out");
+          record("EXIT", name);
+        } catch (Exception e) {
+          failed.set(true);
+          System.out.println("ERROR " + name + " " + e);
+        }
+      });
+      thread.start();
+      threads.add(thread);
+    }
+    for (Thread thread : threads) thread.join(TimeUnit.SECONDS.toMillis(70));
+    for (CuratorFramework client : clients) client.close();
+    System.out.println(failed.get() ? "ERROR" : "DONE");
+    System.out.flush();
+    System.exit(failed.get() ? 1 : 0);
   }
 }

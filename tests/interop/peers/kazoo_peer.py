@@ -14,6 +14,11 @@ the end. MODE:
   semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
                       token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
                       the process is killed (it prints "HOLDING <name>").
+  party, shallow-party  each client joins a kazoo Party (ShallowParty) with its name as identifier;
+                      once the first client counts ITERATIONS members it prints "MEMBERS <id>,..."
+                      (sorted), and the clients leave at the next line on stdin.
+  double-barrier:N    each client enters a kazoo DoubleBarrier of N participants, logs ENTER, waits
+                      HOLD_MS, leaves and logs EXIT (one round).
 """
 import os
 import sys
@@ -24,9 +29,11 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N]"
+    usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
+             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    if len(argv) not in (8, 9) or not (mode in ("lock", "election") or mode.startswith("semaphore:")):
+    known = mode in ("lock", "election", "party", "shallow-party") or mode.startswith(("semaphore:", "double-barrier:"))
+    if len(argv) not in (8, 9) or not known:
         print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
@@ -45,6 +52,8 @@ def main(argv):
         clients.append(client)
     print("READY", flush=True)
     sys.stdin.readline()
+    if mode in ("party", "shallow-party"):
+        return run_party(clients, path, who, iterations, mode)
 
     failures = []
 
@@ -77,6 +86,14 @@ def main(argv):
                         time.sleep(hold)
                         record("EXIT", name)
                 return
+            if mode.startswith("double-barrier:"):
+                barrier = clients[index].DoubleBarrier(path, int(mode.split(":", 1)[1]), identifier=name)
+                barrier.enter()
+                record("ENTER", name)
+                time.sleep(hold)
+                barrier.leave()
+                record("EXIT", name)
+                return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
                 with lock:
@@ -97,6 +114,30 @@ def main(argv):
     if failures or any(thread.is_alive() for thread in threads):
         print("ERROR " + "; ".join(failures or ["timed out"]), flush=True)
         return 1
+    print("DONE", flush=True)
+    return 0
+
+
+def run_party(clients, path, who, expected, mode):
+    parties = []
+    for index, client in enumerate(clients):
+        kind = client.Party if mode == "party" else client.ShallowParty
+        party = kind(path, f"{who}-{index}")
+        party.join()
+        parties.append(party)
+    seen = []
+    for _ in range(300):
+        seen = sorted(parties[0])
+        if len(seen) == expected:
+            break
+        time.sleep(0.1)
+    print("MEMBERS " + ",".join(seen) if len(seen) == expected else f"ERROR saw {seen}", flush=True)
+    sys.stdin.readline()
+    for party in parties:
+        party.leave()
+    for client in clients:
+        client.stop()
+        client.close()
     print("DONE", flush=True)
     return 0
 
