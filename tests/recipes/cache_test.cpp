@@ -95,6 +95,7 @@ std::map<std::string, std::string> server_tree(RawClient& raw, const std::string
 class CacheTest : public ServerTest {
  protected:
   Sessions sessions;
+  void SetUp() override { raw.create(path.substr(0, path.rfind('/'))); }  // the tests' common parent
   void TearDown() override { sessions.close_all(); }
   void set(const std::string& node, const std::string& data) {
     ASSERT_EQ(zoo_set(raw.handle(), node.c_str(), data.data(), static_cast<int>(data.size()), -1), ZOK) << node;
