@@ -92,6 +92,12 @@ std::map<std::string, std::string> server_tree(RawClient& raw, const std::string
   return out;
 }
 
+// The initial load is complete and its `initialized` event delivered (the flag turns first).
+bool loaded(const TreeCache& cache, const Heard& heard) {
+  return cache.wait_initialized(testenv::scaled(10s)) &&
+         eventually([&] { return heard.count(Kind::initialized) == 1; });
+}
+
 class CacheTest : public ServerTest {
  protected:
   Sessions sessions;
@@ -190,7 +196,7 @@ TEST_F(CacheTest, ADeletedSubtreeIsRemovedDescendantsFirst) {
   Heard heard;
   Session& session = sessions.add(servers);
   TreeCache cache(session, path, heard.callback());
-  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(loaded(cache, heard));
   heard.clear();
   ASSERT_EQ(raw.remove(path + "/a/b/c"), ZOK);
   ASSERT_EQ(raw.remove(path + "/a/b"), ZOK);
@@ -210,8 +216,7 @@ TEST_F(CacheTest, ANodeCreatedAndDeletedBetweenTwoReadsLeavesNoGhost) {
   Heard heard;
   Session& session = sessions.add(servers);
   TreeCache cache(session, path, heard.callback());
-  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
-  ASSERT_TRUE(eventually([&] { return heard.count(Kind::initialized) == 1; }));
+  ASSERT_TRUE(loaded(cache, heard));
   heard.clear();
   // Created and deleted in one transaction: no read can ever see it. Then many quick pairs.
   Transaction flash;
@@ -285,7 +290,7 @@ TEST_F(CacheTest, StaleWhileTheServerIsStoppedThenTheDifferencesAfterItsRestart)
   auto close_own = own.closer();
   Session& session = own.add(proxy.address(), 4000ms);
   TreeCache cache(session, "/tree", heard.callback());
-  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(loaded(cache, heard));
   EXPECT_FALSE(cache.stale());
   heard.clear();
 
@@ -326,7 +331,7 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   Heard heard;
   Session& session = sessions.add(proxy.address(), 3000ms);
   TreeCache cache(session, path, heard.callback());
-  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(loaded(cache, heard));
   heard.clear();
   const auto old_session = session.id();
   auto id = detail::Internals::core(session)->client_id();

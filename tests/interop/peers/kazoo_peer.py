@@ -14,6 +14,9 @@ the end. MODE:
   semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
                       token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
                       the process is killed (it prints "HOLDING <name>").
+  tree                each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
+                      HOLD_MS apart: creates it with "c", sets "s", and deletes it when k is odd
+                      (for the cache tests: nothing is logged).
 """
 import os
 import sys
@@ -24,9 +27,9 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N]"
+    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N|tree]"
     mode = argv[8] if len(argv) == 9 else "lock"
-    if len(argv) not in (8, 9) or not (mode in ("lock", "election") or mode.startswith("semaphore:")):
+    if len(argv) not in (8, 9) or not (mode in ("lock", "election", "tree") or mode.startswith("semaphore:")):
         print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
@@ -76,6 +79,18 @@ def main(argv):
                             threading.Event().wait()  # until killed
                         time.sleep(hold)
                         record("EXIT", name)
+                return
+            if mode == "tree":
+                client = clients[index]
+                for k in range(iterations):
+                    node = f"{path}/{name}-{k}"
+                    client.create(node, b"c", makepath=True)
+                    time.sleep(hold)
+                    client.set(node, b"s")
+                    time.sleep(hold)
+                    if k % 2:
+                        client.delete(node)
+                        time.sleep(hold)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
