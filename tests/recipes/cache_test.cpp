@@ -11,6 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
+
+#include <zkr/asio.hpp>
 #include <zkr/cache.hpp>
 #include <zkr/error.hpp>
 
@@ -349,6 +354,31 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   set(path + "/stays", "changed");
   ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
   EXPECT_EQ(heard.count(Kind::stale), 1u) << joined(heard.lines());
+}
+
+TEST_F(CacheTest, TheInitialLoadCanBeAwaitedTheAsioWay) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  boost::asio::io_context io;
+  std::vector<std::string> outcomes;
+  auto handler = [&](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+      outcomes.push_back(fmt::format("loaded {}", cache.size()));
+    } catch (const Error& e) {
+      outcomes.push_back(e.code().message());
+    }
+  };
+  asio::async_wait_initialized(cache, boost::asio::bind_executor(io, handler));
+  io.run_for(testenv::scaled(10s));
+  // A stopped cache that never loaded completes the wait with errc::cancelled.
+  TreeCache never(session, path + "/absent-parent/x", {}, {.missing_root_poll = 10s});
+  never.stop();
+  io.restart();
+  asio::async_wait_initialized(never, boost::asio::bind_executor(io, handler));
+  io.run_for(testenv::scaled(10s));
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"loaded 1", make_error_code(errc::cancelled).message()}));
 }
 
 }  // namespace
