@@ -64,6 +64,7 @@ class LibraryCategory final : public std::error_category {
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
       case errc::incompatible_peer: return "the path belongs to another recipe, which this one cannot share it with";
       case errc::would_deadlock: return "would deadlock";
+      case errc::cache_limit: return "the cached subtree has more nodes than the cache's max_nodes";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -106,7 +107,8 @@ class ConditionCategory final : public std::error_category {
         case errc::incompatible_peer:
         case errc::missing_chroot:
         case errc::corrupt_state:
-        case errc::would_deadlock: return condition::bad_input;
+        case errc::would_deadlock:
+        case errc::cache_limit: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }

@@ -20,6 +20,8 @@
 //   bool down = co_await zkr::asio::async_wait(barrier, 30s, boost::asio::use_awaitable);
 //   bool entered = co_await zkr::asio::async_enter(double_barrier, 5min, boost::asio::use_awaitable);
 //   bool joined = co_await zkr::asio::async_join(group_member, 10s, boost::asio::use_awaitable);
+//   // a TreeCache (or NodeCache::tree()): once its initial load is complete
+//   co_await zkr::asio::async_wait_initialized(cache, boost::asio::use_awaitable);
 //
 //   // callback, run through its associated executor (here a strand)
 //   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
@@ -54,6 +56,7 @@
 #include <boost/asio/prefer.hpp>
 
 #include <zkr/barrier.hpp>
+#include <zkr/cache.hpp>
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/group.hpp>
@@ -67,7 +70,7 @@ namespace detail {
 // Delivers a result to an Asio handler through its associated executor, keeping that executor's
 // work count up until then. Lock::async_acquire wants a copyable callable; Asio handlers are
 // move-only, hence the shared state.
-template <typename Handler, typename Result>
+template <typename Handler, typename... Result>  // no Result: a completion with the error alone
 class Delivery {
  public:
   explicit Delivery(Handler handler)
@@ -75,10 +78,10 @@ class Delivery {
                                   boost::asio::execution::outstanding_work.tracked)),
         handler_(std::move(handler)) {}
 
-  void deliver(std::exception_ptr error, Result result) {
+  void deliver(std::exception_ptr error, Result... result) {
     auto work = std::move(work_);
-    boost::asio::dispatch(work, [handler = std::move(handler_), error, result = std::move(result)]() mutable {
-      std::move(handler)(error, std::move(result));
+    boost::asio::dispatch(work, [handler = std::move(handler_), error, ... result = std::move(result)]() mutable {
+      std::move(handler)(error, std::move(result)...);
     });
   }
 
@@ -252,6 +255,23 @@ auto async_join(GroupMember& member, std::chrono::nanoseconds timeout, Completio
                                     [&member, timeout, stop](GroupMember::JoinHandler done) {
                                       member.async_join(timeout, std::move(done), stop);
                                     });
+}
+
+// Waits until the cache's initial load is complete. Completion signature: void(std::exception_ptr).
+// The exception is a zkr::Error: errc::cancelled if the cache was stopped first, or the error that
+// stopped it (errc::cache_limit, zk_errc::no_auth, errc::session_closed). The cache must outlive
+// the wait unless it is stopped (which completes it).
+template <typename CompletionToken>
+auto async_wait_initialized(TreeCache& cache, CompletionToken&& token) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr)>(
+      [](auto handler, TreeCache& target) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler>>(std::move(handler));
+        target.async_wait_initialized([delivery, root = target.root()](std::error_code ec) {
+          delivery->deliver(ec ? detail::to_exception(ec, root, "wait for the cache of") : nullptr);
+        });
+      },
+      token, std::ref(cache));
 }
 
 }  // namespace zkr::asio

@@ -70,6 +70,7 @@ enum class errc : int {
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
   incompatible_peer = 18,      // the path is another recipe's (a semaphore's, another library's): names it
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
+  cache_limit = 32,            // a cache's subtree outgrew its max_nodes (zkr/cache.hpp): the cache stopped
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).

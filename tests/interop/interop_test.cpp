@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 #include <zkr/semaphore.hpp>
+#include <zkr/cache.hpp>
 #include <zkr/group.hpp>
 #include <zkr/barrier.hpp>
 
@@ -634,6 +636,60 @@ TEST_F(InteropTest, DoubleBarrierWithCuratorAndKazooParticipants) {
   }
   EXPECT_LT(last_enter, first_exit) << "someone was through leave() before everyone had entered";
   EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));  // no participant, no "ready"
+}
+
+}  // namespace
+// Curator and kazoo write a tree (one change at a time, 40 ms apart): our TreeCache ends equal to
+// it, and each node's events follow the order of its writes (added "c", updated "s", removed),
+// of which only a change overtaken by the next before the cache read it may be missing.
+TEST_F(InteropTest, TreeCacheFollowsATreeWrittenByCuratorAndKazoo) {
+  raw.create(path.substr(0, path.rfind('/')));  // the tests' common parent
+  ASSERT_EQ(raw.create(path), ZOK);
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::string>> heard;  // node -> "added c", "updated s", "removed"
+  Session session(session_options(servers));
+  TreeCache cache(session, path, [&](const CacheEvent& event) {
+    if (event.path == path || event.path.empty()) return;
+    std::lock_guard guard(mutex);
+    std::string told(to_string(event.kind));
+    if (event.kind != CacheEvent::Kind::removed) told += " " + event.node.data;
+    heard[event.path].push_back(told);
+  });
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  constexpr int kNodes = 4;
+  auto curator = start_curator("tree", "curator", 1, kNodes, 40);
+  auto kazoo = start_kazoo("kazoo", 1, "tree", kNodes, 40);
+  await_ready(*curator);
+  await_ready(*kazoo);
+  curator->write_stdin("GO\n");
+  kazoo->write_stdin("GO\n");
+  await_done(*curator);
+  await_done(*kazoo);
+  std::map<std::string, std::string> expected{{path, ""}};
+  for (const std::string who : {"curator-0", "kazoo-0"})
+    for (int k = 0; k < kNodes; k += 2) expected[path + "/" + who + "-" + std::to_string(k)] = "s";
+  const auto cached = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& [node, data] : cache.snapshot()) out[node] = data.data;
+    return out;
+  };
+  ASSERT_TRUE(eventually([&] { return cached() == expected; })) << cache.size();
+  session.close();
+  std::lock_guard guard(mutex);
+  int complete = 0;
+  for (const std::string who : {"curator-0", "kazoo-0"})
+    for (int k = 0; k < kNodes; ++k) {
+      const auto& told = heard[path + "/" + who + "-" + std::to_string(k)];
+      std::vector<std::string> writes{"added c", "updated s"};
+      if (k % 2) writes.push_back("removed");
+      // The writes in order, less those the next one overtook before the cache read the node.
+      std::vector<std::vector<std::string>> allowed{writes, {"added s"}};
+      if (k % 2) allowed = {writes, {"added s", "removed"}, {"added c", "removed"}, {}};
+      if (told == writes) ++complete;
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), told), allowed.end())
+          << who << "-" << k << " was told: " << ::testing::PrintToString(told);
+    }
+  RecordProperty("every_change_seen", complete);
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 // each term is a new latch, started, awaited, held and closed), rw (InterProcessReadWriteLock: even
 // clients write, odd ones read), or semaphore:N (InterProcessSemaphoreV2 with N leases; each ENTER
 // line carries the lease's token, the czxid of its lease node; HOLD_MS -1 holds the first lease
-// until killed). Starts CLIENTS clients (one
+// until killed), or tree (each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
+// HOLD_MS apart: creates it with "c", sets "s", deletes it when k is odd; nothing is logged; for
+// the cache tests). Starts CLIENTS clients (one
 // session each, named WHO-0, WHO-1, ...; in rw mode WHO-w0, WHO-r1, ...),
 // prints "READY" once all are connected, waits for a line on stdin, then each client enters its
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
@@ -202,6 +204,28 @@ public final class CuratorPeer {
                 record("EXIT", name);
               } finally {
                 semaphore.returnLease(lease);
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("tree")) {
+        threads.add(new Thread(() -> {
+          try {
+            for (int n = 0; n < iterations; ++n) {
+              final String node = path + "/" + name + "-" + n;
+              client.create().creatingParentsIfNeeded().forPath(node, "c".getBytes(StandardCharsets.UTF_8));
+              Thread.sleep(holdMs);
+              client.setData().forPath(node, "s".getBytes(StandardCharsets.UTF_8));
+              Thread.sleep(holdMs);
+              if (n % 2 == 1) {
+                client.delete().forPath(node);
+                Thread.sleep(holdMs);
               }
             }
           } catch (Exception e) {

@@ -19,6 +19,9 @@ the end. MODE:
                       (sorted), and the clients leave at the next line on stdin.
   double-barrier:N    each client enters a kazoo DoubleBarrier of N participants, logs ENTER, waits
                       HOLD_MS, leaves and logs EXIT (one round).
+  tree                each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
+                      HOLD_MS apart: creates it with "c", sets "s", and deletes it when k is odd
+                      (for the cache tests: nothing is logged).
 """
 import os
 import sys
@@ -30,9 +33,9 @@ from kazoo.client import KazooClient
 
 def main(argv):
     usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
-             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N]")
+             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    known = mode in ("lock", "election", "party", "shallow-party") or mode.startswith(("semaphore:", "double-barrier:"))
+    known = mode in ("lock", "election", "party", "shallow-party", "tree") or mode.startswith(("semaphore:", "double-barrier:"))
     if len(argv) not in (8, 9) or not known:
         print(usage, file=sys.stderr)
         return 64
@@ -93,6 +96,18 @@ def main(argv):
                 time.sleep(hold)
                 barrier.leave()
                 record("EXIT", name)
+                return
+            if mode == "tree":
+                client = clients[index]
+                for k in range(iterations):
+                    node = f"{path}/{name}-{k}"
+                    client.create(node, b"c", makepath=True)
+                    time.sleep(hold)
+                    client.set(node, b"s")
+                    time.sleep(hold)
+                    if k % 2:
+                        client.delete(node)
+                        time.sleep(hold)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
