@@ -91,8 +91,12 @@ TEST_F(MultiLockTest, WaitsHoldingOnlyPathsBeforeTheOneItWaitsFor) {
   HeldLock held_b = middle.acquire();
   MultiLock locks(session, {a, b, c});
   auto waiting = std::async(std::launch::async, [&] { return locks.try_acquire_for(testenv::scaled(20s)); });
-  ASSERT_TRUE(eventually([&] { return raw.children(b).size() == 2; }));
-  // While it waits for b, it holds a and has no node on c (it could hold c while c's next holder waits for b).
+  // While it waits for b, it holds a and has no node on c (holding c, it could keep a holder of c
+  // that waits for b waiting for ever). The first round's nodes on b and c come and go first.
+  ASSERT_TRUE(eventually([&] {
+    return raw.children(a).size() == 1 && raw.children(b).size() == 2 && raw.children(c).empty();
+  }));
+  std::this_thread::sleep_for(100ms);
   EXPECT_EQ(raw.children(a).size(), 1u);
   EXPECT_TRUE(raw.children(c).empty());
   // c stays free meanwhile for anyone.
@@ -217,6 +221,32 @@ TEST_F(MultiLockTest, SessionExpiryLosesTheWhole) {
   auto again = locks.try_acquire_for(testenv::scaled(15s));
   ASSERT_TRUE(again);
   EXPECT_GT(again->tokens()[0], held.tokens()[0]);
+}
+
+// The session that holds a and waits for b expires: the wait goes on on the replacement session,
+// and a, lost meanwhile, is taken again before the grant is handed out.
+TEST_F(MultiLockTest, PathLostWhileWaitingIsTakenAgain) {
+  testenv::Proxy proxy(servers);
+  Session& other = sessions.add(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  Lock middle(other, b);
+  HeldLock held_b = middle.acquire();
+  MultiLock locks(session, {a, b});
+  auto waiting = std::async(std::launch::async, [&] { return locks.try_acquire_for(testenv::scaled(20s)); });
+  ASSERT_TRUE(eventually([&] { return raw.children(a).size() == 1 && raw.children(b).size() == 2; }));
+  auto id = detail::Internals::core(session)->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_TRUE(eventually([&] { return raw.children(a).empty() && raw.children(b).size() == 1; }));
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return raw.children(b).size() == 2; })) << "the wait did not go on on a new session";
+  held_b.release();
+  auto held = waiting.get();
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held->lost());
+  EXPECT_EQ(raw.children(a).size(), 1u);
+  EXPECT_EQ(raw.children(b).size(), 1u);
+  EXPECT_EQ(held->locks()[0].session_id(), held->locks()[1].session_id());
 }
 
 TEST_F(MultiLockTest, CreatesWhoseReplyWasLostLeaveNoOrphan) {
