@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/use_future.hpp>
+
+#include <zkr/asio.hpp>
 #include <zkr/error.hpp>
 #include <zkr/multi_lock.hpp>
 
@@ -345,6 +348,23 @@ TEST_F(MultiLockTest, AsyncAcquireRunsOnceWithEveryPath) {
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_EQ(held.locks().size(), 3u);
   EXPECT_EQ(node_count(), 3u);
+}
+
+TEST_F(MultiLockTest, AsioFormsCompleteWithEveryPathOrNone) {
+  Session& other = sessions.add(servers);
+  Session& session = sessions.add(servers);
+  MultiLock locks(session, {a, b, c});
+  {
+    auto granted = zkr::asio::async_acquire(locks, boost::asio::use_future);
+    ASSERT_EQ(granted.wait_for(testenv::scaled(10s)), std::future_status::ready);
+    EXPECT_EQ(granted.get().locks().size(), 3u);
+  }
+  Lock middle(other, b);
+  HeldLock held_b = middle.acquire();
+  auto refused = zkr::asio::async_try_acquire_for(locks, 200ms, boost::asio::use_future);
+  ASSERT_EQ(refused.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_FALSE(refused.get());
+  EXPECT_TRUE(eventually([&] { return node_count() == 1; }));
 }
 
 }  // namespace
