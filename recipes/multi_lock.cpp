@@ -1,10 +1,13 @@
 #include <zkr/multi_lock.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <utility>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include <zkr/error.hpp>
@@ -46,7 +49,8 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
         paths_(paths),
         options_(options),
         no_wait_(timeout == std::chrono::nanoseconds::zero()),
-        stop_(std::move(stop)),
+        stop_(cancel_.get_token()),
+        forward_stop_(std::move(stop), [this] { cancel_.request_stop(); }),
         done_(std::move(done)),
         held_(paths_.size()),
         refusal_(std::make_shared<RefusalDetail>()) {
@@ -57,6 +61,7 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
   }
 
   void start() {
+    if (deadline_) arm_deadline();
     std::unique_lock lock(mutex_);
     try_round_locked(lock);
   }
@@ -160,11 +165,13 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
   }
 
   void fail_locked(std::error_code ec, std::size_t index) {
+    if (ec == errc::cancelled && timed_out_) ec = make_error_code(errc::timed_out);
     release_from_locked(0);
     finish_locked(ec, index < paths_.size() ? paths_[index] : std::string());
   }
 
   void finish_locked(std::error_code ec, std::string failed_path) {
+    disarm_deadline();
     for (const auto& count : counts_) count.decided(ec);
     Contenders granted = ec ? Contenders{} : std::move(held_);
     // Always from the callback thread, never from the caller's stack.
@@ -174,12 +181,42 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
     });
   }
 
+  // The deadline of a bounded wait ends the rounds too: a round's try may wait for the connection
+  // to come back (a Lock's try_acquire does), which must not outlast the caller's timeout. Timers
+  // belong to the session's worker thread.
+  void arm_deadline() {
+    boost::asio::post(core_->worker(), [self = weak_from_this(), at = *deadline_] {
+      auto acquisition = self.lock();
+      if (!acquisition) return;
+      acquisition->timer_ = std::make_unique<boost::asio::steady_timer>(acquisition->core_->worker(), at);
+      acquisition->timer_->async_wait([self](boost::system::error_code ec) {
+        auto again = self.lock();
+        if (ec || !again) return;
+        again->timed_out_ = true;
+        again->cancel_.request_stop();
+      });
+    });
+  }
+
+  void disarm_deadline() {
+    if (!deadline_) return;
+    boost::asio::post(core_->worker(), [self = weak_from_this()] {
+      if (auto acquisition = self.lock(); acquisition && acquisition->timer_) acquisition->timer_->cancel();
+    });
+  }
+
   const std::shared_ptr<SessionCore> core_;
   const std::vector<std::string> paths_;  // sorted
   const LockOptions options_;
   const bool no_wait_;
   std::optional<Clock::time_point> deadline_;
+  // What every contender of this acquisition is cancelled by: the caller's stop request, or the
+  // deadline (timed_out_ then tells the two apart).
+  std::stop_source cancel_;
   const std::stop_token stop_;
+  const std::stop_callback<std::function<void()>> forward_stop_;
+  std::atomic<bool> timed_out_{false};
+  std::unique_ptr<boost::asio::steady_timer> timer_;  // on the worker thread only
   Done done_;
   std::vector<AcquisitionCount> counts_;
 

@@ -252,6 +252,24 @@ TEST_F(MultiLockTest, PathLostWhileWaitingIsTakenAgain) {
   EXPECT_EQ(held->locks()[0].session_id(), held->locks()[1].session_id());
 }
 
+// A bounded wait ends by its timeout even when the round's creates get no answer (a cut link):
+// before the session is lost, and the creates that reach the server once the link heals are deleted.
+TEST_F(MultiLockTest, TimeoutWhileTheLinkIsCutLeavesNoNode) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  MultiLock locks(session, {a, b, c});
+  locks.acquire().release();  // the paths exist: the creates go out as one multi-op
+  ASSERT_TRUE(eventually([&] { return node_count() == 0; }));
+  proxy.blackhole();
+  std::error_code ec;
+  EXPECT_FALSE(locks.try_acquire_for(300ms, {}, ec));
+  EXPECT_EQ(ec, errc::timed_out);
+  EXPECT_EQ(session.metrics().sessions_lost, 0u) << "the timeout waited for the session's loss";
+  proxy.pass();
+  EXPECT_TRUE(eventually([&] { return node_count() == 0; })) << "a create that arrived late stayed";
+  EXPECT_TRUE(locks.try_acquire_for(testenv::scaled(10s)));
+}
+
 TEST_F(MultiLockTest, CreatesWhoseReplyWasLostLeaveNoOrphan) {
   testenv::Proxy proxy(servers);
   Session& session = sessions.add(proxy.address(), 8000ms);
