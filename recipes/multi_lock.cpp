@@ -134,8 +134,10 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
       if (timeout <= std::chrono::nanoseconds::zero()) return fail_locked(make_error_code(errc::timed_out), next_);
     }
     const std::size_t index = next_;
+    auto asked = request(index, timeout);
+    asked.batchable = false;  // a wait goes out at once, whatever batch is open
     start_contender_async(
-        core_, request(index, timeout),
+        core_, std::move(asked),
         [self = shared_from_this(), index](std::error_code ec, const std::shared_ptr<Contender>& contender) {
           std::unique_lock lock(self->mutex_);
           if (ec) return self->fail_locked(ec, index);
