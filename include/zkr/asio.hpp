@@ -3,7 +3,7 @@
 // rest of the library does not need it.
 //
 // The initiating functions mirror Lock::acquire() and Lock::try_acquire_for() (for a Lock or a
-// Semaphore: a Lease is a HeldLock) and LeaderLatch::wait_for_leadership(), and complete the Asio
+// Semaphore: a Lease is a HeldLock; for a MultiLock, completing with a HeldMultiLock) and LeaderLatch::wait_for_leadership(), and complete the Asio
 // way, with an exception_ptr first (as asio::co_spawn does), so that every completion token works:
 //
 //   // coroutine: returns the HeldLock, or throws zkr::Error like acquire()
@@ -61,6 +61,7 @@
 #include <zkr/error.hpp>
 #include <zkr/group.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/multi_lock.hpp>
 #include <zkr/semaphore.hpp>
 
 namespace zkr::asio {
@@ -272,6 +273,48 @@ auto async_wait_initialized(TreeCache& cache, CompletionToken&& token) {
         });
       },
       token, std::ref(cache));
+}
+
+// A MultiLock: every path, or none. Completion signature: void(std::exception_ptr, HeldMultiLock);
+// the exception is the zkr::Error MultiLock::acquire() throws, naming the MultiLock's first path.
+template <typename CompletionToken>
+auto async_acquire(MultiLock& locks, CompletionToken&& token, std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldMultiLock)>(
+      [](auto handler, MultiLock& target, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler, HeldMultiLock>>(std::move(handler));
+        target.async_acquire(
+            std::chrono::nanoseconds(-1),
+            [delivery, path = target.paths().front()](std::error_code ec, HeldMultiLock held) {
+              if (ec) delivery->deliver(detail::to_exception(ec, path), HeldMultiLock{});
+              else delivery->deliver(nullptr, std::move(held));
+            },
+            std::move(stop_token));
+      },
+      token, std::ref(locks), std::move(stop));
+}
+
+// A MultiLock, waiting at most `timeout` (zero: does not wait). Completion signature:
+// void(std::exception_ptr, std::optional<HeldMultiLock>): empty if it gave up, as MultiLock's
+// try_acquire_for().
+template <typename CompletionToken>
+auto async_try_acquire_for(MultiLock& locks, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                           std::stop_token stop = {}) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<HeldMultiLock>)>(
+      [](auto handler, MultiLock& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
+        using Handler = decltype(handler);
+        auto delivery =
+            std::make_shared<detail::Delivery<Handler, std::optional<HeldMultiLock>>>(std::move(handler));
+        target.async_acquire(
+            std::max(wait, std::chrono::nanoseconds::zero()),
+            [delivery, path = target.paths().front()](std::error_code ec, HeldMultiLock held) {
+              if (!ec) delivery->deliver(nullptr, std::optional<HeldMultiLock>(std::move(held)));
+              else if (ec == condition::gave_up) delivery->deliver(nullptr, std::nullopt);
+              else delivery->deliver(detail::to_exception(ec, path), std::nullopt);
+            },
+            std::move(stop_token));
+      },
+      token, std::ref(locks), timeout, std::move(stop));
 }
 
 }  // namespace zkr::asio

@@ -29,6 +29,7 @@
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/multi_lock.hpp>
 #include <zkr/rwlock.hpp>
 #include <zkr/semaphore.hpp>
 #include <zkr/cache.hpp>
@@ -126,8 +127,9 @@ class InteropTest : public ::testing::Test {
   }
 
   // Our side: `count` participants, each with its own session, kIterations sections each.
-  void run_ours(int count, const std::function<std::optional<HeldLock>(Session&, int)>& acquire,
-                const std::function<std::string(int)>& name) {
+  // `acquire` returns an optional held lock (HeldLock, HeldMultiLock): empty if it timed out.
+  template <typename Acquire>
+  void run_ours(int count, const Acquire& acquire, const std::function<std::string(int)>& name) {
     std::vector<std::unique_ptr<Session>> sessions;
     for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<Session>(session_options(servers, 10000ms)));
     std::vector<std::thread> threads;
@@ -690,6 +692,53 @@ TEST_F(InteropTest, TreeCacheFollowsATreeWrittenByCuratorAndKazoo) {
           << who << "-" << k << " was told: " << ::testing::PrintToString(told);
     }
   RecordProperty("every_change_seen", complete);
+}
+
+}  // namespace
+}  // namespace zkr::test
+
+namespace zkr::test {
+namespace {
+
+// ---- the multi-lock beside Curator's InterProcessMultiLock and kazoo's Lock ----
+
+// Curator's multi-locks over a, b and c, ours over the same paths (given in another order: ours
+// takes them sorted, as Curator's are given), kazoo's Lock on b alone. Every section holds b, so
+// none of ours may overlap another's, and the multi-locks never wait for each other in a cycle.
+// Curator and kazoo do not exclude each other (Curator does not count kazoo's nodes): their
+// sections may overlap, as they would without us.
+TEST_F(InteropTest, MultiLockAndCuratorMultiLockAndKazooLockExcludeEachOther) {
+  const std::string base = path;
+  const std::string a = base + "/a", b = base + "/b", c = base + "/c";
+  path = fmt::format("{},{},{}", a, b, c);  // the peers take their PATH from the fixture's
+  auto curator = start_curator("multi", "curator", 2);
+  path = b;
+  auto kazoo = start_kazoo("kazoo", 1);
+  path = base;
+  await_ready(*curator);
+  await_ready(*kazoo);
+  curator->write_stdin("GO\n");
+  kazoo->write_stdin("GO\n");
+  await_first_entry("curator");
+  run_ours(
+      2,
+      [&](Session& session, int) {
+        MultiLock locks(session, {c, a, b});
+        return locks.try_acquire_for(testenv::scaled(30s));
+      },
+      [](int i) { return fmt::format("ours-{}", i); });
+  await_done(*curator);
+  await_done(*kazoo);
+  auto sections = read_sections(log.file()).sections;
+  auto bad = overlaps(sections, [](const Section& x, const Section& y) {
+    return !(x.who.starts_with("kazoo") && y.who.starts_with("curator")) &&
+           !(x.who.starts_with("curator") && y.who.starts_with("kazoo"));
+  });
+  EXPECT_TRUE(bad.empty()) << bad.size() << " overlaps, first: " << bad.front();
+  expect_everyone_in(sections, {"curator-0", "curator-1", "kazoo-0", "ours-0", "ours-1"});
+  EXPECT_GE(switches_between_libraries(sections), 2) << "the libraries did not contend";
+  EXPECT_TRUE(eventually([&] { return raw.children(a).empty() && raw.children(b).empty() && raw.children(c).empty(); }));
+  for (const auto& p : {a, b, c}) raw.remove(p);  // kazoo's Lock makes its path persistent
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // line carries the lease's token, the czxid of its lease node; HOLD_MS -1 holds the first lease
 // until killed), or tree (each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
 // HOLD_MS apart: creates it with "c", sets "s", deletes it when k is odd; nothing is logged; for
-// the cache tests). Starts CLIENTS clients (one
+// the cache tests), or multi (InterProcessMultiLock over the comma-separated paths of PATH, taken in
+// the order given). Starts CLIENTS clients (one
 // session each, named WHO-0, WHO-1, ...; in rw mode WHO-w0, WHO-r1, ...),
 // prints "READY" once all are connected, waits for a line on stdin, then each client enters its
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
@@ -32,6 +33,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -47,6 +49,8 @@ import org.apache.curator.framework.recipes.nodes.GroupMember;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -238,10 +242,11 @@ public final class CuratorPeer {
       }
       Thread thread = new Thread(() -> {
         try {
-          InterProcessMutex mutex;
+          InterProcessLock mutex;
           if (mode.equals("mutex")) mutex = new InterProcessMutex(client, path);
           else if (mode.equals("rw") && writer) mutex = new InterProcessReadWriteLock(client, path).writeLock();
           else if (mode.equals("rw")) mutex = new InterProcessReadWriteLock(client, path).readLock();
+          else if (mode.equals("multi")) mutex = new InterProcessMultiLock(client, Arrays.asList(path.split(",")));
           else throw new IllegalArgumentException("unknown mode " + mode);
           for (int n = 0; churn ? !stopping.get() : n < iterations; ++n) {
             if (churn) {
