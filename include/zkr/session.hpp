@@ -373,8 +373,9 @@ class Passkey {
 class Session {
  public:
   // Connects and waits for the first session. Throws Error with errc::invalid_connect_string,
-  // errc::invalid_argument (timeouts, path labels), errc::unknown_host, errc::connect_timeout or
-  // errc::auth_failed.
+  // errc::invalid_argument (timeouts, path labels, TLS files), errc::unknown_host,
+  // errc::connect_timeout, errc::auth_failed, or an errc::tls_* code once every server refused the
+  // TLS connection (or errc::tls_server_requires_tls: plain text to a TLS-only port).
   explicit Session(SessionOptions options);
   // The constructor without exceptions: the connected Session, or nullopt with ec set to one of
   // the codes above. `auto session = zkr::Session::connect(options, ec);` (a Session does not move:

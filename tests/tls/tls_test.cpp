@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -255,6 +256,54 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   EXPECT_EQ(session.id(), id);
   EXPECT_FALSE(held.lost());
   EXPECT_EQ(session.children(lock.path()).size(), 1u);
+}
+
+struct ZklockRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+ZklockRun run_zklock(std::vector<std::string> arguments, std::map<std::string, std::string> env = {}) {
+  arguments.insert(arguments.begin(), testenv::build_dir() + "/tools/zklock/zklock");
+  testenv::Process zklock(arguments, {.env = std::move(env), .merge_stderr = true});
+  ZklockRun run;
+  run.output = zklock.read_all(testenv::scaled(30s));
+  run.exit_code = zklock.wait(testenv::scaled(30s)).value_or(-1);
+  return run;
+}
+
+TEST(Tls, ZklockTakesALockThroughTls) {
+  // The command line of docs/operations.md's TLS section, with the test's files and server.
+  const auto& server = tls_server();
+  const ZklockRun run = run_zklock({"--tls-ca", server.file("ca.pem").string(), "--tls-cert",
+                                    server.file("client.pem").string(), "--tls-key", server.file("client.key").string(),
+                                    "-z", server.connect_string, testenv::unique_path(), "-c",
+                                    "echo ran; echo \"ca=$ZKLOCK_TLS_CA\""});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("ran\n"), std::string::npos) << run.output;
+  // A zklock in the job reaches the ensemble the same way.
+  EXPECT_NE(run.output.find("ca=" + server.file("ca.pem").string()), std::string::npos) << run.output;
+
+  const ZklockRun from_environment = run_zklock(
+      {"-z", server.connect_string, testenv::unique_path(), "echo", "ran"},
+      {{"ZKLOCK_TLS_CA", server.file("ca.pem").string()}, {"ZKLOCK_TLS_CERT", server.file("client.pem").string()},
+       {"ZKLOCK_TLS_KEY", server.file("client.key").string()}});
+  EXPECT_EQ(from_environment.exit_code, 0) << from_environment.output;
+}
+
+TEST(Tls, ZklockNamesWhatTheTlsServerRefused) {
+  const auto& server = tls_server();
+  const ZklockRun no_certificate = run_zklock(
+      {"--tls-ca", server.file("ca.pem").string(), "-z", server.connect_string, testenv::unique_path(), "echo", "ran"});
+  EXPECT_EQ(no_certificate.exit_code, 69) << no_certificate.output;
+  EXPECT_NE(no_certificate.output.find("client certificate"), std::string::npos) << no_certificate.output;
+  EXPECT_NE(no_certificate.output.find(server.connect_string), std::string::npos) << no_certificate.output;
+  EXPECT_EQ(no_certificate.output.find("ran\n"), std::string::npos) << no_certificate.output;
+
+  const ZklockRun half = run_zklock({"--tls-ca", server.file("ca.pem").string(), "--tls-cert",
+                                     server.file("client.pem").string(), "-z", server.connect_string, "/x", "true"});
+  EXPECT_EQ(half.exit_code, 64) << half.output;
+  EXPECT_NE(half.output.find("--tls-key"), std::string::npos) << half.output;
 }
 
 }  // namespace
