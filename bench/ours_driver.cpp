@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,6 +38,10 @@ zkr::SessionOptions session_options(const DriverArgs& args, const std::string& s
   options.servers = servers;
   options.session_timeout = std::chrono::milliseconds(args.session_timeout_ms);
   options.connect_timeout = 20s;
+  if (!args.tls_dir.empty()) {
+    const std::filesystem::path dir = args.tls_dir;
+    options.tls = zkr::TlsOptions{dir / "ca.pem", dir / "client.pem", dir / "client.key"};
+  }
   return options;
 }
 

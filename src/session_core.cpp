@@ -198,16 +198,15 @@ void SessionCore::connect_or_throw() {
   std::string tls_only;  // a server that speaks only TLS, given plain text
   if (!settled && last_connect_problem_.empty()) {
     lock.unlock();
+    // Meanwhile, in plain text: does a host answer a TLS handshake? (Within the same budget.)
+    std::vector<std::pair<std::string, std::future<bool>>> tls_probes;
+    std::error_code ec;
+    if (const auto list = parse_servers(options_.servers, ec); list && !options_.tls)
+      for (const auto& host : list->hosts)
+        if (tls_probes.size() < 8) tls_probes.emplace_back(host, std::async(std::launch::async, speaks_tls, host, probe_budget));
     unreachable = describe_unreachable_servers(options_.servers, probe_budget);
-    if (!options_.tls && unreachable.find("accepts connections") != std::string::npos) {
-      std::error_code ec;
-      if (const auto list = parse_servers(options_.servers, ec))
-        for (const auto& host : list->hosts)
-          if (speaks_tls(host, probe_budget)) {
-            tls_only = host;
-            break;
-          }
-    }
+    for (auto& [host, answered] : tls_probes)
+      if (answered.get() && tls_only.empty()) tls_only = host;
     lock.lock();
   }
   if (!tls_only.empty()) {

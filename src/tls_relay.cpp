@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -9,6 +10,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
+#include <atomic>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -155,6 +159,23 @@ bool peer_is_this_process(const tcp::socket& accepted) {
   return found;
 }
 
+// Every relay's addresses of the process, for name_real_servers: relay address -> real server.
+struct RelayAddresses {
+  std::mutex mutex;
+  std::map<std::string, std::string> real_server;
+  std::atomic<bool> any{false};
+};
+RelayAddresses& relay_addresses() {
+  static auto& addresses = *new RelayAddresses;  // outlives the C client's threads that log
+  return addresses;
+}
+
+// The relay's descriptors stay out of the programs this process runs (a child must not hold our
+// port, nor accept from it).
+void close_on_exec(int fd) {
+  if (fd >= 0) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+}
+
 // One relayed server: its real address and our port for it.
 struct Endpoint {
   std::string server;  // "host:port" as the connect string gives it
@@ -209,6 +230,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     asio::async_connect(server_.lowest_layer(), found,
                         [self = shared_from_this()](boost::system::error_code ec, const tcp::endpoint&) {
                           if (ec || self->stopped_) return self->stop();
+                          close_on_exec(self->server_.lowest_layer().native_handle());
                           self->handshake();
                         });
   }
@@ -298,6 +320,7 @@ void TlsRelay::Impl::accept(Endpoint& endpoint) {
     if (ec == asio::error::operation_aborted || !endpoint.acceptor.is_open()) return;
     // Only our own C client: another process on this machine must not reach the ensemble with our
     // certificate. Anything else is closed unread.
+    if (!ec) close_on_exec(client.native_handle());
     if (!ec && peer_is_this_process(client)) std::make_shared<Connection>(*this, endpoint, std::move(client))->start();
     accept(endpoint);
   });
@@ -357,6 +380,7 @@ TlsRelay::TlsRelay(const std::string& servers, const TlsOptions& options, std::c
     // Loopback only, a port the kernel picks: the C client is the only one meant to connect.
     const tcp::endpoint listen(asio::ip::address_v4::loopback(), 0);
     endpoint->acceptor.open(listen.protocol());
+    close_on_exec(endpoint->acceptor.native_handle());
     endpoint->acceptor.bind(listen);
     endpoint->acceptor.listen();
     endpoint->relay_address = fmt::format("127.0.0.1:{}", endpoint->acceptor.local_endpoint().port());
@@ -365,11 +389,23 @@ TlsRelay::TlsRelay(const std::string& servers, const TlsOptions& options, std::c
     impl.endpoints.push_back(std::move(endpoint));
   }
   impl.client_connect_string += list->chroot;
+  {
+    auto& addresses = relay_addresses();
+    std::lock_guard lock(addresses.mutex);
+    for (const auto& endpoint : impl.endpoints) addresses.real_server[endpoint->relay_address] = endpoint->server;
+    addresses.any = true;
+  }
   for (const auto& endpoint : impl.endpoints) impl.accept(*endpoint);
   impl.thread = std::thread([impl = impl_] { impl->io.run(); });
 }
 
 TlsRelay::~TlsRelay() {
+  {
+    auto& addresses = relay_addresses();
+    std::lock_guard lock(addresses.mutex);
+    for (const auto& endpoint : impl_->endpoints) addresses.real_server.erase(endpoint->relay_address);
+    addresses.any = !addresses.real_server.empty();
+  }
   asio::post(impl_->io, [impl = impl_.get()] {
     boost::system::error_code ignored;
     for (const auto& endpoint : impl->endpoints) endpoint->acceptor.close(ignored);
@@ -387,6 +423,25 @@ std::string TlsRelay::real_server(std::string_view relay_address) const {
   for (const auto& endpoint : impl_->endpoints)
     if (endpoint->relay_address == relay_address) return endpoint->server;
   return std::string(relay_address);
+}
+
+std::string name_real_servers(std::string text) {
+  auto& addresses = relay_addresses();
+  if (!addresses.any.load(std::memory_order_relaxed) || text.find("127.0.0.1:") == std::string::npos) return text;
+  std::lock_guard lock(addresses.mutex);
+  for (const auto& [relay, server] : addresses.real_server) {
+    const std::string named = server + " (through the TLS relay)";
+    for (auto at = text.find(relay); at != std::string::npos; at = text.find(relay, at + named.size())) {
+      // The whole port: "127.0.0.1:4012" must not match inside "127.0.0.1:40123".
+      const auto end = at + relay.size();
+      if (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) {
+        at += 1;
+        continue;
+      }
+      text.replace(at, relay.size(), named);
+    }
+  }
+  return text;
 }
 
 bool speaks_tls(const std::string& host_port, std::chrono::milliseconds budget) {

@@ -53,6 +53,11 @@ class TlsRelay {
   std::shared_ptr<Impl> impl_;
 };
 
+// The C client's log lines name the servers it connects to, which are relay ports: this puts the
+// real server in their place ("127.0.0.1:40123" -> "zk1:2281 (through the TLS relay)"), for every
+// relay of the process. Text without a relay's address comes back unchanged.
+std::string name_real_servers(std::string text);
+
 // Whether a server that accepts TCP connections at `host_port` answers a TLS handshake (without
 // verifying anything): a plain-text client that got no session from it is talking to a TLS port.
 bool speaks_tls(const std::string& host_port, std::chrono::milliseconds budget);

@@ -249,13 +249,43 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   const auto id = session.id();
   Lock lock(session, testenv::unique_path());
   HeldLock held = lock.acquire();
+  // The C client's complaints while the server is away name the real server, not a relay port.
+  std::mutex log_mutex;
+  std::vector<std::string> log_lines;
+  set_log_sink([&](LogLevel, std::string_view message) {
+    std::lock_guard guard(log_mutex);
+    log_lines.emplace_back(message);
+  });
   cluster.stop(0);
   cluster.start(0);
   ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }, testenv::scaled(15s)))
       << to_string(session.state());
+  set_log_sink({});
   EXPECT_EQ(session.id(), id);
   EXPECT_FALSE(held.lost());
   EXPECT_EQ(session.children(lock.path()).size(), 1u);
+  std::lock_guard lock_of_lines(log_mutex);
+  ASSERT_FALSE(log_lines.empty());
+  bool named = false;
+  for (const auto& line : log_lines) {
+    named = named || line.find(cluster.connect_string() + " (through the TLS relay)") != std::string::npos;
+    for (auto at = line.find("127.0.0.1:"); at != std::string::npos; at = line.find("127.0.0.1:", at + 1))
+      EXPECT_EQ(line.compare(at, cluster.connect_string().size(), cluster.connect_string()), 0) << line;
+  }
+  EXPECT_TRUE(named) << log_lines.front();
+}
+
+// LockFaultTest.BlackholedHolderIsToldLostBeforeAnyoneElseIsGranted, through TLS: the holder's
+// connections pass a proxy (between its relay and the server) that then forwards nothing.
+TEST(Tls, ABlackholedHolderIsToldLostBeforeAnyoneElseIsGranted) {
+  const auto& server = tls_server();
+  testenv::Proxy proxy(server.connect_string);
+  // The certificate names 127.0.0.1, which is the proxy's address too.
+  SessionOptions holder_options = tls_options(proxy.address(), client_tls(server.tls_dir));
+  holder_options.session_timeout = 3000ms;
+  Session holder(holder_options);
+  Session waiter(tls_options(server.connect_string, client_tls(server.tls_dir)));
+  expect_blackholed_holder_told_lost_first(holder, waiter, proxy, testenv::unique_path());
 }
 
 struct ZklockRun {

@@ -569,9 +569,9 @@ each option is given at most once:
       --auth-file FILE          digest credentials 'user:password' (first line of FILE)
       --tls-ca FILE|DIR         TLS to the ensemble's secure client port, trusting these CA
                                 certificates (PEM; default: $ZKLOCK_TLS_CA)
-      --tls-cert FILE, --tls-key FILE
-                                a client certificate and its key (PEM; default:
-                                $ZKLOCK_TLS_CERT, $ZKLOCK_TLS_KEY)
+      --tls-cert FILE           a client certificate, with its chain (PEM; default:
+                                $ZKLOCK_TLS_CERT)
+      --tls-key FILE            its private key (PEM; default: $ZKLOCK_TLS_KEY)
       --tls-no-verify-host      accept a server certificate that does not name the host
   -v, --verbose                 report waiting, acquisition (token, node, session) and
                                 session state changes on stderr; while queued, the place in
