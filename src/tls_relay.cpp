@@ -231,6 +231,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         [self = shared_from_this()](boost::system::error_code ec, const tcp::endpoint&) {
                           if (ec || self->stopped_) return self->stop();
                           close_on_exec(self->server_.lowest_layer().native_handle());
+                          // Requests and replies are small: Nagle's delay would hold each one back.
+                          boost::system::error_code ignored;
+                          self->server_.lowest_layer().set_option(tcp::no_delay(true), ignored);
                           self->handshake();
                         });
   }
@@ -320,7 +323,11 @@ void TlsRelay::Impl::accept(Endpoint& endpoint) {
     if (ec == asio::error::operation_aborted || !endpoint.acceptor.is_open()) return;
     // Only our own C client: another process on this machine must not reach the ensemble with our
     // certificate. Anything else is closed unread.
-    if (!ec) close_on_exec(client.native_handle());
+    if (!ec) {
+      close_on_exec(client.native_handle());
+      boost::system::error_code ignored;
+      client.set_option(tcp::no_delay(true), ignored);  // as the C client sets on its end
+    }
     if (!ec && peer_is_this_process(client)) std::make_shared<Connection>(*this, endpoint, std::move(client))->start();
     accept(endpoint);
   });
