@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,7 +41,28 @@ zkr::SessionOptions session_options(const DriverArgs& args, const std::string& s
   options.servers = servers;
   options.session_timeout = std::chrono::milliseconds(args.session_timeout_ms);
   options.connect_timeout = 20s;
+  if (!args.tls_dir.empty()) {
+    const std::filesystem::path dir = args.tls_dir;
+    options.tls = zkr::TlsOptions{dir / "ca.pem", dir / "client.pem", dir / "client.key"};
+  }
   return options;
+}
+
+// Deletes the run's subtree: with the raw C client, or through a TLS session when the server
+// takes TLS only.
+void delete_run_tree(const DriverArgs& args) {
+  if (args.tls_dir.empty()) {
+    RawHandle cleanup(args.connect, args.session_timeout_ms);
+    cleanup.delete_tree(args.path);
+    return;
+  }
+  zkr::Session session(session_options(args, args.connect));
+  std::function<void(const std::string&)> remove = [&](const std::string& path) {
+    std::error_code ec;
+    for (const auto& child : session.children(path, ec)) remove(path + "/" + child);
+    session.remove(path, ec);
+  };
+  remove(args.path);
 }
 
 void run_uncontended(const DriverArgs& args) {
@@ -58,8 +81,7 @@ void run_uncontended(const DriverArgs& args) {
   add_latency_summary(line, std::move(samples), args);
   line.add("requests_sent", metrics.requests_sent).print();
   session.close();
-  RawHandle cleanup(args.connect, args.session_timeout_ms);
-  cleanup.delete_tree(args.path);
+  delete_run_tree(args);
 }
 
 void run_contended(const DriverArgs& args) {
@@ -92,8 +114,7 @@ void run_contended(const DriverArgs& args) {
   print_contended_line(args, run, overlaps.load(), grants.load());
   locks.clear();
   sessions.clear();
-  RawHandle cleanup(args.connect, args.session_timeout_ms);
-  cleanup.delete_tree(args.path);
+  delete_run_tree(args);
 }
 
 void run_herd(const DriverArgs& args) {

@@ -31,7 +31,7 @@ foreach(kind shared static)
   target_compile_features(zkrecipes_${kind} INTERFACE cxx_std_20)
   # Boost is used only inside the library (header-only asio): consumers never need it.
   target_link_libraries(zkrecipes_${kind} PUBLIC Threads::Threads
-                        PRIVATE ${zkr_zookeeper_for_install} fmt::fmt)
+                        PRIVATE ${zkr_zookeeper_for_install} fmt::fmt OpenSSL::SSL)
   set_target_properties(zkrecipes_${kind} PROPERTIES
     OUTPUT_NAME zkrecipes
     EXPORT_NAME zkrecipes_${kind}

@@ -33,9 +33,9 @@ if(ZKR_DPKG_SHLIBDEPS)
 else()
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6 (>= 2.34), libfmt9 (>= 9.1.0+ds1), libgcc-s1 (>= 3.0), libstdc++6 (>= 11), libzookeeper-mt2")
+      "libc6 (>= 2.34), libfmt9 (>= 9.1.0+ds1), libgcc-s1 (>= 3.0), libssl3 (>= 3.0.0), libstdc++6 (>= 11), libzookeeper-mt2")
 endif()
 # Linking the static library, or using zkr/asio.hpp, needs these development packages.
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libzookeeper-mt-dev, libfmt-dev, libboost-dev")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libzookeeper-mt-dev, libfmt-dev, libssl-dev, libboost-dev")
 
 include(CPack)

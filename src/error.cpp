@@ -64,6 +64,12 @@ class LibraryCategory final : public std::error_category {
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
       case errc::incompatible_peer: return "the path belongs to another recipe, which this one cannot share it with";
       case errc::would_deadlock: return "would deadlock";
+      case errc::tls_untrusted_certificate: return "TLS: the server's certificate is not trusted";
+      case errc::tls_hostname_mismatch: return "TLS: the server's certificate does not name the host";
+      case errc::tls_client_certificate_required: return "TLS: the server demands a client certificate";
+      case errc::tls_plaintext_server: return "TLS: the server does not speak TLS on this port";
+      case errc::tls_server_requires_tls: return "the server speaks only TLS on this port (set TLS options)";
+      case errc::tls_handshake_failed: return "TLS: the handshake failed";
       case errc::cache_limit: return "the cached subtree has more nodes than the cache's max_nodes";
     }
     return fmt::format("zkrecipes error {}", value);
@@ -110,6 +116,14 @@ class ConditionCategory final : public std::error_category {
         case errc::would_deadlock:
         case errc::cache_limit: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
+        // The ensemble cannot be reached as configured; an operator's fix (a certificate, a port)
+        // may make the same call work later.
+        case errc::tls_untrusted_certificate:
+        case errc::tls_hostname_mismatch:
+        case errc::tls_client_certificate_required:
+        case errc::tls_plaintext_server:
+        case errc::tls_server_requires_tls:
+        case errc::tls_handshake_failed: return condition::connection_trouble;
         default: return std::nullopt;
       }
     }

@@ -161,6 +161,16 @@ void SessionCore::connect_or_throw() {
       throw Error(make_error_code(errc::invalid_argument), "connect to", options_.servers,
                   fmt::format("metrics path label '{}' is not an absolute path or prefix", entry));
 
+  if (options_.tls) {
+    // The C client resolves nothing through the relay: a name no server has is found here.
+    if (const auto unresolvable = describe_unresolvable_hosts(options_.servers); !unresolvable.empty())
+      throw Error(make_error_code(errc::unknown_host), "connect to", options_.servers,
+                  fmt::format("cannot resolve {}", unresolvable));
+    // The failure handler runs on the relay's thread, which finish_close joins before this goes.
+    tls_relay_ = std::make_unique<TlsRelay>(options_.servers, *options_.tls, options_.session_timeout,
+                                            [this](const TlsFailure& failure) { on_tls_failure(failure); });
+  }
+
   std::unique_lock lock(mutex_);
   open_connection_locked();
   if (!connection_) {
@@ -175,7 +185,7 @@ void SessionCore::connect_or_throw() {
     return state_changed_.wait_until(lock, until, [this] {
       auto state = state_.load();
       return state == SessionState::connected || state == SessionState::auth_failed ||
-             state == SessionState::closed;
+             state == SessionState::closed || (tls_failure_ && tls_failure_->every_server_failed);
     });
   };
   // A timeout names its cause. Unless the handshake already told one (a service that is not
@@ -185,12 +195,37 @@ void SessionCore::connect_or_throw() {
   const auto probe_budget = std::min<std::chrono::milliseconds>(options_.connect_timeout / 10, std::chrono::seconds(1));
   bool settled = settled_by(deadline - probe_budget);
   std::string unreachable;
+  std::string tls_only;  // a server that speaks only TLS, given plain text
   if (!settled && last_connect_problem_.empty()) {
     lock.unlock();
+    // Meanwhile, in plain text: does a host answer a TLS handshake? (Within the same budget.)
+    std::vector<std::pair<std::string, std::future<bool>>> tls_probes;
+    std::error_code ec;
+    if (const auto list = parse_servers(options_.servers, ec); list && !options_.tls)
+      for (const auto& host : list->hosts)
+        if (tls_probes.size() < 8) tls_probes.emplace_back(host, std::async(std::launch::async, speaks_tls, host, probe_budget));
     unreachable = describe_unreachable_servers(options_.servers, probe_budget);
+    for (auto& [host, answered] : tls_probes)
+      if (answered.get() && tls_only.empty()) tls_only = host;
     lock.lock();
   }
+  if (!tls_only.empty()) {
+    lock.unlock();
+    close();
+    throw Error(make_error_code(errc::tls_server_requires_tls), "connect to", options_.servers,
+                fmt::format("{} answers a TLS handshake and gave no session to plain text: it is a TLS port "
+                            "(secureClientPort); give the session TLS options",
+                            tls_only));
+  }
   if (!settled) settled = settled_by(deadline);
+  if (tls_failure_ && tls_failure_->every_server_failed && state_.load() != SessionState::connected) {
+    // Every server refused the TLS connection: waiting longer will not help, and this is not a
+    // timeout. (With several servers, the first one's failure is not enough: the next may do.)
+    const TlsFailure failure = *tls_failure_;
+    lock.unlock();
+    close();
+    throw Error(failure.code, "connect to", options_.servers, failure.message);
+  }
   SessionState outcome = state_.load();
   std::string detail = fmt::format("no session within {} ms", options_.connect_timeout.count());
   if (!last_connect_problem_.empty()) detail += "; " + last_connect_problem_;
@@ -214,7 +249,7 @@ void SessionCore::open_connection_locked() {
   const std::uint64_t generation = generation_;
   std::error_code ec;
   connection_ = connection_factory_(
-      options_.servers, options_.session_timeout,
+      tls_relay_ ? tls_relay_->client_connect_string() : options_.servers, options_.session_timeout,
       [self, generation](ConnectionEvent event) {
         if (auto core = self.lock()) core->on_connection_event(generation, event);
       },
@@ -919,6 +954,16 @@ void SessionCore::end_session_for_listeners() {
   ending_listeners.clear();  // outside the mutex: this may run destructors
 }
 
+void SessionCore::on_tls_failure(const TlsFailure& failure) {
+  std::lock_guard lock(mutex_);
+  if (ended()) return;
+  tls_failure_ = failure;
+  last_connect_problem_ = failure.message;
+  log(LogLevel::error, LogContext{session_id_.load(), {}, {}}, "connecting to {}: {}; trying again", failure.server,
+      failure.message);
+  if (failure.every_server_failed) state_changed_.notify_all();
+}
+
 void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConnection> connection) {
   const bool on_callback_thread = std::this_thread::get_id() == callback_thread_.get_id();
   // Holders hear first: the loss notices posted above run before the handle is closed (bounded: a
@@ -967,6 +1012,13 @@ void SessionCore::finish_close(bool was_connected, std::shared_ptr<ZooKeeperConn
       closer_thread_.detach();
   }
   join_or_detach(closer_thread_);
+  // Every handle that went through the relay is closed (or given up on): its ports go now.
+  std::unique_ptr<TlsRelay> relay;
+  {
+    std::lock_guard lock(mutex_);
+    relay = std::move(tls_relay_);
+  }
+  relay.reset();
   // Every contender has been told; timers still pending (heartbeat, deadline, acquisition
   // timeouts, reconnection) have nothing left to do.
   boost::asio::post(*worker_, [worker = worker_] { worker->stop(); });

@@ -31,6 +31,7 @@
 #include <zkr/session.hpp>
 
 #include "lock_metrics.hpp"
+#include "tls_relay.hpp"
 #include "zk_client.hpp"
 
 namespace zkr::detail {
@@ -209,6 +210,11 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   bool session_established_ = false;  // this generation has been connected at least once
   bool session_ever_established_ = false;
   std::string last_connect_problem_;  // why the latest attempt to connect failed, for errors
+  // SessionOptions::tls: the relay every connection goes through (made by connect_or_throw, gone
+  // with finish_close), and its latest failure.
+  std::unique_ptr<TlsRelay> tls_relay_;
+  std::optional<TlsFailure> tls_failure_;
+  void on_tls_failure(const TlsFailure& failure);
   std::atomic<std::int64_t> session_id_{0};
   std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
   // Send time of the latest request answered through the leader (or the session's establishment).

@@ -24,6 +24,7 @@
 
 #include "client_log.hpp"
 #include "log.hpp"
+#include "tls_relay.hpp"
 
 namespace zkr::detail {
 namespace {
@@ -89,7 +90,9 @@ void forward_client_log(const char* message) {
   static auto& repeats = *new RepeatSummary(client_log_summary_interval);  // outlives the client threads
   const ClientLogLine line = parse_client_log_line(message);
   if (!log_enabled(line.level)) return;
-  if (auto text = repeats.admit(line.level, line.message, RepeatSummary::Clock::now())) log_write(line.level, *text);
+  // A session with TLS hands the client its relay's ports: the line names the real server instead.
+  const std::string named = name_real_servers(std::string(line.message));
+  if (auto text = repeats.admit(line.level, named, RepeatSummary::Clock::now())) log_write(line.level, *text);
 }
 
 void configure_client_logging_once() {

@@ -108,6 +108,11 @@ Cluster::Cluster(ClusterOptions options) {
                                    std::to_string(options.sync_limit), "--timeout",
                                    fmt::format("{}", 60 * timeout_scale())};
     for (auto& argument : directory_->owner_arguments()) start.push_back(std::move(argument));
+    tls_ = options.tls;
+    if (options.tls) {
+      start.insert(start.end(), {"--tls", "--tls-client-auth", options.tls_client_auth, "--tls-server-cert",
+                                 options.tls_expired_server_cert ? "expired" : "good"});
+    }
     std::string connect = zkenv(start);
     // zkenv.py prints the connect string, one 127.0.0.1:port per server in index order.
     std::stringstream addresses(connect);
@@ -183,6 +188,8 @@ std::string Cluster::server_address(int index) const {
 int Cluster::size() const { return static_cast<int>(client_ports_.size()); }
 
 int Cluster::leader() const {
+  // A TLS server has no plain port to ask; zkenv.py asks over TLS.
+  if (tls_) return std::stoi(zkenv({"leader"}));
   return leader_among(size(), [this](int index) { return four_letter_word(server_address(index), "srvr"); });
 }
 

@@ -35,6 +35,11 @@ struct ClusterOptions {
   int servers = 1;
   int tick_ms = static_cast<int>(kTestTickTime.count());
   int sync_limit = 10;
+  // Clients on a TLS port only (zkenv.py --tls; Netty, no plain port); certificates in
+  // Cluster::tls_file(). tls_client_auth is the server's ssl.clientAuth: "none", "want", "need".
+  bool tls = false;
+  std::string tls_client_auth = "none";
+  bool tls_expired_server_cert = false;  // the server presents an expired certificate
 };
 
 // ZooKeeper servers started through testenv/zkenv.py in a fresh ManagedDirectory "zkr-cluster-*".
@@ -62,6 +67,10 @@ class Cluster {
   pid_t pid(int index) const;  // 0 if the server is not running
 
   const std::filesystem::path& state_dir() const { return directory_->path(); }
+  // A file of a tls cluster's certificates (zkenv.py's TLS_FILES): "ca.pem", "server.pem",
+  // "client.pem", "client.key", "other-ca.pem" (a CA that signed nothing here),
+  // "server-expired.pem". Its server.pem names IP 127.0.0.1 only: "localhost" does not match it.
+  std::filesystem::path tls_file(std::string_view name) const { return state_dir() / "tls" / name; }
 
  private:
   std::string zkenv(const std::vector<std::string>& arguments) const;
@@ -69,6 +78,7 @@ class Cluster {
 
   std::unique_ptr<ManagedDirectory> directory_;
   std::vector<int> client_ports_;
+  bool tls_ = false;
 };
 
 // What Cluster and NetLab share over their servers. server_command(): the arguments of a per-server

@@ -15,6 +15,7 @@ timeout does not leave servers behind.
 
   zkenv.py start --servers N --dir DIR [--tick-ms 100] [--sync-limit 10] [--init-limit 20]
                  [--max-heap-mb 128] [--owner-pid PID [--remove-dir]]
+                 [--tls [--tls-client-auth none|want|need] [--tls-server-cert good|expired]]
   zkenv.py stop --dir DIR
   zkenv.py status|leader --dir DIR
   zkenv.py kill|stop-server|start-server|freeze|thaw I --dir DIR
@@ -25,6 +26,8 @@ import os
 import shutil
 import signal
 import socket
+import ssl
+import subprocess
 import sys
 import time
 
@@ -36,6 +39,10 @@ from lifecycle import EnvError  # noqa: E402
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 # The jar's manifest names its other dependencies; the slf4j binding and log4j are not among them.
 LOGGING_JARS = ["/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"]
+# The Netty server (secureClientPort) needs these too; the jar's manifest names only netty-handler,
+# -transport, -buffer and -common (all four from Debian's libnetty-java).
+NETTY_JARS = ["/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar"]
+OPENSSL = "/usr/bin/openssl"
 JAVA = "/usr/bin/java"
 DEFAULT_MAX_HEAP_MB = 128
 JVM_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
@@ -62,6 +69,84 @@ log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m
 # State directory and server processes (their lifecycle is lifecycle.py's)
 
 
+# ---------------------------------------------------------------------------------------------
+# TLS (--tls): certificates made with the openssl CLI at start, in STATEDIR/tls
+
+TLS_CLIENT_AUTH = ("none", "want", "need")
+TLS_SERVER_CERTS = ("good", "expired")
+# What STATEDIR/tls holds (PEM): a test CA; the server's certificate, for IP 127.0.0.1 only (so a
+# client that connects as "localhost" sees a hostname mismatch); a client certificate from the same
+# CA; a second CA that signed nothing the server trusts ("wrong CA"); an expired server certificate.
+TLS_FILES = {
+    "ca": "ca.pem", "server_cert": "server.pem", "server_key": "server.key",
+    "client_cert": "client.pem", "client_key": "client.key", "other_ca": "other-ca.pem",
+    "expired_server_cert": "server-expired.pem",
+}
+
+
+def openssl(tls_dir, *arguments):
+    result = subprocess.run([OPENSSL, *arguments], cwd=tls_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise EnvError(f"openssl {' '.join(arguments)} failed: {result.stderr.strip()}")
+
+
+def make_certificates(tls_dir):
+    """The files of TLS_FILES (and their keys), valid for a day; EC P-256 keys, which are quick."""
+    os.makedirs(tls_dir, exist_ok=True)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca, name in (("ca", "zkr test CA"), ("other-ca", "zkr other test CA")):
+        openssl(tls_dir, "req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.pem",
+                "-days", "1", "-subj", f"/CN={name}")
+    with open(os.path.join(tls_dir, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    with open(os.path.join(tls_dir, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for who, subject in (("server", "/CN=127.0.0.1"), ("client", "/CN=zkr test client")):
+        openssl(tls_dir, "req", *key, "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", subject)
+    signed = (("server.pem", "server", "1"), ("client.pem", "client", "1"),
+              # -days -1: notAfter a day before notBefore (now), so expired from the start.
+              ("server-expired.pem", "server", "-1"))
+    for out, who, days in signed:
+        openssl(tls_dir, "x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", days,
+                "-extfile", f"{who}.ext", "-out", out)
+
+
+def write_server_keystore(tls_dir, cert):
+    """ZooKeeper's PEM key store: the private key, then the certificate."""
+    path = os.path.join(tls_dir, "server-keystore.pem")
+    with open(path, "w") as out:
+        for name in ("server.key", cert):
+            with open(os.path.join(tls_dir, name)) as f:
+                out.write(f.read())
+    return path
+
+
+def tls_config_lines(tls, address="127.0.0.1"):
+    """zoo.cfg lines of a server that takes clients on secureClientPort only (Netty)."""
+    tls_dir = tls["dir"]
+    return [
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+        f"secureClientPortAddress={address}",
+        f"ssl.keyStore.location={os.path.join(tls_dir, 'server-keystore.pem')}",
+        "ssl.keyStore.type=PEM",
+        f"ssl.trustStore.location={os.path.join(tls_dir, TLS_FILES['ca'])}",
+        "ssl.trustStore.type=PEM",
+        f"ssl.clientAuth={tls['client_auth']}",
+    ]
+
+
+def tls_probe_context(tls):
+    """For four-letter words on a TLS port: verifies nothing (the server may present the expired
+    certificate on purpose), offers the client certificate (clientAuth=need asks for one)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(os.path.join(tls["dir"], TLS_FILES["client_cert"]),
+                            os.path.join(tls["dir"], TLS_FILES["client_key"]))
+    return context
+
+
 def connect_string(state):
     return ",".join(f"127.0.0.1:{s['client_port']}" for s in state["servers"])
 
@@ -77,9 +162,17 @@ def check_installation():
                            f"openjdk-17-jre-headless (and liblog4j1.2-java, libslf4j-java)")
 
 
+def check_tls_installation():
+    for path in NETTY_JARS + [OPENSSL]:
+        if not os.path.exists(path):
+            raise EnvError(f"{path} is missing: --tls needs the Debian packages libnetty-java "
+                           f"and openssl")
+
+
 def server_argv(state_dir, state, server, max_heap_mb=None):
     """The JVM command line of one server (netlab.py runs the same under `ip netns exec`)."""
-    classpath = ":".join([ZOOKEEPER_JAR] + LOGGING_JARS + [os.path.join(state_dir, "conf")])
+    netty = NETTY_JARS if state.get("tls") else []
+    classpath = ":".join([ZOOKEEPER_JAR] + netty + LOGGING_JARS + [os.path.join(state_dir, "conf")])
     main = STANDALONE_MAIN if len(state["servers"]) == 1 else QUORUM_MAIN
     heap = [f"-Xmx{max_heap_mb}m"] if max_heap_mb else []
     return [JAVA] + heap + JVM_FLAGS + [
@@ -115,14 +208,18 @@ def server_record(state_dir, index, **fields):
 # Talking to servers
 
 
-def four_letter(port, command, timeout_s=FOUR_LETTER_TIMEOUT_S, address="127.0.0.1", make_socket=None):
+def four_letter(port, command, timeout_s=FOUR_LETTER_TIMEOUT_S, address="127.0.0.1", make_socket=None,
+                tls_context=None):
     """Sends a four-letter command and returns the reply, or None if the server does not answer.
-    make_socket() makes the socket (netlab.py makes it inside a namespace)."""
+    make_socket() makes the socket (netlab.py makes it inside a namespace); with tls_context the
+    command goes over TLS (a --tls server has no plain port)."""
     try:
         sock = make_socket() if make_socket else socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         with sock:
             sock.settimeout(timeout_s)
             sock.connect((address, port))
+            if tls_context is not None:
+                sock = tls_context.wrap_socket(sock)
             sock.sendall(command.encode())
             chunks = []
             deadline = time.monotonic() + timeout_s
@@ -132,7 +229,7 @@ def four_letter(port, command, timeout_s=FOUR_LETTER_TIMEOUT_S, address="127.0.0
                     break
                 chunks.append(chunk)
             return b"".join(chunks).decode(errors="replace")
-    except OSError:
+    except (OSError, ssl.SSLError):
         return None
 
 
@@ -145,7 +242,9 @@ def mode_of(reply):
 
 
 def server_mode(server):
-    return mode_of(four_letter(server["client_port"], "srvr"))
+    tls = server.get("tls")
+    return mode_of(four_letter(server["client_port"], "srvr",
+                               tls_context=tls_probe_context(tls) if tls else None))
 
 
 def find_leader(state, mode=server_mode):
@@ -257,7 +356,8 @@ def write_config(state, extra_lines=()):
             f"initLimit={state['init_limit']}",
             f"syncLimit={state['sync_limit']}",
             f"dataDir={server['data_dir']}",
-            f"clientPort={server['client_port']}",
+            # A --tls server (state["tls"]) takes clients on its secure port only.
+            f"{'secureClientPort' if state.get('tls') else 'clientPort'}={server['client_port']}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
             # Unbounded per-host connections: every client of every test comes from one address.
@@ -275,11 +375,14 @@ def write_config(state, extra_lines=()):
 
 def new_state(state_dir, args):
     ports = lifecycle.free_ports(3 * args.servers)
+    tls = ({"dir": os.path.join(state_dir, "tls"), "client_auth": args.tls_client_auth,
+            "server_cert": args.tls_server_cert} if args.tls else None)
     servers = [server_record(state_dir, index, address="127.0.0.1", client_port=ports[3 * index],
-                             quorum_port=ports[3 * index + 1], election_port=ports[3 * index + 2])
+                             quorum_port=ports[3 * index + 1], election_port=ports[3 * index + 2],
+                             tls=tls)
                for index in range(args.servers)]
     return {"tick_ms": args.tick_ms, "sync_limit": args.sync_limit, "init_limit": args.init_limit,
-            "max_heap_mb": args.max_heap_mb, "servers": servers}
+            "max_heap_mb": args.max_heap_mb, "servers": servers, "tls": tls}
 
 
 def command_start(args):
@@ -292,7 +395,11 @@ def command_start(args):
         raise EnvError(f"--max-heap-mb must be at least 16, not {args.max_heap_mb}")
     if args.remove_dir and not args.owner_pid:
         raise EnvError("--remove-dir needs --owner-pid")
+    if not args.tls and (args.tls_client_auth != "none" or args.tls_server_cert != "good"):
+        raise EnvError("--tls-client-auth and --tls-server-cert need --tls")
     check_installation()
+    if args.tls:
+        check_tls_installation()
     os.makedirs(state_dir, exist_ok=True)
     previous = lifecycle.load_state(state_dir)
     running = [s for s in (previous or {}).get("servers", []) if lifecycle.running(s)]
@@ -304,6 +411,12 @@ def command_start(args):
         lifecycle.own(state_dir, args.owner_pid, stop_command("zkenv.py", state_dir),
                       args.remove_dir)
     write_log4j(state_dir)
+    if args.tls:
+        tls_dir = os.path.join(state_dir, "tls")
+        shutil.rmtree(tls_dir, ignore_errors=True)
+        make_certificates(tls_dir)
+        write_server_keystore(tls_dir, TLS_FILES["expired_server_cert" if args.tls_server_cert == "expired"
+                                                 else "server_cert"])
 
     def attempt():
         # A fresh start: the data of an earlier run in this directory is ours to drop.
@@ -311,8 +424,9 @@ def command_start(args):
             if entry.startswith("server-") or entry == "connect_string":
                 shutil.rmtree(os.path.join(state_dir, entry), ignore_errors=True)
         attempt.state = new_state(state_dir, args)
-        write_config(attempt.state, ["minSessionTimeout=400", "maxSessionTimeout=60000",
-                                     "clientPortAddress=127.0.0.1"])
+        tls = attempt.state["tls"]
+        write_config(attempt.state, ["minSessionTimeout=400", "maxSessionTimeout=60000"] +
+                     (tls_config_lines(tls) if tls else ["clientPortAddress=127.0.0.1"]))
         for server in attempt.state["servers"]:
             launch_server(state_dir, attempt.state, server)
         lifecycle.save_state(state_dir, attempt.state)
@@ -386,6 +500,13 @@ def main(argv):
                        help="stop the cluster when this process ends")
     start.add_argument("--remove-dir", action="store_true",
                        help="with --owner-pid: then remove the state directory too")
+    start.add_argument("--tls", action="store_true",
+                       help="clients on a TLS port only (secureClientPort, Netty); certificates "
+                            "are made in DIR/tls")
+    start.add_argument("--tls-client-auth", choices=TLS_CLIENT_AUTH, default="none",
+                       help="the server's ssl.clientAuth")
+    start.add_argument("--tls-server-cert", choices=TLS_SERVER_CERTS, default="good",
+                       help="the certificate the server presents: good, or expired")
     start.set_defaults(handler=command_start)
 
     for name, handler, text in (("stop", command_stop, "stop every recorded server"),

@@ -70,6 +70,13 @@ enum class errc : int {
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
   incompatible_peer = 18,      // the path is another recipe's (a semaphore's, another library's): names it
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
+  // TLS (SessionOptions::tls): each message names the server's address.
+  tls_untrusted_certificate = 20,        // the server's certificate does not verify (unknown CA, expired, ...)
+  tls_hostname_mismatch = 21,            // the server's certificate does not name the host connected to
+  tls_client_certificate_required = 22,  // the server demands a client certificate and none was given
+  tls_plaintext_server = 23,             // TLS was spoken to a plain-text port (clientPort)
+  tls_server_requires_tls = 24,          // plain text was spoken to a TLS-only port (secureClientPort)
+  tls_handshake_failed = 25,             // another TLS failure (the server refused our certificate, ...)
   cache_limit = 32,            // a cache's subtree outgrew its max_nodes (zkr/cache.hpp): the cache stopped
 };
 

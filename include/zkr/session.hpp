@@ -227,6 +227,23 @@ struct LockPathLabels {
   std::size_t max_paths = 64;
 };
 
+// TLS to the ensemble's secure client port (secureClientPort). Debian's C client has no TLS: the
+// session relays each of its connections through a port of its own on 127.0.0.1, which accepts only
+// this process's own client, and carries it to the real server over TLS 1.2 or later. Failures are
+// named (errc::tls_*, each message naming the server) rather than reported as a timeout.
+struct TlsOptions {
+  // CA certificates (PEM) that the servers' certificates must chain to: a file, or a directory
+  // prepared with `openssl rehash`. Required.
+  std::filesystem::path ca;
+  // A client certificate chain and its private key (PEM), for servers with ssl.clientAuth=need.
+  // Both or neither.
+  std::filesystem::path cert;
+  std::filesystem::path key;
+  // The server's certificate must name the host (DNS name or IP address) as the connect string
+  // gives it. Turn off only for certificates that name no usable host.
+  bool verify_host = true;
+};
+
 struct SessionOptions {
   // "host:port[,host:port...][/chroot]".
   std::string servers = "127.0.0.1:2181";
@@ -252,6 +269,8 @@ struct SessionOptions {
   std::optional<DigestCredentials> credentials;
   // Which lock paths get series of their own in the per-lock metrics (see LockPathLabels).
   LockPathLabels metrics_path_labels;
+  // TLS to every server of `servers` (see TlsOptions); empty: plain text.
+  std::optional<TlsOptions> tls;
 };
 
 // The shortest session timeout that can give `lead_time` (as SessionOptions::safety_margin) on an
@@ -354,8 +373,9 @@ class Passkey {
 class Session {
  public:
   // Connects and waits for the first session. Throws Error with errc::invalid_connect_string,
-  // errc::invalid_argument (timeouts, path labels), errc::unknown_host, errc::connect_timeout or
-  // errc::auth_failed.
+  // errc::invalid_argument (timeouts, path labels, TLS files), errc::unknown_host,
+  // errc::connect_timeout, errc::auth_failed, or an errc::tls_* code once every server refused the
+  // TLS connection (or errc::tls_server_requires_tls: plain text to a TLS-only port).
   explicit Session(SessionOptions options);
   // The constructor without exceptions: the connected Session, or nullopt with ec set to one of
   // the codes above. `auto session = zkr::Session::connect(options, ec);` (a Session does not move:

@@ -195,24 +195,7 @@ TEST_F(LockFaultTest, BlackholedHolderIsToldLostBeforeAnyoneElseIsGranted) {
   testenv::Proxy proxy(servers);
   Session holder(session_options(proxy.address(), 3000ms));
   Session waiter(session_options(servers));
-  Lock holder_lock(holder, path), waiter_lock(waiter, path);
-  HeldLock held = holder_lock.acquire();
-  std::atomic<std::int64_t> lost_at{0}, granted_at{0};
-  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
-  held.on_lost([&](LossReason) { lost_at = now_ns(); });
-  std::promise<HeldLock> next;
-  waiter_lock.async_acquire(-1ns, [&](std::error_code ec, HeldLock lock) {
-    granted_at = now_ns();
-    EXPECT_FALSE(ec);
-    next.set_value(std::move(lock));
-  });
-  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-  proxy.blackhole();
-  auto future = next.get_future();
-  ASSERT_EQ(future.wait_for(testenv::scaled(30s)), std::future_status::ready);
-  ASSERT_NE(lost_at.load(), 0);
-  EXPECT_LT(lost_at.load(), granted_at.load());
-  EXPECT_GT(future.get().token(), held.token());
+  expect_blackholed_holder_told_lost_first(holder, waiter, proxy, path);
 }
 
 TEST_F(LockFaultTest, ServerSideExpiryTellsTheHolderAndTheWaiterAcquires) {

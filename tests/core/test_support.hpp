@@ -6,6 +6,8 @@
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -127,5 +129,31 @@ class ServerTest : public ::testing::Test {
     return children;
   }
 };
+
+// The safety check of a partition: `holder` reaches the server through `proxy`, `waiter` directly,
+// both contend for `path`; once the proxy forwards nothing, the holder must be told its lock is
+// lost before the waiter is granted it, and the next grant's token is larger. (Used plain and
+// through TLS.)
+inline void expect_blackholed_holder_told_lost_first(Session& holder, Session& waiter, testenv::Proxy& proxy,
+                                                     const std::string& path) {
+  Lock holder_lock(holder, path), waiter_lock(waiter, path);
+  HeldLock held = holder_lock.acquire();
+  std::atomic<std::int64_t> lost_at{0}, granted_at{0};
+  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  held.on_lost([&](LossReason) { lost_at = now_ns(); });
+  std::promise<HeldLock> next;
+  waiter_lock.async_acquire(std::chrono::nanoseconds(-1), [&](std::error_code ec, HeldLock lock) {
+    granted_at = now_ns();
+    EXPECT_FALSE(ec);
+    next.set_value(std::move(lock));
+  });
+  ASSERT_TRUE(eventually([&] { return waiter.children(path).size() == 2; }));
+  proxy.blackhole();
+  auto future = next.get_future();
+  ASSERT_EQ(future.wait_for(testenv::scaled(std::chrono::seconds(30))), std::future_status::ready);
+  ASSERT_NE(lost_at.load(), 0);
+  EXPECT_LT(lost_at.load(), granted_at.load());
+  EXPECT_GT(future.get().token(), held.token());
+}
 
 }  // namespace zkr::test

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -62,6 +63,10 @@ constexpr OptionSpec option_table[] = {
     {"metrics-file", '\0', true},
     {"help", 'h', false},
     {"version", 'V', false},
+    {"tls-ca", '\0', true},
+    {"tls-cert", '\0', true},
+    {"tls-key", '\0', true},
+    {"tls-no-verify-host", '\0', false},
 };
 
 // Exact names only: an abbreviation must not start to mean another option once one is added.
@@ -351,6 +356,26 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
   options.watch = given.flag("watch");
 }
 
+// TLS to the ensemble: each file from its option, else from $ZKLOCK_TLS_CA, _CERT, _KEY.
+void read_tls(const GivenOptions& given, CliOptions& options) {
+  const auto file = [&](const char* option, const char* variable) -> std::optional<std::filesystem::path> {
+    if (auto value = given.text(option)) {
+      if (value->empty()) throw UsageError(fmt::format("invalid value '' for --{}: expected a file name", option));
+      return *value;
+    }
+    if (const char* value = std::getenv(variable); value && *value) return value;
+    return std::nullopt;
+  };
+  options.tls_ca = file("tls-ca", "ZKLOCK_TLS_CA");
+  options.tls_cert = file("tls-cert", "ZKLOCK_TLS_CERT");
+  options.tls_key = file("tls-key", "ZKLOCK_TLS_KEY");
+  options.tls_verify_host = !given.flag("tls-no-verify-host");
+  if (options.tls_cert.has_value() != options.tls_key.has_value())
+    throw UsageError("--tls-cert and --tls-key go together (a client certificate and its key)");
+  if (!options.tls_ca && (options.tls_cert || !options.tls_verify_host))
+    throw UsageError("--tls-cert, --tls-key and --tls-no-verify-host need --tls-ca (or $ZKLOCK_TLS_CA)");
+}
+
 // A file zklock writes: a name, not a directory.
 std::filesystem::path file_name(const std::string& value, std::string_view option) {
   if (value.empty() || value.ends_with('/')) {
@@ -467,6 +492,7 @@ CliOptions parse_command_line(const std::vector<std::string>& argv, const char* 
   read_waiting_and_exit_codes(given, options);
   read_session_timing(given, env_tick_time, options);
   read_job_stop_and_node(given, options);
+  read_tls(given, options);
   read_once_per(given, options);
   read_log_and_metrics(given, options);
   read_operands(given, given.take_operands(), options);
@@ -541,6 +567,12 @@ each option is given at most once:
   -L, --lost-exit-code N        exit code when the lock was lost while the job ran (default 75)
       --owner TEXT              owner data stored in the lock node (default host:pid:command)
       --auth-file FILE          digest credentials 'user:password' (first line of FILE)
+      --tls-ca FILE|DIR         TLS to the ensemble's secure client port, trusting these CA
+                                certificates (PEM; default: $ZKLOCK_TLS_CA)
+      --tls-cert FILE           a client certificate, with its chain (PEM; default:
+                                $ZKLOCK_TLS_CERT)
+      --tls-key FILE            its private key (PEM; default: $ZKLOCK_TLS_KEY)
+      --tls-no-verify-host      accept a server certificate that does not name the host
   -v, --verbose                 report waiting, acquisition (token, node, session) and
                                 session state changes on stderr; while queued, the place in
                                 the queue and the holder each time they change (said on a
@@ -583,6 +615,8 @@ The command's environment gets:
                          a zklock in the job that would wait for its parent's lock refuses
                          (exit 64); -s inside -s and -N K inside -N K (K > 1) run
   ZKLOCK_SESSION_ID      the ZooKeeper session id, as --list and the logs write it (0x...)
+  ZKLOCK_TLS_CA, ZKLOCK_TLS_CERT, ZKLOCK_TLS_KEY
+                         the TLS files zklock used (--tls-ca, ...), when it used TLS
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits
 for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL

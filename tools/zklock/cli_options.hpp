@@ -53,6 +53,12 @@ struct CliOptions {
 
   std::optional<std::string> owner;
   std::optional<std::filesystem::path> auth_file;
+  // TLS to the ensemble (--tls-ca, --tls-cert, --tls-key, else $ZKLOCK_TLS_CA, _CERT, _KEY;
+  // --tls-no-verify-host): no CA, no TLS.
+  std::optional<std::filesystem::path> tls_ca;
+  std::optional<std::filesystem::path> tls_cert;
+  std::optional<std::filesystem::path> tls_key;
+  bool tls_verify_host = true;
   Verbosity verbosity = Verbosity::normal;
   bool json = false;
   bool watch = false;  // with --list: print again whenever the holders change, until interrupted

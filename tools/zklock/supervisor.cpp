@@ -82,13 +82,18 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   std::vector<std::string> argv = options_.shell_command
                                       ? std::vector<std::string>{"/bin/sh", "-c", *options_.shell_command}
                                       : options_.command;
-  std::vector<std::string> environment = environment_with({
+  std::vector<std::pair<std::string, std::string>> job_variables{
       {"ZKLOCK_FENCING_TOKEN", lock.fencing_token()},
       {"ZKLOCK_NODE", lock.node_path()},
       {"ZKLOCK_PATH", options_.lock_path},
       {"ZKLOCK_SERVERS", options_.servers},  // a zklock in the job finds the same ensemble (and its own lock)
       {"ZKLOCK_SESSION_ID", zkr::session_id_text(lock.session_id())},
-  });
+  };
+  // ... and reaches it the same way (TLS files; never credentials).
+  if (options_.tls_ca) job_variables.emplace_back("ZKLOCK_TLS_CA", options_.tls_ca->string());
+  if (options_.tls_cert) job_variables.emplace_back("ZKLOCK_TLS_CERT", options_.tls_cert->string());
+  if (options_.tls_key) job_variables.emplace_back("ZKLOCK_TLS_KEY", options_.tls_key->string());
+  std::vector<std::string> environment = environment_with(job_variables);
 
   // The keeper's deadline starts at the session monitor's for the lock's session (zklock asked to
   // hear it before acquiring, so it is known by now). None known, or one passed already: that

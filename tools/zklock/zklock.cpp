@@ -161,6 +161,10 @@ zkr::SessionOptions Zklock::session_options() const {
     session.session_timeout =
         std::max(options_.session_timeout, zkr::shortest_session_timeout(session.safety_margin, options_.tick_time));
   }
+  if (options_.tls_ca) {
+    session.tls = zkr::TlsOptions{*options_.tls_ca, options_.tls_cert.value_or(std::filesystem::path{}),
+                                  options_.tls_key.value_or(std::filesystem::path{}), options_.tls_verify_host};
+  }
   if (options_.auth_file) {
     try {
       session.credentials = zkr::DigestCredentials::from_file(*options_.auth_file);

@@ -1,0 +1,340 @@
+// TLS to a real ZooKeeper 3.8 with secureClientPort (Netty), through the session's relay
+// (SessionOptions::tls, src/tls_relay.cpp). The shared TLS server (fixture zk_tls_start) requires
+// client certificates (ssl.clientAuth=need) and has no plain port; its certificates are made at
+// start by testenv/zkenv.py --tls.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <testenv.hpp>
+#include <zkr/lock.hpp>
+#include <zkr/session.hpp>
+
+#include "../core/test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct TlsServer {
+  std::string connect_string;
+  std::filesystem::path tls_dir;
+  std::filesystem::path file(std::string_view name) const { return tls_dir / name; }
+};
+
+// The fixture's server ($ZKR_TEST_TLS_ZK_DIR), or a private one when the binary is run by hand.
+const TlsServer& tls_server() {
+  static const TlsServer server = [] {
+    if (const char* dir = std::getenv("ZKR_TEST_TLS_ZK_DIR"); dir && *dir) {
+      std::ifstream in(std::filesystem::path(dir) / "connect_string");
+      std::string connect;
+      if (!std::getline(in, connect) || connect.empty())
+        throw std::runtime_error(fmt::format("{}/connect_string is missing: did zk_tls_start run?", dir));
+      return TlsServer{connect, std::filesystem::path(dir) / "tls"};
+    }
+    static testenv::Cluster cluster({.tls = true, .tls_client_auth = "need"});
+    return TlsServer{cluster.connect_string(), cluster.state_dir() / "tls"};
+  }();
+  return server;
+}
+
+TlsOptions client_tls(const std::filesystem::path& tls_dir, bool with_certificate = true) {
+  TlsOptions tls;
+  tls.ca = tls_dir / "ca.pem";
+  if (with_certificate) {
+    tls.cert = tls_dir / "client.pem";
+    tls.key = tls_dir / "client.key";
+  }
+  return tls;
+}
+
+SessionOptions tls_options(const std::string& servers, const TlsOptions& tls) {
+  SessionOptions options = session_options(servers);
+  options.tls = tls;
+  return options;
+}
+
+// Connecting fails with `expected`, whose message names `server`, well before the connect timeout.
+void expect_refused(SessionOptions options, errc expected, const std::string& server, std::string_view also = {}) {
+  options.connect_timeout = testenv::scaled(20s);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Session session(options);
+    ADD_FAILURE() << "connected, expected " << make_error_code(expected).message();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), make_error_code(expected)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(server), std::string::npos) << e.what();
+    if (!also.empty()) {
+      EXPECT_NE(std::string(e.what()).find(also), std::string::npos) << e.what();
+    }
+    EXPECT_NE(e.code(), make_error_code(errc::connect_timeout));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, options.connect_timeout / 2);
+}
+
+std::string port_of(const std::string& address) { return address.substr(address.rfind(':') + 1); }
+
+// The inodes of this process's sockets that listen (TCP, IPv4), from /proc/self/net/tcp and fds.
+std::set<std::string> own_listening_sockets() {
+  std::set<std::string> own;
+  if (DIR* fds = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(fds)) {
+      char target[64];
+      const auto length = ::readlink((std::string("/proc/self/fd/") + entry->d_name).c_str(), target, sizeof target);
+      const std::string link(target, length > 0 ? static_cast<std::size_t>(length) : 0);
+      if (link.starts_with("socket:[")) own.insert(link.substr(8, link.size() - 9));
+    }
+    ::closedir(fds);
+  }
+  std::set<std::string> listening;
+  std::ifstream table("/proc/self/net/tcp");
+  std::string line;
+  std::getline(table, line);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+    if (state == "0A" && own.contains(inode)) listening.insert(local);  // 0A: LISTEN
+  }
+  return listening;
+}
+
+int thread_count() {
+  int threads = 0;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* entry = ::readdir(tasks))
+      if (entry->d_name[0] != '.') ++threads;
+    ::closedir(tasks);
+  }
+  return threads;
+}
+
+TEST(Tls, TakesALockThroughTheRelay) {
+  const auto& server = tls_server();
+  Session session(tls_options(server.connect_string, client_tls(server.tls_dir)));
+  EXPECT_EQ(session.state(), SessionState::connected);
+  Lock lock(session, testenv::unique_path());
+  HeldLock held = lock.acquire();
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session.children(lock.path()).size(), 1u);
+}
+
+TEST(Tls, ThePlainTextClientIsToldTheServerSpeaksOnlyTls) {
+  // The server has no plain port; plain text to its TLS port is named, not a timeout.
+  const auto& server = tls_server();
+  SessionOptions options = session_options(server.connect_string);
+  options.connect_timeout = testenv::scaled(3s);
+  try {
+    Session session(options);
+    ADD_FAILURE() << "connected in plain text to a TLS-only server";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), make_error_code(errc::tls_server_requires_tls)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(server.connect_string), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(testenv::four_letter_word(server.connect_string, "srvr"), "") << "a plain port answers";
+}
+
+TEST(Tls, TlsToAPlainPortIsNamed) {
+  const auto& server = tls_server();
+  const std::string plain = testenv::shared_server();
+  expect_refused(tls_options(plain, client_tls(server.tls_dir)), errc::tls_plaintext_server, plain);
+}
+
+TEST(Tls, AServerThatDemandsAClientCertificateSaysSo) {
+  const auto& server = tls_server();
+  expect_refused(tls_options(server.connect_string, client_tls(server.tls_dir, /*with_certificate=*/false)),
+                 errc::tls_client_certificate_required, server.connect_string);
+}
+
+TEST(Tls, ACertificateFromAnotherCaIsRefused) {
+  const auto& server = tls_server();
+  TlsOptions tls = client_tls(server.tls_dir);
+  tls.ca = server.file("other-ca.pem");
+  expect_refused(tls_options(server.connect_string, tls), errc::tls_untrusted_certificate, server.connect_string);
+}
+
+TEST(Tls, ACertificateThatDoesNotNameTheHostIsRefusedUnlessTurnedOff) {
+  // The server's certificate names IP 127.0.0.1 only: "localhost" does not match it.
+  const auto& server = tls_server();
+  const std::string by_name = "localhost:" + port_of(server.connect_string);
+  expect_refused(tls_options(by_name, client_tls(server.tls_dir)), errc::tls_hostname_mismatch, by_name, "localhost");
+
+  TlsOptions unchecked = client_tls(server.tls_dir);
+  unchecked.verify_host = false;
+  Session session(tls_options(by_name, unchecked));
+  EXPECT_EQ(session.state(), SessionState::connected);
+}
+
+TEST(Tls, BadTlsFilesAreNamed) {
+  const auto& server = tls_server();
+  TlsOptions tls = client_tls(server.tls_dir);
+  tls.ca = server.file("no-such-ca.pem");
+  try {
+    Session session(tls_options(server.connect_string, tls));
+    ADD_FAILURE() << "connected without a CA file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), make_error_code(errc::invalid_argument)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no-such-ca.pem"), std::string::npos) << e.what();
+  }
+  tls = client_tls(server.tls_dir);
+  tls.key.clear();
+  std::error_code ec;
+  auto session = Session::connect(tls_options(server.connect_string, tls), ec);
+  EXPECT_FALSE(session);
+  EXPECT_EQ(ec, make_error_code(errc::invalid_argument));
+}
+
+TEST(Tls, OnlyThisProcessMayUseTheRelay) {
+  const auto& server = tls_server();
+  const auto before = own_listening_sockets();
+  Session session(tls_options(server.connect_string, client_tls(server.tls_dir)));
+  std::set<std::string> relay_ports;
+  for (const auto& local : own_listening_sockets())
+    if (!before.contains(local)) relay_ports.insert(local);
+  ASSERT_EQ(relay_ports.size(), 1u);
+  EXPECT_TRUE(relay_ports.begin()->starts_with("0100007F:")) << "listens beyond 127.0.0.1";
+  const int port = std::stoi(relay_ports.begin()->substr(9), nullptr, 16);
+  // Another process connects and sends a srvr: the relay closes it unanswered (an end of stream,
+  // or a reset for the unread request), where the server would have answered.
+  testenv::Process other({"/usr/bin/python3", "-c",
+                          fmt::format("import socket\n"
+                                      "s = socket.create_connection(('127.0.0.1', {}))\n"
+                                      "s.settimeout(5)\n"
+                                      "s.sendall(b'srvr')\n"
+                                      "try:\n"
+                                      "    print('closed' if not s.recv(4096) else 'answered', flush=True)\n"
+                                      "except ConnectionResetError:\n"
+                                      "    print('closed', flush=True)\n",
+                                      port)});
+  EXPECT_EQ(other.read_line(testenv::scaled(10s)), "closed");
+  EXPECT_EQ(session.state(), SessionState::connected);
+}
+
+TEST(Tls, NoRelayThreadOrPortIsLeftAfterClose) {
+  const auto& server = tls_server();
+  { Session warm_up(tls_options(server.connect_string, client_tls(server.tls_dir))); }  // one-time C client threads
+  const int threads = thread_count();
+  const auto listening = own_listening_sockets();
+  {
+    Session session(tls_options(server.connect_string, client_tls(server.tls_dir)));
+    EXPECT_GT(own_listening_sockets().size(), listening.size());
+  }
+  EXPECT_EQ(own_listening_sockets(), listening);
+  EXPECT_TRUE(eventually([&] { return thread_count() == threads; }, testenv::scaled(5s)))
+      << thread_count() << " threads, " << threads << " before";
+}
+
+TEST(Tls, AnExpiredServerCertificateIsRefused) {
+  testenv::Cluster expired({.tls = true, .tls_expired_server_cert = true});
+  expect_refused(tls_options(expired.connect_string(), client_tls(expired.state_dir() / "tls")),
+                 errc::tls_untrusted_certificate, expired.connect_string(), "expired");
+}
+
+TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
+  testenv::Cluster cluster({.tls = true, .tls_client_auth = "need"});
+  // Long enough for a JVM restart on a loaded machine; only the reconnect is waited for.
+  SessionOptions options = tls_options(cluster.connect_string(), client_tls(cluster.state_dir() / "tls"));
+  options.session_timeout = testenv::scaled(10s);
+  Session session(options);
+  const auto id = session.id();
+  Lock lock(session, testenv::unique_path());
+  HeldLock held = lock.acquire();
+  // The C client's complaints while the server is away name the real server, not a relay port.
+  std::mutex log_mutex;
+  std::vector<std::string> log_lines;
+  set_log_sink([&](LogLevel, std::string_view message) {
+    std::lock_guard guard(log_mutex);
+    log_lines.emplace_back(message);
+  });
+  cluster.stop(0);
+  cluster.start(0);
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }, testenv::scaled(15s)))
+      << to_string(session.state());
+  set_log_sink({});
+  EXPECT_EQ(session.id(), id);
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session.children(lock.path()).size(), 1u);
+  std::lock_guard lock_of_lines(log_mutex);
+  ASSERT_FALSE(log_lines.empty());
+  bool named = false;
+  for (const auto& line : log_lines) {
+    named = named || line.find(cluster.connect_string() + " (through the TLS relay)") != std::string::npos;
+    for (auto at = line.find("127.0.0.1:"); at != std::string::npos; at = line.find("127.0.0.1:", at + 1))
+      EXPECT_EQ(line.compare(at, cluster.connect_string().size(), cluster.connect_string()), 0) << line;
+  }
+  EXPECT_TRUE(named) << log_lines.front();
+}
+
+// LockFaultTest.BlackholedHolderIsToldLostBeforeAnyoneElseIsGranted, through TLS: the holder's
+// connections pass a proxy (between its relay and the server) that then forwards nothing.
+TEST(Tls, ABlackholedHolderIsToldLostBeforeAnyoneElseIsGranted) {
+  const auto& server = tls_server();
+  testenv::Proxy proxy(server.connect_string);
+  // The certificate names 127.0.0.1, which is the proxy's address too.
+  SessionOptions holder_options = tls_options(proxy.address(), client_tls(server.tls_dir));
+  holder_options.session_timeout = 3000ms;
+  Session holder(holder_options);
+  Session waiter(tls_options(server.connect_string, client_tls(server.tls_dir)));
+  expect_blackholed_holder_told_lost_first(holder, waiter, proxy, testenv::unique_path());
+}
+
+struct ZklockRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+ZklockRun run_zklock(std::vector<std::string> arguments, std::map<std::string, std::string> env = {}) {
+  arguments.insert(arguments.begin(), testenv::build_dir() + "/tools/zklock/zklock");
+  testenv::Process zklock(arguments, {.env = std::move(env), .merge_stderr = true});
+  ZklockRun run;
+  run.output = zklock.read_all(testenv::scaled(30s));
+  run.exit_code = zklock.wait(testenv::scaled(30s)).value_or(-1);
+  return run;
+}
+
+TEST(Tls, ZklockTakesALockThroughTls) {
+  // The command line of docs/operations.md's TLS section, with the test's files and server.
+  const auto& server = tls_server();
+  const ZklockRun run = run_zklock({"--tls-ca", server.file("ca.pem").string(), "--tls-cert",
+                                    server.file("client.pem").string(), "--tls-key", server.file("client.key").string(),
+                                    "-z", server.connect_string, testenv::unique_path(), "-c",
+                                    "echo ran; echo \"ca=$ZKLOCK_TLS_CA\""});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("ran\n"), std::string::npos) << run.output;
+  // A zklock in the job reaches the ensemble the same way.
+  EXPECT_NE(run.output.find("ca=" + server.file("ca.pem").string()), std::string::npos) << run.output;
+
+  const ZklockRun from_environment = run_zklock(
+      {"-z", server.connect_string, testenv::unique_path(), "echo", "ran"},
+      {{"ZKLOCK_TLS_CA", server.file("ca.pem").string()}, {"ZKLOCK_TLS_CERT", server.file("client.pem").string()},
+       {"ZKLOCK_TLS_KEY", server.file("client.key").string()}});
+  EXPECT_EQ(from_environment.exit_code, 0) << from_environment.output;
+}
+
+TEST(Tls, ZklockNamesWhatTheTlsServerRefused) {
+  const auto& server = tls_server();
+  const ZklockRun no_certificate = run_zklock(
+      {"--tls-ca", server.file("ca.pem").string(), "-z", server.connect_string, testenv::unique_path(), "echo", "ran"});
+  EXPECT_EQ(no_certificate.exit_code, 69) << no_certificate.output;
+  EXPECT_NE(no_certificate.output.find("client certificate"), std::string::npos) << no_certificate.output;
+  EXPECT_NE(no_certificate.output.find(server.connect_string), std::string::npos) << no_certificate.output;
+  EXPECT_EQ(no_certificate.output.find("ran\n"), std::string::npos) << no_certificate.output;
+
+  const ZklockRun half = run_zklock({"--tls-ca", server.file("ca.pem").string(), "--tls-cert",
+                                     server.file("client.pem").string(), "-z", server.connect_string, "/x", "true"});
+  EXPECT_EQ(half.exit_code, 64) << half.output;
+  EXPECT_NE(half.output.find("--tls-key"), std::string::npos) << half.output;
+}
+
+}  // namespace
+}  // namespace zkr::test
