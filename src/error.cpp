@@ -64,6 +64,8 @@ class LibraryCategory final : public std::error_category {
       case errc::lock_lost: return "lock lost: the write was refused as a whole, nothing of it applied";
       case errc::incompatible_peer: return "the path belongs to another recipe, which this one cannot share it with";
       case errc::would_deadlock: return "would deadlock";
+      case errc::undecodable_data: return "the node's data is not in the layout asked for";
+      case errc::out_of_range: return "the result is out of the layout's range; nothing was written";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -106,7 +108,9 @@ class ConditionCategory final : public std::error_category {
         case errc::incompatible_peer:
         case errc::missing_chroot:
         case errc::corrupt_state:
-        case errc::would_deadlock: return condition::bad_input;
+        case errc::would_deadlock:
+        case errc::undecodable_data:
+        case errc::out_of_range: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }

@@ -70,6 +70,8 @@ enum class errc : int {
   lock_lost = 17,              // a write fenced by a grant was refused: the grant is lost or released
   incompatible_peer = 18,      // the path is another recipe's (a semaphore's, another library's): names it
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
+  undecodable_data = 28,       // a node's data is not in the layout asked for (a counter's): names the path and what was found
+  out_of_range = 29,           // a result the layout cannot hold (a 4-byte counter past 2^31-1): nothing was written
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).
