@@ -18,6 +18,10 @@
 // restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader and
 // latch modes each ENTER line also carries the term's fencing token, the czxid of the client's election node
 // (as this library's tokens), so that a checker can tell overlapping terms apart by token.
+// MODE sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
+// again until it succeeds) or atomiclong (DistributedAtomicLong.increment()): each client adds 1
+// ITERATIONS times to the counter at PATH and appends "ADD <name> <ns> <value written>" to LOG;
+// HOLD_MS is ignored.
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -32,6 +36,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
@@ -39,6 +45,8 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.shared.SharedCount;
+import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -189,6 +197,41 @@ public final class CuratorPeer {
                 record("EXIT", name);
               } finally {
                 semaphore.returnLease(lease);
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("sharedcount") || mode.equals("atomiclong")) {
+        threads.add(new Thread(() -> {
+          try {
+            if (mode.equals("sharedcount")) {
+              SharedCount count = new SharedCount(client, path, 0);
+              count.start();
+              try {
+                for (int n = 0; n < iterations; ++n) {
+                  for (;;) {
+                    VersionedValue<Integer> seen = count.getVersionedValue();
+                    if (count.trySetCount(seen, seen.getValue() + 1)) {
+                      record("ADD", name, seen.getValue() + 1);
+                      break;
+                    }
+                  }
+                }
+              } finally {
+                count.close();
+              }
+            } else {
+              DistributedAtomicLong value = new DistributedAtomicLong(client, path, new RetryNTimes(10000, 1));
+              for (int n = 0; n < iterations; ++n) {
+                AtomicValue<Long> result = value.increment();
+                if (!result.succeeded()) throw new IllegalStateException("increment gave up");
+                record("ADD", name, result.postValue());
               }
             }
           } catch (Exception e) {

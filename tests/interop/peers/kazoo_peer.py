@@ -14,6 +14,9 @@ the end. MODE:
   semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
                       token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
                       the process is killed (it prints "HOLDING <name>").
+  counter             kazoo's Counter (an int, default 0): each client adds 1 ITERATIONS times and
+                      appends "ADD <name> <ns> <value written>" to LOG; HOLD_MS is ignored;
+  counter:curator     the same with Counter(..., support_curator=True) (Curator's 4-byte layout).
 """
 import os
 import sys
@@ -24,9 +27,11 @@ from kazoo.client import KazooClient
 
 
 def main(argv):
-    usage = "usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [lock|election|semaphore:N]"
+    usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
+             "[lock|election|semaphore:N|counter|counter:curator]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    if len(argv) not in (8, 9) or not (mode in ("lock", "election") or mode.startswith("semaphore:")):
+    modes = ("lock", "election", "counter", "counter:curator")
+    if len(argv) not in (8, 9) or not (mode in modes or mode.startswith("semaphore:")):
         print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
@@ -76,6 +81,12 @@ def main(argv):
                             threading.Event().wait()  # until killed
                         time.sleep(hold)
                         record("EXIT", name)
+                return
+            if mode.startswith("counter"):
+                counter = clients[index].Counter(path, support_curator=mode == "counter:curator")
+                for _ in range(iterations):
+                    counter += 1
+                    record("ADD", name, counter.post_value)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
