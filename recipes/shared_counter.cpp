@@ -243,7 +243,9 @@ std::optional<std::int64_t> update(const Operation& operation, const CounterOpti
       operation.check_bounds();
       current = read_counter(operation, options.layout, &raw);
     } catch (const Error& error) {
-      if (lost && (error.code() == errc::timed_out || error.code() == errc::cancelled)) outcome_unknown(operation, *lost, "could not be read again");
+      // Out of time, stopped, the session closed, the data changed beyond reading: whatever ends
+      // the operation here, a write still unaccounted for makes its outcome unknown.
+      if (lost) outcome_unknown(operation, *lost, fmt::format("could not be read again ({})", error.code().message()));
       throw;
     }
     if (lost) {
@@ -280,6 +282,7 @@ std::optional<std::int64_t> update(const Operation& operation, const CounterOpti
       lost = LostWrite{current.version, data};
       continue;
     }
+    if (lost) outcome_unknown(operation, *lost, fmt::format("refused the next write ({})", make_error_code(reply.rc).message()));
     throw_if(make_error_code(reply.rc), operation.name(), operation.path());
   }
 }
