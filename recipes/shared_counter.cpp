@@ -192,6 +192,7 @@ class Operation {
 
   const std::string& path() const { return path_; }
   std::string_view name() const { return name_; }
+  detail::SessionCore& core() const { return *core_; }
 
  private:
   const std::shared_ptr<detail::SessionCore>& core_;
@@ -224,6 +225,7 @@ struct LostWrite {
 };
 
 [[noreturn]] void outcome_unknown(const Operation& operation, const LostWrite& lost, std::string_view found) {
+  ++operation.core().counter_unknown_outcomes;
   throw Error(make_error_code(zk_errc::connection_loss), operation.name(), operation.path(),
               fmt::format("the reply to a write on version {} was lost and the node {} since: the write may or may "
                           "not have been applied",
@@ -272,12 +274,21 @@ std::optional<std::int64_t> update(const Operation& operation, const CounterOpti
         operation.create_parents(options.acl);
         continue;
       }
-      if (reply.rc == zk_errc::node_exists) continue;  // created by another meanwhile: read it
+      if (reply.rc == zk_errc::node_exists) {  // created by another meanwhile: read it
+        ++operation.core().counter_conflicts;
+        continue;
+      }
     } else {
       reply = operation.set(data, current.version);
-      if (reply.rc == zk_errc::bad_version || reply.rc == zk_errc::no_node) continue;  // another writer won
+      if (reply.rc == zk_errc::bad_version || reply.rc == zk_errc::no_node) {  // another writer won
+        ++operation.core().counter_conflicts;
+        continue;
+      }
     }
-    if (reply.rc == zk_errc::ok) return desired;  // ours, so any earlier lost write cannot apply
+    if (reply.rc == zk_errc::ok) {  // ours, so any earlier lost write cannot apply
+      ++operation.core().counter_writes;
+      return desired;
+    }
     if (unanswered(reply.rc)) {
       lost = LostWrite{current.version, data};
       continue;

@@ -194,8 +194,11 @@ TEST_F(SharedCounterTest, ConcurrentAddsFromManySessionsSumExactly) {
   for (int t = 0; t < kSessions * kThreadsPerSession; ++t) expected += (t + 1) * kAdds;
   SharedCounter counter(sessions[0], path + "/count", {.layout = CounterLayout::curator_shared_count});
   EXPECT_EQ(counter.get(), expected);
-  // Every add wrote one version of its own.
+  // Every add wrote one version of its own, counted once as applied.
   EXPECT_EQ(counter.read().version, kSessions * kThreadsPerSession * kAdds - 1);
+  std::uint64_t applied = 0;
+  for (std::size_t i = 0; i < sessions.size(); ++i) applied += sessions[i].metrics().counter_writes;
+  EXPECT_EQ(applied, static_cast<std::uint64_t>(kSessions * kThreadsPerSession * kAdds));
 }
 
 TEST_F(SharedCounterTest, CompareAndSetComparesValuesAndOperationsEndAtTheirBounds) {
@@ -262,6 +265,7 @@ TEST_F(SharedCounterTest, ALostReplyNeverAppliesAnAddTwice) {
   EXPECT_NE(ec.message().size(), 0u);
   EXPECT_EQ(raw_data(path + "/lost-create"), "3");
   EXPECT_EQ(fresh.add(1), 4);  // and the counter carries on
+  EXPECT_EQ(session.metrics().counter_unknown_outcomes, 2u);
 }
 
 TEST_F(SharedCounterTest, ListenerIsToldEachValueAndStaleAcrossADroppedConnection) {
