@@ -51,7 +51,7 @@ bool Swarm::counter_op(const Op& op) {
   add->delta = 1 + (op.arg & 3);
   add->what = fmt::format("step {} {} (+{})", step_index_, describe(op), add->delta);
   counter_adds_.push_back(add);
-  if (counter_path_.empty()) counter_path_ = fmt::format("/swarm/counter-{}-{}", ::getpid(), ++runs_with_a_counter);
+  if (counter_path_.empty()) counter_path_ = fmt::format("{}/counter-{}-{}", kRoot, ::getpid(), ++runs_with_a_counter);
   // Posted, not waited for: a paused connection holds the add until the fault heals.
   actor.post([target, add, path = counter_path_, bound = world_.slack()](std::stop_token stop) {
     std::error_code ec;
