@@ -35,12 +35,12 @@ struct DriverArgs {
   std::string connect;      // ZooKeeper connect string (possibly a proxy)
   std::string path;         // lock path, unique per run; the driver owns everything under it
   std::string scenario;     // uncontended | pipelined | contended | herd | loss | scale | scale_listed |
-                            // scale_batched
+                            // scale_batched | heartbeat
   int iterations = 1000;    // timed rounds (uncontended, pipelined, scale: number of locks)
   int warmup = 100;         // untimed rounds before the timed ones (contended: grants at least)
   double duration_s = 5;    // contended: how long to run; scale: how long to watch the traffic
   double max_warmup_s = 10; // contended: longest wait for the rate to settle (measure_steady_rate)
-  int contenders = 2;       // contended: sessions competing; herd: waiters
+  int contenders = 2;       // contended: sessions competing; herd: waiters; heartbeat: sessions
   int session_timeout_ms = 10'000;
   int trials = 3;           // loss: blackhole trials
   std::string samples_file; // optional: every latency sample, one per line, in microseconds
@@ -228,6 +228,15 @@ inline void print_contended_line(const DriverArgs& args, const SteadyRate& run,
       .add("overlaps", overlaps)
       .add("grants_total", grants_total)
       .print();
+}
+
+// The heartbeat scenario's gate: every driver prints {"holding":N} once its N sessions each hold a
+// lock of their own, then idles until a line (or the end) on stdin, while bench/compare counts
+// what the servers receive; then it lets go and prints its result line.
+inline void hold_until_told(const DriverArgs& args) {
+  JsonLine(args).add("holding", args.contenders).print();
+  std::string line;
+  std::getline(std::cin, line);
 }
 
 inline void fail(std::string_view what) {

@@ -12,6 +12,8 @@
 //   scale_batched the same N locks as a batching lock takes them: creates merged 100 to a
 //                multi-op with a stamp node whose zxid is the fencing token, each lock's parent
 //                listed with a watch right after its multi is sent
+//   heartbeat    N sessions, each holding one ephemeral node under a path of its own, idle until
+//                told: the C client's own pings, nothing else
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
@@ -477,6 +479,24 @@ void run_scale_batched(const DriverArgs& args) {
   set_up.remove_tree(args);
 }
 
+void run_heartbeat(const DriverArgs& args) {
+  std::vector<std::unique_ptr<RawHandle>> handles;
+  for (int i = 0; i < args.contenders; ++i) {
+    handles.push_back(std::make_unique<RawHandle>(args.connect, args.session_timeout_ms));
+    const std::string parent = fmt::format("{}/l{:04}", args.path, i);
+    handles.back()->ensure_path(parent);
+    char created[512];
+    int rc = zoo_create(handles.back()->get(), lock_node_prefix(parent).c_str(), "", 0,
+                        &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
+    if (rc != ZOK) fail(fmt::format("heartbeat: create under {}: {}", parent, zerror(rc)));
+  }
+  hold_until_told(args);
+  JsonLine(args).add("sessions", args.contenders).print();
+  handles.clear();
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -489,6 +509,7 @@ int main(int argc, char** argv) {
     else if (args.scenario == "scale") run_scale(args, false);
     else if (args.scenario == "scale_listed") run_scale(args, true);
     else if (args.scenario == "scale_batched") run_scale_batched(args);
+    else if (args.scenario == "heartbeat") run_heartbeat(args);
     else fail(fmt::format("floor driver: unknown scenario '{}'", args.scenario));
   } catch (const std::exception& error) {
     fail(fmt::format("floor driver: {}", error.what()));

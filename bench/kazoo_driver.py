@@ -2,7 +2,7 @@
 """Benchmark driver for kazoo's Lock (Debian's python3-kazoo), run with /usr/bin/python3.
 
 Takes the same command line as the C++ drivers and prints the same JSON lines; see
-bench/driver_common.hpp. Scenarios: uncontended, contended, herd.
+bench/driver_common.hpp. Scenarios: uncontended, contended, herd, heartbeat.
 """
 
 import argparse
@@ -227,10 +227,29 @@ def run_herd(args):
     delete_tree(args)
 
 
+def run_heartbeat(args):
+    """Sessions each holding a lock of their own, idle until a line on stdin (driver_common.hpp's
+    hold_until_told)."""
+    clients = [new_client(args) for _ in range(args.contenders)]
+    locks = [client.Lock(f"{args.path}/l{index:04}", "bench") for index, client in enumerate(clients)]
+    for lock in locks:
+        lock.acquire()
+    emit(args, holding=args.contenders)
+    sys.stdin.readline()
+    emit(args, sessions=args.contenders)
+    for lock in locks:
+        lock.release()
+    for client in clients:
+        client.stop()
+        client.close()
+    delete_tree(args)
+
+
 def main():
     logging.basicConfig(level=logging.ERROR)
     args = parse_args()
-    scenarios = {"uncontended": run_uncontended, "contended": run_contended, "herd": run_herd}
+    scenarios = {"uncontended": run_uncontended, "contended": run_contended, "herd": run_herd,
+                 "heartbeat": run_heartbeat}
     if args.scenario not in scenarios:
         sys.exit(f"kazoo driver: scenario '{args.scenario}' is not one of {sorted(scenarios)}")
     scenarios[args.scenario](args)

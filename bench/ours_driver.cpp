@@ -9,6 +9,8 @@
 //   scale        N locks on N paths taken on one session with async_acquire; time, memory per
 //                held lock, and the session's requests while holding them
 //   scale_batched the same, the async_acquire calls made inside one AcquisitionBatch
+//   heartbeat    N sessions, each holding one lock of its own, idle until told (hold_until_told):
+//                what the session's heartbeat costs the servers
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
@@ -313,6 +315,37 @@ void run_scale(const DriverArgs& args, bool batched) {
   setup.delete_tree(args.path);
 }
 
+void run_heartbeat(const DriverArgs& args) {
+  std::vector<std::unique_ptr<zkr::Session>> sessions;
+  std::vector<std::unique_ptr<zkr::Lock>> locks;
+  std::vector<zkr::HeldLock> held;
+  for (int i = 0; i < args.contenders; ++i) {
+    sessions.push_back(std::make_unique<zkr::Session>(session_options(args, args.connect)));
+    locks.push_back(
+        std::make_unique<zkr::Lock>(*sessions.back(), fmt::format("{}/l{:04}", args.path, i)));
+    held.push_back(locks.back()->acquire());
+  }
+  std::uint64_t heartbeats_before = 0, heartbeats = 0, lost = 0;
+  for (auto& session : sessions) heartbeats_before += session->metrics().heartbeats_sent;
+  hold_until_told(args);
+  for (auto& session : sessions) {
+    heartbeats += session->metrics().heartbeats_sent;
+    lost += session->metrics().locks_lost;
+  }
+  JsonLine(args)
+      .add("sessions", args.contenders)
+      .add("heartbeats_sent", heartbeats - heartbeats_before)
+      .add("locks_lost", lost)
+      .add("negotiated_timeout_ms", static_cast<int>(sessions.front()->negotiated_timeout().count()))
+      .print();
+  for (auto& lock : held) lock.release();
+  held.clear();
+  locks.clear();
+  sessions.clear();
+  RawHandle cleanup(args.connect, args.session_timeout_ms);
+  cleanup.delete_tree(args.path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -324,6 +357,7 @@ int main(int argc, char** argv) {
     else if (args.scenario == "loss") run_loss(args);
     else if (args.scenario == "scale") run_scale(args, false);
     else if (args.scenario == "scale_batched") run_scale(args, true);
+    else if (args.scenario == "heartbeat") run_heartbeat(args);
     else fail(fmt::format("ours driver: unknown scenario '{}'", args.scenario));
   } catch (const std::exception& error) {
     fail(fmt::format("ours driver: {}", error.what()));

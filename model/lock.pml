@@ -12,7 +12,7 @@
  *   RWLOCK    each acquisition is a reader or a writer of the ReadWriteLock (decide()'s reader
  *             rule); the property becomes "no writer holds beside any other holder"
  * Broken variants, which must be caught (model/check expects their violation):
- *   OLD_SHORTCUT        watch_locked grants on the blocker's deletion without the own-node watch
+ *   OLD_SHORTCUT        watch_locked grants on the blocker's deletion with nothing vouching for its node
  *   GATE_ADMITS_LOWER   the gate admits a token lower than the highest it admitted
  *   STRICT_OVERLAP      also count a holder whose node a third party deleted (the documented window)
  *   RELEASE_NOT_RETRIED remove_node_locked gives up on connection loss instead of retrying
@@ -69,6 +69,7 @@ byte holders_stopping[MAXS];  /* SessionCore's RetiredConnection::holders_stoppi
 byte sess_client[MAXS];
 byte nextsid = NC + 1;   /* sessions 1..NC are the clients' first ones */
 byte dw[NC];             /* bit i: client c has a data watch on slot i registered at the server */
+bool cw[NC];             /* client c has a children watch on the lock path registered at the server */
 byte now;
 
 /* ---- what the clients believe (global so that the properties can read it) ---- */
@@ -110,6 +111,7 @@ byte drops_left = DROPS;
 #define R_RECOVER 8    /* sync + getChildren (recover_locked) */
 #define R_DATA_2 9     /* get_data with watch on the node our blocker waits for (watch_second_blocker_locked) */
 #define EV_DELETED 20
+#define EV_CHILD 21    /* the lock path's children changed (the listing's children watch) */
 
 #define OK 0
 #define NONODE 1
@@ -136,7 +138,22 @@ inline send(c, op, att, arg, g) {
   fi
 }
 
-/* The server deletes a node and fires the data watches on it, once each. */
+/* A child is created under the lock path: the children watches fire, once each. */
+inline server_children_changed() {
+  k = 0;
+  do
+  :: k < NC ->
+     if
+     :: cw[k] -> cw[k] = false; assert(len(rep[k]) < QLEN); rep[k]!EV_CHILD, OK, 0, 0, 0
+     :: else -> skip
+     fi;
+     k++
+  :: else -> break
+  od
+}
+
+/* The server deletes a node and fires the data watches on it, once each, then the children
+ * watches on the lock path. */
 inline server_delete(i) {
   live = live & ~(1 << i);
   k = 0;
@@ -147,6 +164,11 @@ inline server_delete(i) {
         dw[k] = dw[k] & ~(1 << i);
         assert(len(rep[k]) < QLEN);  /* the model's queues are long enough */
         rep[k]!EV_DELETED, OK, 0, i, 0
+     :: else -> skip
+     fi;
+     /* the parent's children watches fire after the node's data watches */
+     if
+     :: cw[k] -> cw[k] = false; assert(len(rep[k]) < QLEN); rep[k]!EV_CHILD, OK, 0, 0, 0
      :: else -> skip
      fi;
      k++
@@ -183,10 +205,12 @@ inline serve(x) {
            i = nextslot; nextslot++;
            live = live | (1 << i); owner[i] = g; guid[i] = arg;
            if :: arg & WRITER_MARK -> writers = writers | (1 << i) :: else -> skip fi;
+           server_children_changed();  /* the events go out before the create's reply */
            rep[x]!op, OK, att, i, 0
         :: else -> rep[x]!op, NOSPACE, att, arg, 0
         fi
-     :: op == R_GETCH || op == R_RECOVER -> rep[x]!op, OK, att, live, 0
+     :: op == R_GETCH -> cw[x] = true; rep[x]!op, OK, att, live, 0  /* with a children watch */
+     :: op == R_RECOVER -> rep[x]!op, OK, att, live, 0
      :: op == R_DATA_OWN || op == R_DATA_BLK || op == R_DATA_2 ->
         if
         :: live & (1 << arg) -> dw[x] = dw[x] | (1 << arg); rep[x]!op, OK, att, arg, 0
@@ -312,12 +336,20 @@ active proctype Clock() {
 #define OW_PENDING 1
 #define OW_SET 2
 
+/* Whether our node is vouched for (Contender::own_node_vouched_for_locked): the children watch of
+ * the listing that decided is live, or our own-node watch is set. OLD_SHORTCUT trusts it blindly. */
+#ifdef OLD_SHORTCUT
+#define VOUCHED true
+#else
+#define VOUCHED (path_live || own_watch == OW_SET)
+#endif
+
 /* One client: its session (SessionCore) and one contender at a time (Contender), and the job
  * that holds the lock and writes to the fenced resource. */
 proctype Client(byte c) {
   byte op, rc, att, arg, arg2;
   byte call, attempt, gen, myguid, blk, blk_serves, blk2, nb, retry, own_watch, i, j, k, n, lost_sid, listing;
-  bool abandon, completed, gbd, blk_reg, holding_lost, own_timer, wrote, server_expired;
+  bool abandon, completed, gbd, blk_reg, holding_lost, own_timer, wrote, server_expired, path_live;
   byte round = 1;
   byte cancels_left = CANCELS;
 
@@ -340,6 +372,17 @@ proctype Client(byte c) {
      /* ---- a reply or a watch event, in the order the connection delivers them ---- */
      :: rep[c]?op, rc, att, arg, arg2 ->
         if
+        :: op == EV_CHILD ->  /* Contender::on_path_changed_locked */
+           if
+           :: path_live ->
+              path_live = false;
+              if
+              :: phase[c] == HELD && own_watch == OW_NONE && !own_timer -> own_timer = true
+              :: phase[c] == WATCHING && gbd -> call = F_WATCH_OWN
+              :: else -> skip
+              fi
+           :: else -> skip
+           fi
         :: op == EV_DELETED ->
            if
            :: arg == mynode[c] && own_watch == OW_SET ->
@@ -352,9 +395,10 @@ proctype Client(byte c) {
               if
               :: phase[c] == WATCHING && attempt == blk_serves ->
                  if
-                 :: gbd -> call = F_GRANT
+                 :: gbd && VOUCHED -> call = F_GRANT
 #ifdef NO_RECHECK
-                 :: else -> skip
+                 :: !gbd -> skip
+                 :: gbd && !VOUCHED -> call = F_CHECK
 #else
                  :: else -> call = F_CHECK
 #endif
@@ -396,7 +440,7 @@ proctype Client(byte c) {
            :: else ->
               phase[c] = CHECKING;
               if
-              :: rc == OK -> listing = arg; call = F_EVALUATE
+              :: rc == OK -> listing = arg; path_live = true; call = F_EVALUATE
               :: else -> j = RETRY_CHECK; call = F_TROUBLE
               fi
            fi
@@ -456,7 +500,7 @@ proctype Client(byte c) {
               :: rc == OK -> blk_reg = true  /* watch set; wait for it */
               :: rc == NONODE ->  /* gone already: ours, or look again */
                  if
-                 :: gbd -> call = F_GRANT
+                 :: gbd && VOUCHED -> call = F_GRANT
                  :: else -> call = F_CHECK
                  fi
               :: else -> j = RETRY_CHECK; call = F_TROUBLE
@@ -520,10 +564,12 @@ proctype Client(byte c) {
         :: i < n ->
            rep[c]?op, rc, att, arg, arg2;
            if
-           :: op == EV_DELETED -> rep[c]!op, rc, att, arg, arg2
+           :: op == EV_DELETED || op == EV_CHILD -> rep[c]!op, rc, att, arg, arg2
            :: else ->
               if
               :: (op == R_DATA_OWN || op == R_DATA_BLK || op == R_DATA_2) && rc == OK -> dw[c] = dw[c] & ~(1 << arg)
+              /* a children watch the client never saw registered; one it saw is set again */
+              :: op == R_GETCH && rc == OK && !path_live -> cw[c] = false
               :: else -> skip
               fi;
               rep[c]!op, CLOSS, att, arg, 0
@@ -557,7 +603,7 @@ proctype Client(byte c) {
 #ifdef RWLOCK
         if :: writer[c] = true :: writer[c] = false fi;
 #endif
-        abandon = false; completed = false; holding_lost = false; own_timer = false;
+        abandon = false; completed = false; holding_lost = false; own_timer = false; path_live = false;
         retry = RETRY_NONE; own_watch = OW_NONE; mynode[c] = NONE;
         call = F_BEGIN
      :: phase[c] == FINISHED && round == ROUNDS && empty(req[c]) && empty(rep[c]) ->
@@ -577,6 +623,7 @@ proctype Client(byte c) {
            :: !USABLE(c, gen) -> phase[c] = WAITSESS
            :: else ->
               phase[c] = CREATING; retry = RETRY_NONE; mynode[c] = NONE; own_watch = OW_NONE; blk_reg = false;
+              path_live = false;
               myguid++;  /* new_guid(): a fresh GUID per attempt */
               attempt++;
               send(c, R_CREATE, attempt, MYGUID(c), gen);
@@ -637,6 +684,13 @@ proctype Client(byte c) {
               :: blk_reg && nb == blk ->
                  /* the blocker we watch, its watch set and not fired: it serves this attempt */
                  blk_serves = attempt; phase[c] = WATCHING;
+#ifndef OLD_SHORTCUT
+                 if
+                 :: gbd && !VOUCHED && own_watch == OW_NONE && mynode[c] != NONE ->
+                    own_watch = OW_PENDING; send(c, R_DATA_OWN, 0, mynode[c], gen)
+                 :: else -> skip
+                 fi;
+#endif
                  if
                  :: blk2 != NONE -> send(c, R_DATA_2, attempt, blk2, gen)
                  :: else -> skip
@@ -650,9 +704,10 @@ proctype Client(byte c) {
         call = F_NONE;
         phase[c] = WATCHING;
 #ifndef OLD_SHORTCUT
-        /* watch_own_node_locked, sent before the blocker's watch */
+        /* watch_own_node_locked, where nothing vouches for our node and its blocker's deletion
+         * would grant us; sent before the blocker's watch */
         if
-        :: own_watch == OW_NONE && mynode[c] != NONE ->
+        :: gbd && !VOUCHED && own_watch == OW_NONE && mynode[c] != NONE ->
            own_watch = OW_PENDING; send(c, R_DATA_OWN, 0, mynode[c], gen)
         :: else -> skip
         fi;
@@ -672,7 +727,7 @@ proctype Client(byte c) {
         :: gen == sid[c] && now >= DEADLINE(c) -> server_expired = false; call = F_DECLARE_LOST
         :: else ->
            phase[c] = HELD; completed = true; grants[c]++; wrote = false;
-           own_timer = true  /* schedule_own_node_watch_locked */
+           own_timer = !path_live  /* schedule_own_node_watch_locked, unless the children watch stands in */
         fi
 
      :: call == F_OWN_GONE ->  /* Contender::own_node_gone_locked: the one rule */
@@ -738,6 +793,8 @@ proctype Client(byte c) {
            fi;
            if
            :: call == F_NONE && phase[c] == WAITSESS -> call = F_BEGIN
+           /* a waiter lists again rather than trust the order of the re-set watches' events */
+           :: call == F_NONE && phase[c] == WATCHING -> call = F_CHECK
            :: else -> skip
            fi
         fi
@@ -746,7 +803,7 @@ proctype Client(byte c) {
         call = F_NONE;
         lost_sid = sid[c];
         sid[c] = 0; connected[c] = false;  /* then open_connection_locked */
-        dw[c] = 0;  /* the old handle's watchers ignore their events (stale generation, attempt) */
+        dw[c] = 0; cw[c] = false; path_live = false;  /* the old handle's watchers ignore their events */
         /* Contender::on_session_lost(lost generation) */
         if
         :: gen != lost_sid -> skip

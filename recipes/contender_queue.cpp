@@ -194,27 +194,36 @@ void Contender::begin_locked() {
   if (!parent_verified_ && !request.parent_data.empty()) verify_parent_locked(attempt);
   // The server answers one session's requests in order, so this listing, sent before the create's
   // reply arrives, already contains our node: one round trip for an uncontended acquisition.
-  auto on_children = [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, false);
+  // A one-holder recipe's listing also watches the path's children (see path_watch_live_): it
+  // vouches for our node until the path changes, in place of a read of our own node.
+  const bool watched = listings_watch_path();
+  auto on_children = [self, attempt, watched](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, watched);
   };
-  if (!batched) {
-    core_->get_children(generation_, request.parent, std::move(on_children));
-    return;
-  }
-  // A batched listing also watches the path's children (see path_watch_live_): one request fewer
-  // per lock held without anyone else coming.
-  core_->get_children_in_batch_locked(
-      generation_, request.parent,
-      [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
-        if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, true);
-      },
-      [self](NodeEvent) {
-        auto contender = self.lock();
-        if (!contender) return;
-        std::unique_lock lock(contender->core_->mutex());
-        contender->on_path_changed_locked();
-      });
+  if (batched)
+    core_->get_children_in_batch_locked(generation_, request.parent, std::move(on_children), path_watch());
+  else
+    core_->get_children(generation_, request.parent, std::move(on_children), watched ? path_watch() : NodeWatch());
 }
+
+bool Contender::listings_watch_path() const {
+  return !request().policy.promotes_without_deleting() && !request().held_once_created;
+}
+
+NodeWatch Contender::path_watch() {
+  return [self = weak_from_this()](NodeEvent) {
+    auto contender = self.lock();
+    if (!contender) return;
+    std::unique_lock lock(contender->core_->mutex());
+    contender->on_path_changed_locked();
+  };
+}
+
+// Whether our node is known to stand from the listing that decided our wait until now: the
+// children watch that listing set has not fired (no child came or went since, ours included), or
+// the watch on our own node is set (its reply found the node after that listing; a deletion since
+// would have reached us first, one connection delivering in order).
+bool Contender::own_node_vouched_for_locked() const { return path_watch_live_ || own_watch_ == OwnWatch::set; }
 
 void Contender::ensure_parent_then_create_locked() {
   if (++acquiring().parent_retries > kMaxParentRetries) {
@@ -375,9 +384,13 @@ void Contender::check_locked() {
   const std::uint64_t attempt = ++attempt_;
   std::weak_ptr<Contender> self = weak_from_this();
   if (!parent_verified_) verify_parent_locked(attempt);
-  core_->get_children(generation_, request().parent, [self, attempt](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
-    if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, false);
-  });
+  const bool watched = listings_watch_path();
+  core_->get_children(
+      generation_, request().parent,
+      [self, attempt, watched](zk_errc rc, std::vector<std::string> children, NodeStat parent) {
+        if (auto contender = self.lock()) contender->on_children(attempt, rc, std::move(children), parent, watched);
+      },
+      watched ? path_watch() : NodeWatch());
 }
 
 // Sent before the listing of the same attempt; the server answers in order, so the verdict is in
@@ -459,6 +472,7 @@ void Contender::evaluate_locked(const std::vector<std::string>& children, bool l
     // deletion now grants us if this listing shows it as our last obstacle.
     blocker_watch_serves_ = attempt_;
     set_phase_locked(Phase::watching);
+    if (blocker_deletion_grants_ && !own_node_vouched_for_locked()) watch_own_node_locked();
   } else {
     acquiring().blocker = std::move(blocker);
     watch_locked();
@@ -473,10 +487,13 @@ NodeWatch Contender::wake_to_check() {
                        /*is_watch=*/true);
 }
 
-// Granting on the blocker's deletion alone is safe only while our own node exists: so the own-node
-// watch is set (or known set) before the blocker's. Its reply, and any deletion of our node, then
-// reach us before the blocker's deletion does (one connection delivers in order), and
-// own_node_gone_locked has queued us again before that event could grant anything.
+// Granting on the blocker's deletion alone is safe only while our own node exists: the deletion
+// grants only while something vouches for our node (own_node_vouched_for_locked); otherwise we
+// list again. Where the listing's children watch cannot vouch (it is not set, or has fired), the
+// own-node watch is set; a deletion of our node then reaches us before a later deletion of the
+// blocker (one connection delivers in order), and own_node_gone_locked has queued us again
+// before that event could grant anything. A semaphore waiter, whose listings set no children
+// watch, always watches its own node.
 //
 // The watch serves the attempt that set it, and a later one of a lock that finds the same blocker
 // while it is still set (see evaluate_locked): its callbacks act only while the current attempt is
@@ -486,7 +503,8 @@ void Contender::watch_locked() {
   const std::uint64_t watch_attempt = ++attempt_;
   blocker_watch_attempt_ = blocker_watch_serves_ = watch_attempt;
   blocker_watch_live_ = false;
-  watch_own_node_locked();
+  if (request().policy.promotes_without_deleting() || (blocker_deletion_grants_ && !own_node_vouched_for_locked()))
+    watch_own_node_locked();
   auto serves_now = [watch_attempt](const Contender& contender) {
     return contender.blocker_watch_attempt_ == watch_attempt && contender.attempt_ == contender.blocker_watch_serves_ &&
            contender.phase_ == Phase::watching;
@@ -510,7 +528,7 @@ void Contender::watch_locked() {
           contender->blocker_watch_live_ = true;  // set; wait for it
         } else if (rc == zk_errc::no_node) {
           // Gone already: ours, or look again.
-          if (contender->blocker_deletion_grants_) contender->grant_locked();
+          if (contender->blocker_deletion_grants_ && contender->own_node_vouched_for_locked()) contender->grant_locked();
           else contender->check_locked();
         } else if (!contender->handle_session_trouble_locked(rc, Retry::check)) {
           contender->complete_locked(make_error_code(rc));
@@ -524,8 +542,11 @@ void Contender::watch_locked() {
         std::unique_lock lock(contender->core_->mutex());
         if (contender->blocker_watch_attempt_ == watch_attempt) contender->blocker_watch_live_ = false;
         if (!serves_now(*contender)) return;  // a listing under way sees what fired it
-        if (event == NodeEvent::deleted && contender->blocker_deletion_grants_) contender->grant_locked();
-        else contender->check_locked();
+        if (event == NodeEvent::deleted && contender->blocker_deletion_grants_ &&
+            contender->own_node_vouched_for_locked())
+          contender->grant_locked();
+        else
+          contender->check_locked();
       });
 }
 
@@ -638,13 +659,17 @@ void Contender::schedule_own_node_watch_locked() {
   });
 }
 
-// A batched listing's children watch (see begin_locked) stands in for the own-node watch until
-// the path's children first change: our node's deletion is such a change. At that change a holder
-// sets its own-node watch, whose reply also tells if the node is gone already.
+// A listing's children watch (see begin_locked) stands in for the own-node watch until the path's
+// children first change: our node's deletion is such a change. From then on a holder watches its
+// own node as one granted without the children watch does (a moment after, see
+// schedule_own_node_watch_locked: the change is often the hand-off that granted us, and a short
+// hold never needs it), and a waiter that its blocker's deletion would grant watches it at once.
+// The own-node watch's reply also tells if the node is gone already.
 void Contender::on_path_changed_locked() {
   if (!path_watch_live_) return;
   path_watch_live_ = false;
-  if (phase_ == Phase::held) watch_own_node_locked();
+  if (phase_ == Phase::held && own_watch_ == OwnWatch::none && !own_watch_timer_) schedule_own_node_watch_locked();
+  else if (phase_ == Phase::watching && blocker_deletion_grants_) watch_own_node_locked();
 }
 
 // Rewrites our node's data so that the data watches of the waiters behind us fire: a promotion
@@ -696,9 +721,6 @@ void Contender::touch_as_first_waiter_locked() {
 void Contender::watch_own_node_locked() {
   if (own_watch_ != OwnWatch::none || node_path_.empty()) return;
   own_watch_ = OwnWatch::pending;
-  // A blocker watch set before this one no longer has the own-node watch ahead of it (see
-  // watch_locked): it is not kept for a later listing, which sends a new one behind this.
-  blocker_watch_live_ = false;
   std::weak_ptr<Contender> self = weak_from_this();
   // Our node is known by its czxid (our token): unique per node, and no copy of its path in a
   // watch that may stay registered as long as the lock is held.
@@ -964,6 +986,10 @@ void Contender::on_reconnected(std::uint64_t generation) {
       break;
   }
   if (phase_ == Phase::waiting_for_session) begin_locked();
+  // After a reconnect the client sets its watches again, and the server reports what changed
+  // meanwhile in an order of its own (data watches before children watches), not in the order it
+  // happened: a waiter that a deletion could grant lists again instead of trusting that order.
+  else if (phase_ == Phase::watching && listings_watch_path()) check_locked();
 }
 
 void Contender::on_new_session(std::uint64_t) {

@@ -169,6 +169,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void watch_locked();
   void watch_children_locked();
   NodeWatch wake_to_check();
+  bool listings_watch_path() const;
+  NodeWatch path_watch();
+  bool own_node_vouched_for_locked() const;
   // A reply or watch callback of the step just started (the current attempt, in `phase`): `body`
   // runs under the session mutex with the contender and the callback's arguments, only while the
   // contender exists and still waits on that attempt in that phase; a later step has made the
@@ -229,8 +232,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::string node_path_;
   enum class OwnWatch { none, pending, set };
   OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
-  // A children watch on our parent, registered by a batched listing of our current node, that
-  // has not fired: no child came or went since, so our node is still there (on_path_changed_locked).
+  // A children watch on our parent, registered by a listing of our current node (a one-holder
+  // recipe's, see listings_watch_path), that has not fired: no child came or went since, so our
+  // node is still there (on_path_changed_locked).
   bool path_watch_live_ = false;
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
   // release()'s on_answer, until it has run (on the heap: most releases do not ask).

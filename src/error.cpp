@@ -66,6 +66,7 @@ class LibraryCategory final : public std::error_category {
       case errc::would_deadlock: return "would deadlock";
       case errc::undecodable_data: return "the node's data is not in the layout asked for";
       case errc::out_of_range: return "the result is out of the layout's range; nothing was written";
+      case errc::cache_limit: return "the cached subtree has more nodes than the cache's max_nodes";
     }
     return fmt::format("zkrecipes error {}", value);
   }
@@ -110,7 +111,8 @@ class ConditionCategory final : public std::error_category {
         case errc::corrupt_state:
         case errc::would_deadlock:
         case errc::undecodable_data:
-        case errc::out_of_range: return condition::bad_input;
+        case errc::out_of_range:
+        case errc::cache_limit: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         default: return std::nullopt;
       }

@@ -336,6 +336,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         declare_lost_locked(LossReason::connection_lost, SessionLossCause::disconnect);
       } else {
         set_state_locked(SessionState::suspended);
+        for (const auto& listener : snapshot_listeners_locked()) listener->on_suspended(generation);
       }
       break;
     case ConnectionEvent::expired:

@@ -51,6 +51,8 @@ class SessionListener {
   virtual void on_session_lost(std::uint64_t generation, LossReason reason) = 0;
   // Closed by the owner, or credentials refused: nothing will ever connect again.
   virtual void on_session_ended(std::error_code why) = 0;
+  // The connection dropped; the session of `generation` may still be alive (a view goes stale).
+  virtual void on_suspended(std::uint64_t /*generation*/) {}
 
  private:
   friend class SessionCore;

@@ -68,6 +68,8 @@ struct Proxy::Impl {
   std::vector<int> drop_opcodes;
   std::set<std::shared_ptr<Connection>> live;
 
+  Proxy::Traffic traffic;  // touched only on the io thread
+
   std::atomic<int> dropped{0};
   std::atomic<int> open_connections{0};
 
@@ -206,12 +208,19 @@ struct Connection : std::enable_shared_from_this<Connection> {
   bool inspect(Direction& d, const std::string& frame) {
     if (!d.saw_first_frame) {
       d.saw_first_frame = true;
+      // ConnectRequest: protocolVersion, lastZxidSeen (8 bytes), timeOut, sessionId (8 bytes), ...
+      if (d.from_client && frame.size() >= 28) {
+        bool resumed = read_be32(frame, 20) != 0 || read_be32(frame, 24) != 0;
+        ++(resumed ? proxy.traffic.sessions_resumed : proxy.traffic.sessions_created);
+      }
       return true;
     }
     if (frame.size() < 12) return true;
     std::int32_t xid = read_be32(frame, 4);
+    if (!d.from_client && xid == -1) ++proxy.traffic.notifications;
     if (d.from_client) {
       std::int32_t opcode = read_be32(frame, 8);
+      count_request(opcode, frame);
       if (proxy.drop_armed && !doomed_xid &&
           std::find(proxy.drop_opcodes.begin(), proxy.drop_opcodes.end(), opcode) !=
               proxy.drop_opcodes.end()) {
@@ -221,6 +230,20 @@ struct Connection : std::enable_shared_from_this<Connection> {
       return true;
     }
     return !(doomed_xid && xid == *doomed_xid);
+  }
+
+  // After the request header (length, xid, opcode): exists (3), getData (4), getChildren (8) and
+  // getChildren2 (12) carry a path and then a watch flag; addWatch (106) always sets one.
+  void count_request(std::int32_t opcode, const std::string& frame) {
+    auto& traffic = proxy.traffic;
+    ++traffic.requests[opcode];
+    if (opcode == 106) {
+      ++traffic.watches_set;
+    } else if ((opcode == 3 || opcode == 4 || opcode == 8 || opcode == 12) && frame.size() >= 16) {
+      std::int32_t path_length = read_be32(frame, 12);
+      std::size_t flag = 16 + static_cast<std::size_t>(std::max(path_length, 0));
+      if (flag < frame.size() && frame[flag] != 0) ++traffic.watches_set;
+    }
   }
 
   void enqueue(Direction& d, std::string bytes) {
@@ -355,6 +378,10 @@ void Proxy::drop_next_reply(std::vector<int> opcodes) {
     impl->drop_opcodes = std::move(opcodes);
     impl->drop_armed = true;
   });
+}
+
+Proxy::Traffic Proxy::traffic() const {
+  return impl_->run([impl = impl_.get()] { return impl->traffic; });
 }
 
 int Proxy::dropped_replies() const { return impl_->dropped.load(); }

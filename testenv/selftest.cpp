@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <map>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -280,6 +282,64 @@ TEST(Proxy, DropNextReplyLosesTheReplyOfACreateThatHappened) {
   EXPECT_EQ(zoo_create(client.handle(), second.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0),
             ZOK);
   EXPECT_EQ(proxy.dropped_replies(), 1);
+}
+
+// The benchmarks weigh each client by these counts (bench/compare): a known sequence must come out
+// exactly, by opcode, with the watches it set and the events they fired.
+TEST(Proxy, TrafficCountsRequestsByTypeWatchesAndEvents) {
+  Proxy proxy(shared_server());
+  const std::string path = unique_path();
+  {
+    Client setup(shared_server());
+    ASSERT_TRUE(setup.wait_state(ZOO_CONNECTED_STATE, 20s));
+    create_parents(setup.handle(), path + "/node");
+  }
+  Client client(proxy.address(), 10000);
+  ASSERT_TRUE(client.wait_state(ZOO_CONNECTED_STATE, 20s));
+  zhandle_t* handle = client.handle();
+  const std::string node = path + "/node";
+  ASSERT_EQ(zoo_create(handle, node.c_str(), "v", 1, &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0), ZOK);  // 1
+  ASSERT_EQ(zoo_exists(handle, node.c_str(), 1, nullptr), ZOK);                                    // 3, watch
+  char value[8];
+  int length = sizeof value;
+  ASSERT_EQ(zoo_get(handle, node.c_str(), 0, value, &length, nullptr), ZOK);                       // 4
+  String_vector children{};
+  ASSERT_EQ(zoo_get_children(handle, path.c_str(), 1, &children), ZOK);                            // 8, watch
+  deallocate_String_vector(&children);
+  Stat children_stat{};
+  ASSERT_EQ(zoo_get_children2(handle, path.c_str(), 0, &children, &children_stat), ZOK);           // 12
+  deallocate_String_vector(&children);
+  std::promise<int> synced;
+  ASSERT_EQ(zoo_async(handle, path.c_str(),
+                      [](int rc, const char*, const void* data) {
+                        static_cast<std::promise<int>*>(const_cast<void*>(data))->set_value(rc);
+                      },
+                      &synced),
+            ZOK);                                                                                  // 9
+  ASSERT_EQ(synced.get_future().get(), ZOK);
+  zoo_op_t op;
+  zoo_op_result_t result;
+  Stat set_stat{};
+  zoo_set_op_init(&op, node.c_str(), "w", 1, -1, &set_stat);
+  ASSERT_EQ(zoo_multi(handle, 1, &op, &result), ZOK);                                              // 14
+  ASSERT_EQ(zoo_delete(handle, node.c_str(), -1), ZOK);  // 2: fires the data watch and the child watch
+
+  Proxy::Traffic traffic;
+  for (int polls = 0; polls < 200; ++polls) {  // the events are pushed after the delete's reply
+    traffic = proxy.traffic();
+    if (traffic.notifications >= 2) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(traffic.sessions_created, 1u);
+  EXPECT_EQ(traffic.sessions_resumed, 0u);
+  EXPECT_EQ(traffic.watches_set, 2u);
+  EXPECT_EQ(traffic.notifications, 2u);
+  traffic.requests.erase(11);  // pings: however many the client's timer sent meanwhile
+  const std::map<std::int32_t, std::uint64_t> expected{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 1},
+                                                       {9, 1}, {12, 1}, {14, 1}};
+  EXPECT_EQ(traffic.requests, expected);
+  Client(shared_server()).wait_state(ZOO_CONNECTED_STATE, 20s);  // not through the proxy: not counted
+  EXPECT_EQ(proxy.traffic().sessions_created, 1u);
 }
 
 TEST(Proxy, RejectsAnUpstreamThatIsNotAnAddress) {

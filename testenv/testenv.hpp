@@ -143,6 +143,17 @@ class Proxy {
   int dropped_replies() const;  // replies swallowed so far
   int connections() const;      // currently open client connections
 
+  // What the clients sent through the proxy and what the server pushed back, counted frame by frame
+  // since the proxy started: for the benchmarks that weigh what a client costs the server.
+  struct Traffic {
+    std::map<std::int32_t, std::uint64_t> requests;  // by opcode (ping 11, closeSession -11, ...)
+    std::uint64_t sessions_created = 0;  // connect requests naming no session (a write: createSession)
+    std::uint64_t sessions_resumed = 0;  // connect requests naming a session (reconnects)
+    std::uint64_t watches_set = 0;       // exists, getData, getChildren(2) with the watch flag; addWatch
+    std::uint64_t notifications = 0;     // watch events the server sent (xid -1)
+  };
+  Traffic traffic() const;
+
   struct Impl;
 
  private:

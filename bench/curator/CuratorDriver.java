@@ -1,10 +1,12 @@
 // Benchmark driver for Curator's InterProcessMutex (Debian's libcurator-recipes-java).
 //
 // Takes the same command line as the C++ drivers and prints the same JSON lines (see
-// bench/driver_common.hpp). Scenarios: uncontended, contended, herd. bench/compare compiles it at
+// bench/driver_common.hpp). Scenarios: uncontended, contended, herd, heartbeat. bench/compare compiles it at
 // bench time against the jars in /usr/share/java.
+import java.io.BufferedReader;
 import java.io.FileWriter;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -39,9 +41,10 @@ public final class CuratorDriver {
       case "uncontended": driver.runUncontended(); break;
       case "contended": driver.runContended(); break;
       case "herd": driver.runHerd(); break;
+      case "heartbeat": driver.runHeartbeat(); break;
       default:
         System.err.println("curator driver: scenario '" + driver.scenario
-            + "' is not one of uncontended, contended, herd");
+            + "' is not one of uncontended, contended, herd, heartbeat");
         System.exit(2);
     }
     System.exit(0);  // Curator's and ZooKeeper's non-daemon threads would keep the JVM alive
@@ -285,6 +288,28 @@ public final class CuratorDriver {
     emit(fields);
     closeAll(clients);
     observer.close();
+    deleteTree();
+  }
+
+  // Sessions each holding a lock of their own, idle until a line on stdin (driver_common.hpp's
+  // hold_until_told).
+  private void runHeartbeat() throws Exception {
+    List<CuratorFramework> clients = new ArrayList<>();
+    List<InterProcessMutex> mutexes = new ArrayList<>();
+    for (int i = 0; i < contenders; ++i) {
+      clients.add(newClient());
+      mutexes.add(new InterProcessMutex(clients.get(i), String.format(Locale.ROOT, "%s/l%04d", path, i)));
+      mutexes.get(i).acquire();
+    }
+    Map<String, Object> holding = new LinkedHashMap<>();
+    holding.put("holding", contenders);
+    emit(holding);
+    new BufferedReader(new InputStreamReader(System.in)).readLine();
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("sessions", contenders);
+    emit(fields);
+    for (InterProcessMutex mutex : mutexes) mutex.release();
+    closeAll(clients);
     deleteTree();
   }
 }

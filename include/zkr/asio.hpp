@@ -16,6 +16,13 @@
 //   // a started LeaderLatch: the term, once this participant leads
 //   zkr::Leadership term = co_await zkr::asio::async_wait_for_leadership(latch, boost::asio::use_awaitable);
 //
+//   // a barrier down, all N through a double barrier (true), or the timeout ran out (false)
+//   bool down = co_await zkr::asio::async_wait(barrier, 30s, boost::asio::use_awaitable);
+//   bool entered = co_await zkr::asio::async_enter(double_barrier, 5min, boost::asio::use_awaitable);
+//   bool joined = co_await zkr::asio::async_join(group_member, 10s, boost::asio::use_awaitable);
+//   // a TreeCache (or NodeCache::tree()): once its initial load is complete
+//   co_await zkr::asio::async_wait_initialized(cache, boost::asio::use_awaitable);
+//
 //   // callback, run through its associated executor (here a strand)
 //   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
 //       [](std::exception_ptr error, zkr::HeldLock held) { ... }));
@@ -35,6 +42,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 #include <stop_token>
 #include <system_error>
 #include <concepts>
@@ -47,8 +55,11 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/prefer.hpp>
 
+#include <zkr/barrier.hpp>
+#include <zkr/cache.hpp>
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
+#include <zkr/group.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/semaphore.hpp>
 
@@ -59,7 +70,7 @@ namespace detail {
 // Delivers a result to an Asio handler through its associated executor, keeping that executor's
 // work count up until then. Lock::async_acquire wants a copyable callable; Asio handlers are
 // move-only, hence the shared state.
-template <typename Handler, typename Result>
+template <typename Handler, typename... Result>  // no Result: a completion with the error alone
 class Delivery {
  public:
   explicit Delivery(Handler handler)
@@ -67,10 +78,10 @@ class Delivery {
                                   boost::asio::execution::outstanding_work.tracked)),
         handler_(std::move(handler)) {}
 
-  void deliver(std::exception_ptr error, Result result) {
+  void deliver(std::exception_ptr error, Result... result) {
     auto work = std::move(work_);
-    boost::asio::dispatch(work, [handler = std::move(handler_), error, result = std::move(result)]() mutable {
-      std::move(handler)(error, std::move(result));
+    boost::asio::dispatch(work, [handler = std::move(handler_), error, ... result = std::move(result)]() mutable {
+      std::move(handler)(error, std::move(result)...);
     });
   }
 
@@ -184,6 +195,83 @@ auto async_wait_for_leadership_for(LeaderLatch& latch, std::chrono::nanoseconds 
         }
       },
       token, std::ref(latch), timeout, std::move(stop));
+}
+
+// ---- Barriers (zkr/barrier.hpp) and group membership (zkr/group.hpp) ----
+// Completion signature: void(std::exception_ptr, bool). True once the barrier is down (async_wait),
+// all N have entered (async_enter) or left (async_leave); false when `timeout` (negative: none)
+// ran out or stop was requested; the exception is a zkr::Error as the blocking forms throw
+// (errc::session_closed, zk_errc::no_auth, ...).
+namespace detail {
+template <typename CompletionToken, typename Start>
+auto async_barrier_wait(CompletionToken&& token, const std::string& path, const char* operation, Start start) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, bool)>(
+      [](auto handler, std::string target, const char* what, Start begin) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<Delivery<Handler, bool>>(std::move(handler));
+        begin([delivery, target, what](std::error_code ec) {
+          if (!ec) delivery->deliver(nullptr, true);
+          else if (ec == condition::gave_up) delivery->deliver(nullptr, false);
+          else delivery->deliver(to_exception(ec, target, what), false);
+        });
+      },
+      token, path, operation, std::move(start));
+}
+}  // namespace detail
+
+template <typename CompletionToken>
+auto async_wait(Barrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token, std::stop_token stop = {}) {
+  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "wait on barrier",
+                                    [&barrier, timeout, stop](BarrierHandler done) {
+                                      barrier.async_wait(timeout, std::move(done), stop);
+                                    });
+}
+
+template <typename CompletionToken>
+auto async_enter(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                 std::stop_token stop = {}) {
+  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "enter double barrier",
+                                    [&barrier, timeout, stop](BarrierHandler done) {
+                                      barrier.async_enter(timeout, std::move(done), stop);
+                                    });
+}
+
+template <typename CompletionToken>
+auto async_leave(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                 std::stop_token stop = {}) {
+  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "leave double barrier",
+                                    [&barrier, timeout, stop](BarrierHandler done) {
+                                      barrier.async_leave(timeout, std::move(done), stop);
+                                    });
+}
+
+// Waits until the member has joined (true), or `timeout` (negative: none) ran out or stop was
+// requested (false; the join goes on). Completion signature: void(std::exception_ptr, bool); the
+// exception is a zkr::Error as GroupMember::join() throws (zk_errc::node_exists, ...).
+template <typename CompletionToken>
+auto async_join(GroupMember& member, std::chrono::nanoseconds timeout, CompletionToken&& token,
+                std::stop_token stop = {}) {
+  return detail::async_barrier_wait(std::forward<CompletionToken>(token), member.path(), "join group",
+                                    [&member, timeout, stop](GroupMember::JoinHandler done) {
+                                      member.async_join(timeout, std::move(done), stop);
+                                    });
+}
+
+// Waits until the cache's initial load is complete. Completion signature: void(std::exception_ptr).
+// The exception is a zkr::Error: errc::cancelled if the cache was stopped first, or the error that
+// stopped it (errc::cache_limit, zk_errc::no_auth, errc::session_closed). The cache must outlive
+// the wait unless it is stopped (which completes it).
+template <typename CompletionToken>
+auto async_wait_initialized(TreeCache& cache, CompletionToken&& token) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr)>(
+      [](auto handler, TreeCache& target) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<detail::Delivery<Handler>>(std::move(handler));
+        target.async_wait_initialized([delivery, root = target.root()](std::error_code ec) {
+          delivery->deliver(ec ? detail::to_exception(ec, root, "wait for the cache of") : nullptr);
+        });
+      },
+      token, std::ref(cache));
 }
 
 }  // namespace zkr::asio

@@ -72,6 +72,7 @@ enum class errc : int {
   would_deadlock = 19,         // a thread asked for a lock it holds (it would wait for itself)
   undecodable_data = 28,       // a node's data is not in the layout asked for (a counter's): names the path and what was found
   out_of_range = 29,           // a result the layout cannot hold (a 4-byte counter past 2^31-1): nothing was written
+  cache_limit = 32,            // a cache's subtree outgrew its max_nodes (zkr/cache.hpp): the cache stopped
 };
 
 // What an error means for the caller (compare an error_code with these; see the top of the file).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -57,12 +58,19 @@ struct LocksOnOwnSessions {
     return metrics.requests_sent - metrics.heartbeats_sent;
   }
   // Queues lock i; its grant lands in `into`, read through holds() and released through release().
+  // What its session had sent (besides heartbeats) when the grant was decided: requests_at_grant(i).
   void queue(int i, HeldLock& into) {
-    locks[i]->async_acquire(-1ns, [this, &into](std::error_code ec, HeldLock lock) {
+    locks[i]->async_acquire(-1ns, [this, &into, i](std::error_code ec, HeldLock lock) {
       if (ec) return;  // session_closed for a waiter still queued when the test ends
+      const auto sent = requests_besides_heartbeats(i);
       std::lock_guard guard(mutex);
       into = std::move(lock);
+      at_grant[i] = sent;
     });
+  }
+  std::uint64_t requests_at_grant(int i) {
+    std::lock_guard guard(mutex);
+    return at_grant[i];
   }
   bool holds(const HeldLock& lock) {
     std::lock_guard guard(mutex);
@@ -75,6 +83,7 @@ struct LocksOnOwnSessions {
   std::vector<std::unique_ptr<Session>> sessions;
   std::vector<std::unique_ptr<Lock>> locks;
   std::mutex mutex;
+  std::map<int, std::uint64_t> at_grant;
 };
 
 TEST_F(LockTest, OneHolderAmongTwoClientsAndTokensGrow) {
@@ -193,9 +202,12 @@ TEST_F(LockTest, AtDepthAWaitersTurnNeedsNoRequest) {
   contenders.release(held[1]);
   ASSERT_TRUE(granted(2));
   std::this_thread::sleep_for(testenv::scaled(100ms));
-  EXPECT_EQ(contenders.requests_besides_heartbeats(2), requests_before_its_turn)
+  EXPECT_EQ(contenders.requests_at_grant(2), requests_before_its_turn)
       << "the waiter asked the server something between its blocker's release and its grant";
   EXPECT_EQ(contenders.sessions[2]->metrics().wakeups - wakeups_before_its_turn, 1u);
+  // Create, listing, the blocker's and the look-ahead's watches, the look-ahead's listing: its
+  // children watch vouches for the waiter's node, so no read of its own node.
+  EXPECT_EQ(contenders.requests_at_grant(2), 5u);
   contenders.release(held[2]);
   ASSERT_TRUE(granted(3));
   contenders.release(held[3]);
@@ -234,40 +246,66 @@ TEST_F(LockTest, AWaiterWhoseSecondBlockerGaveUpWaitsForItsTurn) {
   const auto requests_before_its_turn = contenders.requests_besides_heartbeats(kWaiter);
   contenders.release(blocker);
   ASSERT_TRUE(eventually([&] { return contenders.holds(waiter); }));
-  EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter), requests_before_its_turn);
+  EXPECT_EQ(contenders.requests_at_grant(kWaiter), requests_before_its_turn);
   contenders.release(waiter);
 }
 
-// Someone rewrites a waiting node's data: its own-node watch fires and is set again, now behind
-// the watch on its blocker. That blocker watch is then not kept when the waiter lists again: a
-// deletion of its node must reach it before the deletion that would grant it (see watch_locked).
-TEST_F(LockTest, AWaiterWhoseNodeWasRewrittenWatchesItsBlockerAgainBehindItsOwnNode) {
-  LocksOnOwnSessions contenders(servers, path, 3);
-  enum { kHolder, kBlocker, kWaiter };
-  HeldLock holder = contenders.locks[kHolder]->acquire();
-  HeldLock blocker, waiter;
-  contenders.queue(kBlocker, blocker);
-  ASSERT_TRUE(eventually([&] { return nodes().size() == 2; }));
-  contenders.queue(kWaiter, waiter);
-  ASSERT_TRUE(eventually([&] { return nodes().size() == 3; }));
-  std::this_thread::sleep_for(testenv::scaled(300ms));  // the waiter's watches are set
+// A holder that sent nothing since its grant costs nothing but the session's heartbeat: the listing
+// that granted it also watches the path's children, which stands in for a watch on its own node
+// until someone else comes or goes.
+TEST_F(LockTest, AnIdleHolderSendsNothingButTheHeartbeat) {
+  LocksOnOwnSessions holder(servers, path, 1);
+  holder.locks[0]->acquire().release();  // the path exists from now on
+  ASSERT_TRUE(eventually([&] { return nodes().empty(); }));
+  const auto before = holder.requests_besides_heartbeats(0);
+  HeldLock held = holder.locks[0]->acquire();
+  const auto at_the_grant = holder.requests_besides_heartbeats(0);
+  EXPECT_EQ(at_the_grant - before, 2u) << "a create and a listing";
+  std::this_thread::sleep_for(testenv::scaled(300ms));  // well past the deferred own-node watch
+  EXPECT_EQ(holder.requests_besides_heartbeats(0), at_the_grant) << "the holder asked the server something";
+  held.release();
+}
 
-  const std::string waiter_node = path + "/" + queue().back();
-  const auto before_the_rewrite = contenders.requests_besides_heartbeats(kWaiter);
-  ASSERT_EQ(zoo_set(raw.handle(), waiter_node.c_str(), "x", 1, -1), ZOK);
-  ASSERT_TRUE(eventually([&] { return contenders.requests_besides_heartbeats(kWaiter) == before_the_rewrite + 1; }))
-      << "the own-node watch was not set again";
-
-  const auto before_its_look_ahead = contenders.requests_besides_heartbeats(kWaiter);
-  holder.release();
-  ASSERT_TRUE(eventually([&] { return contenders.holds(blocker); }));
+// The waiter next in line is granted by its blocker's deletion alone, which is safe only while its
+// own node is known to stand: its listing's children watch says so until the path changes, so it
+// sends no read of its own node (create, listing, the blocker's watch: three requests).
+TEST_F(LockTest, TheWaiterNextInLineSendsNoReadOfItsOwnNode) {
+  LocksOnOwnSessions contenders(servers, path, 2);
+  HeldLock holder = contenders.locks[0]->acquire();
+  HeldLock waiter;
+  contenders.queue(1, waiter);
+  ASSERT_TRUE(eventually([&] { return contenders.requests_besides_heartbeats(1) >= 3; }));
   std::this_thread::sleep_for(testenv::scaled(300ms));
-  EXPECT_EQ(contenders.requests_besides_heartbeats(kWaiter) - before_its_look_ahead, 2u)
-      << "the listing, and a new watch on the blocker behind the own-node watch";
-  EXPECT_FALSE(contenders.holds(waiter));
-  contenders.release(blocker);
+  EXPECT_EQ(contenders.requests_besides_heartbeats(1), 3u);
+  holder.release();
   ASSERT_TRUE(eventually([&] { return contenders.holds(waiter); }));
+  EXPECT_EQ(contenders.requests_at_grant(1), 3u) << "granted by the deletion event alone";
   contenders.release(waiter);
+}
+
+// Once the path changes (here a third contender queues), the listing no longer vouches for the
+// waiter's node: the waiter next in line reads its own node with a watch (one request), and its
+// blocker's deletion still grants it without a listing.
+TEST_F(LockTest, TheWaiterNextInLineWatchesItsOwnNodeOnceThePathChanges) {
+  LocksOnOwnSessions contenders(servers, path, 3);
+  enum { kHolder, kWaiter, kLast };
+  HeldLock holder = contenders.locks[kHolder]->acquire();
+  HeldLock waiter, last;
+  contenders.queue(kWaiter, waiter);
+  ASSERT_TRUE(eventually([&] { return contenders.requests_besides_heartbeats(kWaiter) >= 3; }));
+  std::this_thread::sleep_for(testenv::scaled(200ms));
+  const auto before = contenders.requests_besides_heartbeats(kWaiter);
+  contenders.queue(kLast, last);
+  ASSERT_TRUE(eventually([&] { return contenders.requests_besides_heartbeats(kWaiter) == before + 1; }))
+      << "the waiter did not watch its own node once the path changed";
+  std::this_thread::sleep_for(testenv::scaled(200ms));
+  holder.release();
+  ASSERT_TRUE(eventually([&] { return contenders.holds(waiter); }));
+  EXPECT_EQ(contenders.requests_at_grant(kWaiter), before + 1);
+  EXPECT_FALSE(contenders.holds(last));
+  contenders.release(waiter);
+  ASSERT_TRUE(eventually([&] { return contenders.holds(last); }));
+  contenders.release(last);
 }
 
 TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {

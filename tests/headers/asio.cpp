@@ -11,3 +11,8 @@ void header_asio_uses(zkr::Lock& lock) {
     }
   });
 }
+
+// recipes.md, "Caches": the initial load awaited with a callback completion.
+void header_asio_cache_uses(zkr::TreeCache& cache) {
+  zkr::asio::async_wait_initialized(cache, [](std::exception_ptr error) { (void)error; });
+}

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,9 @@
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 #include <zkr/semaphore.hpp>
+#include <zkr/cache.hpp>
+#include <zkr/group.hpp>
+#include <zkr/barrier.hpp>
 
 #include "../core/test_support.hpp"
 #include "section_log.hpp"
@@ -548,6 +552,144 @@ TEST_F(KazooInteropTest, KilledKazooLeaderIsSucceededByOursAndACuratorLayoutSele
   await_first_entry("kazoo");
   expect_selector_refused("kazoo Lock or Election");
   expect_ours_succeed_killed_peer(*kazoo, "kazoo-0", ElectionLayout::kazoo);
+}
+
+// ---- Group membership and double barriers shared with Curator and kazoo ----
+
+// "id=data,..." of a fresh view ("(stale)" while it is not).
+std::string fresh_members_of(const GroupView& view) {
+  auto snapshot = view.snapshot();
+  if (snapshot.stale) return "(stale)";
+  std::string out;
+  for (const auto& member : snapshot.members) out += (out.empty() ? "" : ",") + member.id + "=" + member.data;
+  return out;
+}
+
+TEST_F(InteropTest, GroupMemberAndCuratorGroupMembersSeeEachOther) {
+  Session session(session_options(servers));
+  GroupMember ours(session, path, "ours", "data-ours");
+  ours.join();
+  GroupView view(session, path);
+  auto curator = start_curator("group", "curator", 2, 3);
+  await_ready(*curator);
+  curator->write_stdin("GO\n");
+  auto line = curator->wait_for_line("MEMBERS", testenv::scaled(60s));
+  ASSERT_TRUE(line) << curator->read_all(1s);
+  EXPECT_EQ(*line, "MEMBERS curator-0=data-curator-0,curator-1=data-curator-1,ours=data-ours");
+  EXPECT_TRUE(eventually([&] {
+    return fresh_members_of(view) == "curator-0=data-curator-0,curator-1=data-curator-1,ours=data-ours";
+  })) << fresh_members_of(view);
+  curator->write_stdin("LEAVE\n");
+  await_done(*curator);
+  EXPECT_TRUE(eventually([&] { return fresh_members_of(view) == "ours=data-ours"; })) << fresh_members_of(view);
+}
+
+TEST_F(KazooInteropTest, GroupMemberAndKazooPartiesSeeEachOther) {
+  Session session(session_options(servers));
+  for (auto [mode, layout] : {std::pair{"party", GroupLayout::kazoo_party},
+                              std::pair{"shallow-party", GroupLayout::kazoo_shallow_party}}) {
+    SCOPED_TRACE(mode);
+    path = testenv::unique_path(mode);
+    GroupMember ours(session, path, "ours", {}, {.layout = layout});
+    ours.join();
+    GroupView view(session, path, layout);
+    auto kazoo = start_kazoo("kazoo", 2, mode, 3);
+    await_ready(*kazoo);
+    kazoo->write_stdin("GO\n");
+    auto line = kazoo->wait_for_line("MEMBERS", testenv::scaled(60s));
+    ASSERT_TRUE(line) << kazoo->read_all(1s);
+    EXPECT_EQ(*line, "MEMBERS kazoo-0,kazoo-1,ours");
+    EXPECT_TRUE(eventually([&] { return fresh_members_of(view) == "kazoo-0=kazoo-0,kazoo-1=kazoo-1,ours=ours"; }))
+        << fresh_members_of(view);
+    kazoo->write_stdin("LEAVE\n");
+    await_done(*kazoo);
+    EXPECT_TRUE(eventually([&] { return fresh_members_of(view) == "ours=ours"; })) << fresh_members_of(view);
+  }
+}
+
+// Two Curator participants, one kazoo participant and ours on one double barrier of four: nobody
+// is through enter() before all four have entered, nobody through leave() before all have left.
+TEST_F(InteropTest, DoubleBarrierWithCuratorAndKazooParticipants) {
+  constexpr int kParticipants = 4;
+  auto curator = start_curator(fmt::format("double-barrier:{}", kParticipants), "curator", 2, 1, 200);
+  auto kazoo = start_kazoo("kazoo", 1, fmt::format("double-barrier:{}", kParticipants), 1, 200);
+  await_ready(*curator);
+  await_ready(*kazoo);
+  curator->write_stdin("GO\n");
+  kazoo->write_stdin("GO\n");
+  Session session(session_options(servers));
+  DoubleBarrier ours(session, path, kParticipants);
+  ASSERT_TRUE(ours.enter(testenv::scaled(60s)));
+  log.record("ENTER", "ours-0");
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(ours.leave(testenv::scaled(60s)));
+  log.record("EXIT", "ours-0");
+  await_done(*curator);
+  await_done(*kazoo);
+  auto sections = read_sections(log.file()).sections;
+  EXPECT_EQ(entries_by_participant(sections),
+            (std::map<std::string, int>{{"curator-0", 1}, {"curator-1", 1}, {"kazoo-0", 1}, {"ours-0", 1}}));
+  std::int64_t last_enter = 0, first_exit = INT64_MAX;
+  for (const auto& section : sections) {
+    last_enter = std::max(last_enter, section.enter);
+    first_exit = std::min(first_exit, section.exit);
+  }
+  EXPECT_LT(last_enter, first_exit) << "someone was through leave() before everyone had entered";
+  EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));  // no participant, no "ready"
+}
+
+}  // namespace
+// Curator and kazoo write a tree (one change at a time, 40 ms apart): our TreeCache ends equal to
+// it, and each node's events follow the order of its writes (added "c", updated "s", removed),
+// of which only a change overtaken by the next before the cache read it may be missing.
+TEST_F(InteropTest, TreeCacheFollowsATreeWrittenByCuratorAndKazoo) {
+  raw.create(path.substr(0, path.rfind('/')));  // the tests' common parent
+  ASSERT_EQ(raw.create(path), ZOK);
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::string>> heard;  // node -> "added c", "updated s", "removed"
+  Session session(session_options(servers));
+  TreeCache cache(session, path, [&](const CacheEvent& event) {
+    if (event.path == path || event.path.empty()) return;
+    std::lock_guard guard(mutex);
+    std::string told(to_string(event.kind));
+    if (event.kind != CacheEvent::Kind::removed) told += " " + event.node.data;
+    heard[event.path].push_back(told);
+  });
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  constexpr int kNodes = 4;
+  auto curator = start_curator("tree", "curator", 1, kNodes, 40);
+  auto kazoo = start_kazoo("kazoo", 1, "tree", kNodes, 40);
+  await_ready(*curator);
+  await_ready(*kazoo);
+  curator->write_stdin("GO\n");
+  kazoo->write_stdin("GO\n");
+  await_done(*curator);
+  await_done(*kazoo);
+  std::map<std::string, std::string> expected{{path, ""}};
+  for (const std::string who : {"curator-0", "kazoo-0"})
+    for (int k = 0; k < kNodes; k += 2) expected[path + "/" + who + "-" + std::to_string(k)] = "s";
+  const auto cached = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& [node, data] : cache.snapshot()) out[node] = data.data;
+    return out;
+  };
+  ASSERT_TRUE(eventually([&] { return cached() == expected; })) << cache.size();
+  session.close();
+  std::lock_guard guard(mutex);
+  int complete = 0;
+  for (const std::string who : {"curator-0", "kazoo-0"})
+    for (int k = 0; k < kNodes; ++k) {
+      const auto& told = heard[path + "/" + who + "-" + std::to_string(k)];
+      std::vector<std::string> writes{"added c", "updated s"};
+      if (k % 2) writes.push_back("removed");
+      // The writes in order, less those the next one overtook before the cache read the node.
+      std::vector<std::vector<std::string>> allowed{writes, {"added s"}};
+      if (k % 2) allowed = {writes, {"added s", "removed"}, {"added c", "removed"}, {}};
+      if (told == writes) ++complete;
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), told), allowed.end())
+          << who << "-" << k << " was told: " << ::testing::PrintToString(told);
+    }
+  RecordProperty("every_change_seen", complete);
 }
 
 }  // namespace

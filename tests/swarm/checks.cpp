@@ -5,6 +5,7 @@
 // watch on a node): those checks are "eventually" ones, retried for a short bound before they fail.
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -58,6 +59,7 @@ void Swarm::check_step() {
   if (failed() || world_.faults_active()) return;
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
+  eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
 }
 
 // For what reaches the test a moment after the library acts: `problem` is asked again, once the
@@ -393,6 +395,44 @@ std::string Swarm::watch_problem() {
                            "contender on the server is {}",
                            step_index_, slot->slot, r.path, actual, expected);
     }
+  }
+  return {};
+}
+
+// ---- tree caches ----
+
+// A tree cache on a healthy session, once the world is quiet, has loaded, is not stale, and mirrors
+// the server's tree: the same nodes, each with the same owner session.
+std::string Swarm::cache_problem() {
+  for (auto& slot : slots_) {
+    if (!slot->cache || slot->cache->error() || !healthy(slot->slot)) continue;
+    if (!slot->cache->initialized())
+      return fmt::format("after step {}: the TreeCache of session s{} has not finished loading", step_index_,
+                         slot->slot);
+    if (slot->cache->stale())
+      return fmt::format("after step {}: the TreeCache of session s{} stays stale on a healthy connection",
+                         step_index_, slot->slot);
+    std::map<std::string, std::int64_t> server;  // path -> ephemeral owner
+    if (world_.exists(std::string(kRoot))) server[std::string(kRoot)] = 0;
+    for (std::vector<std::string> todo{std::string(kRoot)}; !todo.empty();) {
+      const std::string parent = todo.back();
+      todo.pop_back();
+      for (const auto& node : world_.children(parent)) {
+        server[parent + "/" + node.name] = node.ephemeral_owner;
+        todo.push_back(parent + "/" + node.name);
+      }
+    }
+    std::map<std::string, std::int64_t> cached;
+    for (const auto& [path, node] : slot->cache->snapshot()) cached[path] = node.stat.ephemeral_owner;
+    if (cached == server) continue;
+    std::vector<std::string> differences;
+    for (const auto& [path, owner] : server)
+      if (auto found = cached.find(path); found == cached.end() || found->second != owner)
+        differences.push_back(path + " (server only or other owner)");
+    for (const auto& [path, owner] : cached)
+      if (!server.contains(path)) differences.push_back(path + " (cache only)");
+    return fmt::format("after step {}: the TreeCache of session s{} differs from the server: {}", step_index_,
+                       slot->slot, node_list(differences));
   }
   return {};
 }

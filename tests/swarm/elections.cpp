@@ -149,6 +149,23 @@ bool Swarm::election_op(const Op& op) {
     return true;
   }
 
+  if (op.kind == OpKind::cache_start) {
+    if (slot.cache && !slot.cache->error()) return false;  // one live cache per session
+    slot.cache.reset();
+    Session* s = slot.session.get();
+    auto created = std::make_shared<std::unique_ptr<TreeCache>>();
+    on_actor([s, created] { *created = std::make_unique<TreeCache>(*s, std::string(kRoot)); }, slack);
+    slot.cache = std::move(*created);
+    return true;
+  }
+  if (op.kind == OpKind::cache_stop) {
+    if (!slot.cache) return false;
+    TreeCache* cache = slot.cache.get();
+    const bool done = on_actor([cache] { cache->stop(); }, slack);
+    if (done) slot.cache.reset();
+    return done;
+  }
+
   slot.used_elections = true;
   if (r.kind == ResourceKind::selector) {
     auto& sel = selector(op.session);
@@ -311,6 +328,7 @@ void Swarm::harvest_elections() {
 
 void Swarm::close_elections() {
   for (auto& slot : slots_) {
+    if (slot->cache) slot->cache->stop();
     for (auto& [index, made] : slot->watches)
       if (made && made->watch) made->watch->stop();
     if (slot->selector && slot->selector->selector) slot->selector->selector->close();

@@ -116,6 +116,10 @@ Op Swarm::next_op() {
                              OpKind::watch_stop_inside}[static_cast<std::size_t>(weighted(random_, {60, 25, 15}))];
       }
       op.arg = pick(4) << 2;
+      // A quarter of the watch starts and stops are a tree cache's (no draw of its own, so that the
+      // seeds drawn before caches existed draw the same operations otherwise).
+      if (op.kind == OpKind::watch_start && op.arg >> 2 == 3) op.kind = OpKind::cache_start;
+      if (op.kind == OpKind::watch_stop && op.arg >> 2 == 3) op.kind = OpKind::cache_stop;
       return op;
     }
     case 3:  // batches

@@ -36,6 +36,8 @@ constexpr std::array<OpInfo, kOpKindCount> kTable{{
     {OpKind::watch_start, "watch_start", F::election},
     {OpKind::watch_stop, "watch_stop", F::election},
     {OpKind::watch_stop_inside, "watch_stop_inside", F::election},
+    {OpKind::cache_start, "cache_start", F::election},
+    {OpKind::cache_stop, "cache_stop", F::election},
     {OpKind::batch_open, "batch_open", F::batch},
     {OpKind::batch_send, "batch_send", F::batch},
     {OpKind::batch_destroy, "batch_destroy", F::batch},

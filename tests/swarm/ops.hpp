@@ -51,6 +51,8 @@ enum class OpKind : std::uint8_t {
   watch_start,
   watch_stop,
   watch_stop_inside,  // the watch's next callback stops it
+  cache_start,  // a TreeCache of the whole swarm tree on the session (one per session)
+  cache_stop,
   // Acquisition batches, on the actor's thread.
   batch_open,
   batch_send,

@@ -88,6 +88,7 @@ struct Swarm::SessionSlot {
   bool used_elections = false;
   // Objects of earlier epochs, kept until teardown (their HeldLocks may still be around).
   std::vector<std::unique_ptr<SessionSlot>> earlier;
+  std::unique_ptr<TreeCache> cache;  // of the whole swarm tree (kRoot)
 };
 
 struct Swarm::ActorState {

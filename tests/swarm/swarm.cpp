@@ -473,6 +473,7 @@ void Swarm::teardown() {
   grants_.clear();
   pending_.clear();
   for (auto& slot : slots_) {
+    slot->cache.reset();
     slot->watches.clear();
     slot->selector.reset();
     slot->latches.clear();

@@ -33,6 +33,7 @@
 
 #include <zkr/election.hpp>
 #include <zkr/fence_gate.hpp>
+#include <zkr/cache.hpp>
 #include <zkr/leader_watch.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
@@ -240,6 +241,7 @@ class Swarm {
   void check_orphans();
   std::string metrics_problem(bool final);  // empty: they agree
   std::string watch_problem();
+  std::string cache_problem();
   void eventually(std::string_view invariant, std::chrono::milliseconds bound,
                   const std::function<std::string()>& problem);
   void check_new_grant(const Grant& grant, const Pending& pending);

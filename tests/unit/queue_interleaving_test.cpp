@@ -651,7 +651,8 @@ TEST_F(TimeoutRacingGrant, LostReplyOfTheGrantingListingIsRetriedAfterReconnecti
 // The reply of the get_data that sets the holder's watch on its own node is lost with the
 // connection. The real client then never registers that watch (the server drops a connection's
 // watches; the client re-registers only those whose reply it saw). The holder must still learn
-// that an operator deleted its node.
+// that an operator deleted its node. (A holder sets that watch once the path's children change:
+// until then the listing's children watch stands in for it.)
 TEST_F(QueueInterleaving, HolderStillLearnsOfItsNodeDeletedAfterItsWatchReplyWasLost) {
   const std::string parent = "/locks/own-watch-reply-lost";
   server->ensure_path(parent);
@@ -664,6 +665,7 @@ TEST_F(QueueInterleaving, HolderStillLearnsOfItsNodeDeletedAfterItsWatchReplyWas
 
   Lock lock(*session, parent);
   HeldLock held = lock.acquire();
+  ASSERT_EQ(server->create(parent + "/someone-else"), zk_errc::ok);  // the path changes
   // The own-node watch (its only get_data) is the request that loses its reply.
   ASSERT_TRUE(wait_until([&] { return server->pending_faults() == 0; }));
   ASSERT_TRUE(wait_until([&] { return session->state() == SessionState::suspended; }));
@@ -758,7 +760,8 @@ TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   const auto session_id = session->id();
   Lock lock(*session, parent);
   HeldLock held = lock.acquire();
-  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) == 1; }));  // the own-node watch
+  // The listing's children watch, which stands in for the own-node watch until the path changes.
+  ASSERT_TRUE(wait_until([&] { return server->children_watches(parent) == 1; }));
   std::promise<LossReason> lost;
   held.on_lost([&lost](LossReason reason) { lost.set_value(reason); });
   auto told = lost.get_future();
@@ -897,9 +900,10 @@ TEST_F(QueueInterleaving, ExpiryWithAHolderAndThreeWaitersRequeuesTheWaitersInOr
   ASSERT_TRUE(wait_until([&] {
     std::size_t watches = 0;
     for (const auto& name : server->children(parent)) watches += server->data_watches(child_of(parent, name));
-    // Every node's own-node watch (the holder's and each waiter's), each waiter's watch on its
-    // predecessor, and the second and third waiters' watch on what their predecessor waits for.
-    return watches == 4 + 3 + 2;
+    // The own-node watches of the holder and the first waiter (the next arrival changed the path
+    // their listings watched), each waiter's watch on its predecessor, and the second and third
+    // waiters' watch on what their predecessor waits for.
+    return watches == 2 + 3 + 2;
   }));
   const FencingToken highest_old(server->last_zxid());
 

@@ -6,7 +6,9 @@
 // each term is a new latch, started, awaited, held and closed), rw (InterProcessReadWriteLock: even
 // clients write, odd ones read), or semaphore:N (InterProcessSemaphoreV2 with N leases; each ENTER
 // line carries the lease's token, the czxid of its lease node; HOLD_MS -1 holds the first lease
-// until killed). Starts CLIENTS clients (one
+// until killed), or tree (each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
+// HOLD_MS apart: creates it with "c", sets "s", deletes it when k is odd; nothing is logged; for
+// the cache tests). Starts CLIENTS clients (one
 // session each, named WHO-0, WHO-1, ...; in rw mode WHO-w0, WHO-r1, ...),
 // prints "READY" once all are connected, waits for a line on stdin, then each client enters its
 // critical section ITERATIONS times. Around each one it appends "ENTER <name> <ns>" and
@@ -18,8 +20,13 @@
 // restarts a server) are printed as "RETRY <name> <error>" and the client goes on. In leader and
 // latch modes each ENTER line also carries the term's fencing token, the czxid of the client's election node
 // (as this library's tokens), so that a checker can tell overlapping terms apart by token.
-// MODE sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
-// again until it succeeds) or atomiclong (DistributedAtomicLong.increment()): each client adds 1
+//
+// Added modes: group (each client a GroupMember named WHO-i with the payload "data-WHO-i"; once the
+// first client counts ITERATIONS members it prints "MEMBERS <id>=<data>,..." sorted by id, and the
+// clients leave at the next line on stdin), double-barrier:N (each client enters a
+// DistributedDoubleBarrier of N participants, logs ENTER, waits HOLD_MS, leaves and logs EXIT; one
+// round), sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
+// again until it succeeds) and atomiclong (DistributedAtomicLong.increment()): each client adds 1
 // ITERATIONS times to the counter at PATH and appends "ADD <name> <ns> <value written>" to LOG;
 // HOLD_MS is ignored.
 import java.io.BufferedReader;
@@ -29,6 +36,8 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -36,6 +45,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
+import org.apache.curator.framework.recipes.nodes.GroupMember;
 import org.apache.curator.framework.recipes.atomic.AtomicValue;
 import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
@@ -109,6 +120,9 @@ public final class CuratorPeer {
     System.out.flush();
     final BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
     stdin.readLine();
+    if (mode.equals("group")) runGroup(clients, path, who, iterations, stdin);
+    if (mode.startsWith("double-barrier:"))
+      runDoubleBarrier(clients, path, who, Integer.parseInt(mode.substring("double-barrier:".length())), holdMs);
 
     final boolean churn = iterations == 0;
     final AtomicBoolean stopping = new AtomicBoolean(false);
@@ -197,6 +211,28 @@ public final class CuratorPeer {
                 record("EXIT", name);
               } finally {
                 semaphore.returnLease(lease);
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("tree")) {
+        threads.add(new Thread(() -> {
+          try {
+            for (int n = 0; n < iterations; ++n) {
+              final String node = path + "/" + name + "-" + n;
+              client.create().creatingParentsIfNeeded().forPath(node, "c".getBytes(StandardCharsets.UTF_8));
+              Thread.sleep(holdMs);
+              client.setData().forPath(node, "s".getBytes(StandardCharsets.UTF_8));
+              Thread.sleep(holdMs);
+              if (n % 2 == 1) {
+                client.delete().forPath(node);
+                Thread.sleep(holdMs);
               }
             }
           } catch (Exception e) {
@@ -316,5 +352,68 @@ public final class CuratorPeer {
     System.out.println(finished ? "DONE" : "ERROR timed out");
     System.out.flush();
     System.exit(finished ? 0 : 1);  // Curator's and ZooKeeper's threads would keep the JVM alive
+  }
+
+  private static void runGroup(List<CuratorFramework> clients, String path, String who, int expected,
+                               BufferedReader stdin) throws Exception {
+    List<GroupMember> members = new ArrayList<>();
+    for (int i = 0; i < clients.size(); ++i) {
+      GroupMember member = new GroupMember(clients.get(i), path, who + "-" + i,
+                                           ("data-" + who + "-" + i).getBytes(StandardCharsets.UTF_8));
+      member.start();
+      members.add(member);
+    }
+    String seen = null;
+    for (int wait = 0; wait < 300 && seen == null; ++wait) {
+      Map<String, byte[]> current = new TreeMap<>(members.get(0).getCurrentMembers());
+      if (current.size() == expected) {
+        StringBuilder line = new StringBuilder();
+        for (Map.Entry<String, byte[]> entry : current.entrySet()) {
+          if (line.length() > 0) line.append(',');
+          line.append(entry.getKey()).append('=').append(new String(entry.getValue(), StandardCharsets.UTF_8));
+        }
+        seen = line.toString();
+      } else {
+        Thread.sleep(100);
+      }
+    }
+    System.out.println(seen == null ? "ERROR members not seen" : "MEMBERS " + seen);
+    System.out.flush();
+    stdin.readLine();
+    for (GroupMember member : members) member.close();
+    for (CuratorFramework client : clients) client.close();
+    System.out.println("DONE");
+    System.out.flush();
+    System.exit(0);
+  }
+
+  private static void runDoubleBarrier(List<CuratorFramework> clients, String path, String who, int participants,
+                                       long holdMs) throws Exception {
+    final AtomicBoolean failed = new AtomicBoolean(false);
+    List<Thread> threads = new ArrayList<>();
+    for (int i = 0; i < clients.size(); ++i) {
+      final CuratorFramework client = clients.get(i);
+      final String name = who + "-" + i;
+      Thread thread = new Thread(() -> {
+        try {
+          DistributedDoubleBarrier barrier = new DistributedDoubleBarrier(client, path, participants);
+          if (!barrier.enter(30, TimeUnit.SECONDS)) throw new IllegalStateException("enter timed out");
+          record("ENTER", name);
+          Thread.sleep(holdMs);
+          if (!barrier.leave(30, TimeUnit.SECONDS)) throw new IllegalStateException("leave timed out");
+          record("EXIT", name);
+        } catch (Exception e) {
+          failed.set(true);
+          System.out.println("ERROR " + name + " " + e);
+        }
+      });
+      thread.start();
+      threads.add(thread);
+    }
+    for (Thread thread : threads) thread.join(TimeUnit.SECONDS.toMillis(70));
+    for (CuratorFramework client : clients) client.close();
+    System.out.println(failed.get() ? "ERROR" : "DONE");
+    System.out.flush();
+    System.exit(failed.get() ? 1 : 0);
   }
 }

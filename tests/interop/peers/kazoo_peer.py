@@ -14,6 +14,14 @@ the end. MODE:
   semaphore:N         a lease of a kazoo Semaphore with N leases, whose ENTER lines carry the lease's
                       token (the czxid of its lease node). HOLD_MS -1 holds the first lease until
                       the process is killed (it prints "HOLDING <name>").
+  party, shallow-party  each client joins a kazoo Party (ShallowParty) with its name as identifier;
+                      once the first client counts ITERATIONS members it prints "MEMBERS <id>,..."
+                      (sorted), and the clients leave at the next line on stdin.
+  double-barrier:N    each client enters a kazoo DoubleBarrier of N participants, logs ENTER, waits
+                      HOLD_MS, leaves and logs EXIT (one round).
+  tree                each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
+                      HOLD_MS apart: creates it with "c", sets "s", and deletes it when k is odd
+                      (for the cache tests: nothing is logged).
   counter             kazoo's Counter (an int, default 0): each client adds 1 ITERATIONS times and
                       appends "ADD <name> <ns> <value written>" to LOG; HOLD_MS is ignored;
   counter:curator     the same with Counter(..., support_curator=True) (Curator's 4-byte layout).
@@ -28,10 +36,10 @@ from kazoo.client import KazooClient
 
 def main(argv):
     usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
-             "[lock|election|semaphore:N|counter|counter:curator]")
+             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree|counter|counter:curator]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    modes = ("lock", "election", "counter", "counter:curator")
-    if len(argv) not in (8, 9) or not (mode in modes or mode.startswith("semaphore:")):
+    known = mode in ("lock", "election", "party", "shallow-party", "tree", "counter", "counter:curator") or mode.startswith(("semaphore:", "double-barrier:"))
+    if len(argv) not in (8, 9) or not known:
         print(usage, file=sys.stderr)
         return 64
     connect, path, who, log_path = argv[1], argv[2], argv[3], argv[4]
@@ -50,6 +58,8 @@ def main(argv):
         clients.append(client)
     print("READY", flush=True)
     sys.stdin.readline()
+    if mode in ("party", "shallow-party"):
+        return run_party(clients, path, who, iterations, mode)
 
     failures = []
 
@@ -82,6 +92,26 @@ def main(argv):
                         time.sleep(hold)
                         record("EXIT", name)
                 return
+            if mode.startswith("double-barrier:"):
+                barrier = clients[index].DoubleBarrier(path, int(mode.split(":", 1)[1]), identifier=name)
+                barrier.enter()
+                record("ENTER", name)
+                time.sleep(hold)
+                barrier.leave()
+                record("EXIT", name)
+                return
+            if mode == "tree":
+                client = clients[index]
+                for k in range(iterations):
+                    node = f"{path}/{name}-{k}"
+                    client.create(node, b"c", makepath=True)
+                    time.sleep(hold)
+                    client.set(node, b"s")
+                    time.sleep(hold)
+                    if k % 2:
+                        client.delete(node)
+                        time.sleep(hold)
+                return
             if mode.startswith("counter"):
                 counter = clients[index].Counter(path, support_curator=mode == "counter:curator")
                 for _ in range(iterations):
@@ -108,6 +138,30 @@ def main(argv):
     if failures or any(thread.is_alive() for thread in threads):
         print("ERROR " + "; ".join(failures or ["timed out"]), flush=True)
         return 1
+    print("DONE", flush=True)
+    return 0
+
+
+def run_party(clients, path, who, expected, mode):
+    parties = []
+    for index, client in enumerate(clients):
+        kind = client.Party if mode == "party" else client.ShallowParty
+        party = kind(path, f"{who}-{index}")
+        party.join()
+        parties.append(party)
+    seen = []
+    for _ in range(300):
+        seen = sorted(parties[0])
+        if len(seen) == expected:
+            break
+        time.sleep(0.1)
+    print("MEMBERS " + ",".join(seen) if len(seen) == expected else f"ERROR saw {seen}", flush=True)
+    sys.stdin.readline()
+    for party in parties:
+        party.leave()
+    for client in clients:
+        client.stop()
+        client.close()
     print("DONE", flush=True)
     return 0
 

@@ -1,0 +1,656 @@
+// TreeCache and NodeCache: a subtree mirrored by one data watch and one children watch per cached
+// node, and read again as a whole after every reconnection or new session.
+//
+// Why a node never turns into a ghost: a node enters the cache only with a successful read of its
+// data, and that read sets its data watch. ZooKeeper delivers a watch before the reply to any later
+// read on the same session, so the deletion of a cached node is heard (its data watch fires
+// "deleted") before any listing that no longer shows it; a node created and deleted between two
+// reads answers its first read with "no node" and is never added.
+//
+// Why a full read after reconnecting: the client sends its watches again on reconnection and the
+// server fires those whose nodes changed meanwhile, but nothing says when that is over. Reading
+// every cached node again gives the moment the cache is known current again ("resynchronised"),
+// and it is the only way after a new session, whose handle carries none of the old watches.
+#include <zkr/cache.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <zkr/names.hpp>
+
+#include "internals.hpp"
+#include "session_core.hpp"
+#include "without_exceptions.hpp"
+
+namespace zkr {
+namespace {
+
+bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
+bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
+
+std::string child_path(const std::string& parent, const std::string& name) {
+  return parent == "/" ? "/" + name : parent + "/" + name;
+}
+// What every descendant's path starts with.
+std::string subtree_prefix(const std::string& path) { return path == "/" ? "/" : path + "/"; }
+std::string parent_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+std::string name_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+}  // namespace
+
+std::string_view to_string(CacheEvent::Kind kind) noexcept {
+  switch (kind) {
+    case CacheEvent::Kind::added: return "added";
+    case CacheEvent::Kind::updated: return "updated";
+    case CacheEvent::Kind::removed: return "removed";
+    case CacheEvent::Kind::initialized: return "initialized";
+    case CacheEvent::Kind::stale: return "stale";
+    case CacheEvent::Kind::resynchronised: return "resynchronised";
+    case CacheEvent::Kind::failed: return "failed";
+  }
+  return "unknown";
+}
+
+struct TreeCache::State final : detail::SessionListener, std::enable_shared_from_this<State> {
+  struct Node {
+    NodeData node;
+    std::vector<std::string> children;  // the cached children's names, sorted
+    std::uint64_t incarnation = 0;      // the read that added it: watches of another one are stale
+    int depth = 0;
+    bool data_watch = false;      // set, or being set by a read in flight
+    bool children_watch = false;  // likewise
+  };
+
+  State(std::shared_ptr<detail::SessionCore> session_core, std::string cached_root, Callback on_event,
+        TreeCacheOptions cache_options)
+      : core(std::move(session_core)),
+        root(std::move(cached_root)),
+        callback(std::move(on_event)),
+        options(cache_options) {}
+
+  // ---- reading (under core->mutex() and mirror_mutex) ----
+
+  // Reads of the open round are counted: the round is complete when the last one answered.
+  std::uint64_t begin_read_locked() {
+    ++counters.reads;
+    if (!round_open) return 0;
+    ++round_outstanding;
+    return round;
+  }
+  // Called after the reply was handled (which may have sent more reads of the round).
+  void end_read_locked(std::uint64_t read_round, zk_errc rc) {
+    if (read_round == 0 || read_round != round || !round_open) return;
+    if (is_connection_trouble(rc) || is_session_ended(rc)) {
+      round_open = false;  // the next connection reads again
+      return;
+    }
+    if (--round_outstanding == 0) complete_round_locked();
+  }
+  // A read that cannot be sent now (no connection): the round cannot complete on this connection.
+  bool can_read_locked() {
+    if (stopped) return false;
+    if (core->usable_locked(core->generation_locked())) return true;
+    round_open = false;
+    return false;
+  }
+
+  // A node a listing (or the root) names that is not cached yet: read its data, with its watch.
+  void fetch_locked(const std::string& path, int depth) {
+    if (!can_read_locked()) return;
+    const std::uint64_t incarnation = next_incarnation++;
+    pending[path] = incarnation;
+    const std::uint64_t generation = core->generation_locked();
+    const std::uint64_t read_round = begin_read_locked();
+    std::weak_ptr<State> weak = weak_from_this();
+    core->get_data(
+        generation, path,
+        [weak, path, depth, incarnation, generation, read_round](zk_errc rc, std::string data, NodeStat stat) {
+          auto self = weak.lock();
+          if (!self) return;
+          std::lock_guard lock(self->core->mutex());
+          std::lock_guard mirror(self->mirror_mutex);
+          if (self->ignore_locked(generation)) return;
+          self->on_fetched_locked(path, depth, incarnation, rc, std::move(data), stat);
+          self->end_read_locked(read_round, rc);
+          self->flush_events_locked();
+        },
+        data_watch_for(path, incarnation, generation));
+  }
+
+  void on_fetched_locked(const std::string& path, int depth, std::uint64_t incarnation, zk_errc rc,
+                         std::string data, const NodeStat& stat) {
+    auto in_flight = pending.find(path);
+    if (in_flight == pending.end() || in_flight->second != incarnation) return;  // superseded
+    pending.erase(in_flight);
+    if (rc == zk_errc::no_node) {
+      if (path == root) schedule_root_poll_locked();
+      return;  // created and deleted before we read it: never told
+    }
+    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
+    if (nodes.contains(path)) return;
+    Node* parent = nullptr;
+    if (path != root) {
+      auto found = nodes.find(parent_of(path));
+      if (found == nodes.end()) return;  // its parent went meanwhile
+      parent = &found->second;
+    }
+    if (nodes.size() >= options.max_nodes) return stop_locked(make_error_code(errc::cache_limit));
+    if (!options.cache_data) data.clear();
+    Node& node = nodes[path];
+    node.node = NodeData{std::move(data), stat};
+    node.incarnation = incarnation;
+    node.depth = depth;
+    node.data_watch = true;  // registered with the reply
+    counters.data_bytes += node.node.data.size();
+    if (parent) {
+      const std::string name = name_of(path);
+      parent->children.insert(std::lower_bound(parent->children.begin(), parent->children.end(), name), name);
+    }
+    emit_locked(CacheEvent::Kind::added, path, node.node);
+    if (depth < options.max_depth) list_locked(path);
+  }
+
+  // Reads a cached node's data again (after its data watch fired, or in a round).
+  void refresh_locked(const std::string& path) {
+    auto found = nodes.find(path);
+    if (found == nodes.end() || !can_read_locked()) return;
+    Node& node = found->second;
+    const std::uint64_t incarnation = node.incarnation;
+    const std::uint64_t generation = core->generation_locked();
+    detail::NodeWatch watch;
+    const bool watching = !node.data_watch;  // one data watch per node at a time
+    if (watching) {
+      node.data_watch = true;
+      watch = data_watch_for(path, incarnation, generation);
+    }
+    const std::uint64_t read_round = begin_read_locked();
+    std::weak_ptr<State> weak = weak_from_this();
+    core->get_data(
+        generation, path,
+        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::string data, NodeStat stat) {
+          auto self = weak.lock();
+          if (!self) return;
+          std::lock_guard lock(self->core->mutex());
+          std::lock_guard mirror(self->mirror_mutex);
+          if (self->ignore_locked(generation)) return;
+          self->on_refreshed_locked(path, incarnation, watching, rc, std::move(data), stat);
+          self->end_read_locked(read_round, rc);
+          self->flush_events_locked();
+        },
+        std::move(watch));
+  }
+
+  void on_refreshed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
+                           std::string data, const NodeStat& stat) {
+    auto found = nodes.find(path);
+    if (found == nodes.end() || found->second.incarnation != incarnation) return;
+    Node& node = found->second;
+    if (watching && rc != zk_errc::ok) node.data_watch = false;  // the client registers it only with a reply
+    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
+    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
+    if (stat.mzxid == node.node.stat.mzxid && stat.czxid == node.node.stat.czxid) {
+      node.node.stat = stat;  // its children changed: same data
+      return;
+    }
+    if (!options.cache_data) data.clear();
+    counters.data_bytes = counters.data_bytes - node.node.data.size() + data.size();
+    node.node = NodeData{std::move(data), stat};
+    emit_locked(CacheEvent::Kind::updated, path, node.node);
+  }
+
+  // Lists a cached node's children (with its children watch, unless one is set) and brings the
+  // cache in line: new names are fetched, names gone are removed with their subtrees.
+  void list_locked(const std::string& path) {
+    auto found = nodes.find(path);
+    if (found == nodes.end() || !can_read_locked()) return;
+    Node& node = found->second;
+    const std::uint64_t incarnation = node.incarnation;
+    const std::uint64_t generation = core->generation_locked();
+    detail::NodeWatch watch;
+    const bool watching = !node.children_watch;
+    if (watching) {
+      node.children_watch = true;
+      watch = [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
+        auto self = weak.lock();
+        if (!self) return;
+        std::lock_guard lock(self->core->mutex());
+        std::lock_guard mirror(self->mirror_mutex);
+        if (self->ignore_locked(generation)) return;
+        auto watched = self->nodes.find(path);
+        if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
+        watched->second.children_watch = false;
+        if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
+        else self->list_locked(path);
+        self->flush_events_locked();
+      };
+    }
+    const std::uint64_t read_round = begin_read_locked();
+    std::weak_ptr<State> weak = weak_from_this();
+    core->get_children(
+        generation, path,
+        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::vector<std::string> names,
+                                                                    NodeStat) {
+          auto self = weak.lock();
+          if (!self) return;
+          std::lock_guard lock(self->core->mutex());
+          std::lock_guard mirror(self->mirror_mutex);
+          if (self->ignore_locked(generation)) return;
+          self->on_listed_locked(path, incarnation, watching, rc, std::move(names));
+          self->end_read_locked(read_round, rc);
+          self->flush_events_locked();
+        },
+        std::move(watch));
+  }
+
+  void on_listed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
+                        std::vector<std::string> names) {
+    auto found = nodes.find(path);
+    if (found == nodes.end() || found->second.incarnation != incarnation) return;
+    Node& node = found->second;
+    if (watching && rc != zk_errc::ok) node.children_watch = false;
+    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
+    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
+    std::sort(names.begin(), names.end());
+    const int depth = node.depth + 1;
+    std::vector<std::string> gone;
+    std::set_difference(node.children.begin(), node.children.end(), names.begin(), names.end(),
+                        std::back_inserter(gone));
+    std::vector<std::string> fresh;
+    std::set_difference(names.begin(), names.end(), node.children.begin(), node.children.end(),
+                        std::back_inserter(fresh));
+    // `node` may move from here on (removals and fetches change the map).
+    for (const auto& name : gone) remove_subtree_locked(child_path(path, name));
+    // Fetches in flight for names this listing no longer shows are superseded.
+    const std::string prefix = subtree_prefix(path);
+    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);) {
+      const std::string name = it->first.substr(prefix.size());
+      const bool direct_child = name.find('/') == std::string::npos && it->first != path;
+      if (direct_child && !std::binary_search(names.begin(), names.end(), name)) it = pending.erase(it);
+      else ++it;
+    }
+    for (const auto& name : fresh) {
+      const std::string child = child_path(path, name);
+      if (!pending.contains(child)) fetch_locked(child, depth);
+      if (stopped) return;
+    }
+  }
+
+  // The data watch of one incarnation of a node.
+  detail::NodeWatch data_watch_for(const std::string& path, std::uint64_t incarnation, std::uint64_t generation) {
+    return [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
+      auto self = weak.lock();
+      if (!self) return;
+      std::lock_guard lock(self->core->mutex());
+      std::lock_guard mirror(self->mirror_mutex);
+      if (self->ignore_locked(generation)) return;
+      auto watched = self->nodes.find(path);
+      if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
+      watched->second.data_watch = false;
+      if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
+      else self->refresh_locked(path);
+      self->flush_events_locked();
+    };
+  }
+
+  bool ignore_locked(std::uint64_t generation) const { return stopped || generation != core->generation_locked(); }
+
+  // Removes a node and everything under it: descendants first, deepest paths before their parents.
+  void remove_subtree_locked(const std::string& path) {
+    auto found = nodes.find(path);
+    if (found == nodes.end()) return;
+    const std::string prefix = subtree_prefix(path);
+    std::vector<std::string> doomed;
+    for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix); ++it)
+      if (it->first != path) doomed.push_back(it->first);
+    doomed.push_back(path);
+    for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+      auto node = nodes.find(*it);
+      counters.data_bytes -= node->second.node.data.size();
+      emit_locked(CacheEvent::Kind::removed, *it, std::move(node->second.node));
+      nodes.erase(node);
+    }
+    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);)
+      it = pending.erase(it);
+    if (path == root) {
+      schedule_root_poll_locked();
+      return;
+    }
+    if (auto parent = nodes.find(parent_of(path)); parent != nodes.end()) {
+      auto& siblings = parent->second.children;
+      const std::string name = name_of(path);
+      auto at = std::lower_bound(siblings.begin(), siblings.end(), name);
+      if (at != siblings.end() && *at == name) siblings.erase(at);
+    }
+  }
+
+  // ---- rounds: the initial load, and each read-again after a reconnection or a new session ----
+
+  void start_round_locked() {
+    if (stopped) return;
+    ++round;
+    round_open = true;
+    round_outstanding = 0;
+    pending.clear();  // fetches of the old connection: the listings below fetch again
+    if (!nodes.contains(root)) {
+      fetch_locked(root, 0);
+    } else {
+      std::vector<std::pair<std::string, int>> cached;
+      cached.reserve(nodes.size());
+      for (const auto& [path, node] : nodes) cached.emplace_back(path, node.depth);
+      for (const auto& [path, depth] : cached) {
+        refresh_locked(path);
+        if (depth < options.max_depth) list_locked(path);
+      }
+    }
+    if (round_open && round_outstanding == 0) complete_round_locked();
+  }
+
+  void complete_round_locked() {
+    round_open = false;
+    if (!is_initialized) {
+      is_initialized = true;
+      counters.initialized = true;
+      emit_locked(CacheEvent::Kind::initialized, {}, {});
+      initialized_changed.notify_all();
+      finish_waiters_locked({});
+    }
+    if (is_stale) {
+      is_stale = false;
+      counters.stale = false;
+      ++counters.resynchronisations;
+      emit_locked(CacheEvent::Kind::resynchronised, {}, {});
+    }
+  }
+
+  void mark_stale_locked() {
+    round_open = false;
+    if (is_stale || stopped) return;
+    is_stale = true;
+    counters.stale = true;
+    emit_locked(CacheEvent::Kind::stale, {}, {});
+  }
+
+  void schedule_root_poll_locked() {
+    if (root_poll_scheduled || stopped) return;
+    root_poll_scheduled = true;
+    // Timers belong to the worker thread.
+    core->post_to_worker([weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (!self) return;
+      if (!self->poll_timer) self->poll_timer = std::make_unique<boost::asio::steady_timer>(self->core->worker());
+      self->poll_timer->expires_after(self->options.missing_root_poll);
+      self->poll_timer->async_wait([weak](boost::system::error_code ec) {
+        auto again = weak.lock();
+        if (!again) return;
+        std::lock_guard lock(again->core->mutex());
+        std::lock_guard mirror(again->mirror_mutex);
+        again->root_poll_scheduled = false;
+        if (ec || again->stopped) return;
+        if (!again->nodes.contains(again->root) && !again->pending.contains(again->root)) {
+          if (again->core->usable_locked(again->core->generation_locked())) again->fetch_locked(again->root, 0);
+        }
+        again->flush_events_locked();
+      });
+    });
+  }
+
+  void fail_unless_transient_locked(zk_errc rc) {
+    if (is_connection_trouble(rc) || is_session_ended(rc)) return;  // the next connection reads again
+    stop_locked(make_error_code(rc));
+  }
+
+  // Stops for good. `why` set: the cache stopped by itself, and says so with a `failed` event.
+  void stop_locked(std::error_code why) {
+    if (stopped) return;
+    if (why) emit_locked(CacheEvent::Kind::failed, {}, {});
+    flush_events_locked();
+    stopped = true;
+    failure = why;
+    round_open = false;
+    initialized_changed.notify_all();
+    finish_waiters_locked(why ? why : make_error_code(errc::cancelled));
+    core->post_to_worker([weak = weak_from_this()] {
+      if (auto self = weak.lock(); self && self->poll_timer) self->poll_timer->cancel();
+    });
+    core->detach(this);
+  }
+
+  void finish_waiters_locked(std::error_code result) {
+    for (auto& waiter : std::exchange(waiters, {}))
+      core->post_callback([waiter = std::move(waiter), result] { waiter(result); });
+  }
+
+  // ---- events ----
+
+  void emit_locked(CacheEvent::Kind kind, std::string path, NodeData node) {
+    switch (kind) {
+      case CacheEvent::Kind::added: ++counters.added; break;
+      case CacheEvent::Kind::updated: ++counters.updated; break;
+      case CacheEvent::Kind::removed: ++counters.removed; break;
+      default: break;
+    }
+    if (callback) events.push_back(CacheEvent{kind, std::move(path), std::move(node)});
+  }
+
+  // Hands the events of one reply to the callback thread, in order.
+  void flush_events_locked() {
+    if (events.empty()) return;
+    core->post_callback([weak = weak_from_this(), batch = std::exchange(events, {})] {
+      if (auto self = weak.lock()) self->deliver(batch);
+    });
+  }
+
+  // ---- SessionListener (under core->mutex()) ----
+  void on_suspended(std::uint64_t) override {
+    std::lock_guard mirror(mirror_mutex);
+    mark_stale_locked();
+    flush_events_locked();
+  }
+  void on_reconnected(std::uint64_t) override {  // the watches set stay set
+    std::lock_guard mirror(mirror_mutex);
+    mark_stale_locked();
+    start_round_locked();
+    flush_events_locked();
+  }
+  void on_new_session(std::uint64_t) override {
+    std::lock_guard mirror(mirror_mutex);
+    for (auto& [path, node] : nodes) node.data_watch = node.children_watch = false;  // gone with the old handle
+    mark_stale_locked();
+    start_round_locked();
+    flush_events_locked();
+  }
+  void on_session_lost(std::uint64_t, LossReason) override {
+    std::lock_guard mirror(mirror_mutex);
+    mark_stale_locked();
+    flush_events_locked();
+  }
+  void on_session_ended(std::error_code why) override {
+    std::lock_guard mirror(mirror_mutex);
+    stop_locked(why ? why : make_error_code(errc::session_closed));
+  }
+
+  // ---- calling back (callback thread) ----
+
+  void deliver(const std::vector<CacheEvent>& batch) {
+    for (const auto& event : batch) {
+      {
+        std::lock_guard guard(delivery_mutex);
+        if (delivery_stopped) return;
+        delivering_on = std::this_thread::get_id();
+      }
+      detail::SessionCore::run_user_callback([&] { callback(event); });
+      std::lock_guard guard(delivery_mutex);
+      delivering_on = {};
+      delivered.notify_all();
+    }
+  }
+
+  void stop_deliveries() {
+    std::unique_lock guard(delivery_mutex);
+    delivery_stopped = true;
+    if (delivering_on == std::this_thread::get_id()) return;  // stopped from the callback itself
+    delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
+  }
+
+  const std::shared_ptr<detail::SessionCore> core;
+  const std::string root;
+  const Callback callback;
+  const TreeCacheOptions options;
+
+  // Under core->mutex().
+  bool stopped = false;
+  std::error_code failure;
+  std::uint64_t next_incarnation = 1;
+  std::map<std::string, std::uint64_t, std::less<>> pending;  // fetches in flight: path -> incarnation
+  std::uint64_t round = 0;
+  bool round_open = false;
+  std::size_t round_outstanding = 0;
+  std::vector<CacheEvent> events;  // of the reply being handled
+  bool root_poll_scheduled = false;
+  std::unique_ptr<boost::asio::steady_timer> poll_timer;  // the worker thread's
+
+  // Written under core->mutex() and mirror_mutex; the accessors read under mirror_mutex alone.
+  mutable std::mutex mirror_mutex;
+  mutable std::condition_variable initialized_changed;
+  std::map<std::string, Node, std::less<>> nodes;
+  bool is_initialized = false;
+  bool is_stale = false;
+  CacheMetrics counters;
+  std::vector<std::function<void(std::error_code)>> waiters;
+
+  // Under delivery_mutex.
+  std::mutex delivery_mutex;
+  std::condition_variable delivered;
+  bool delivery_stopped = false;
+  std::thread::id delivering_on;
+};
+
+TreeCache::TreeCache(Session& session, std::string root, Callback callback, TreeCacheOptions options) {
+  if (auto problem = path_problem(root); !problem.empty())
+    throw Error(make_error_code(errc::invalid_path), "cache", root, problem);
+  if (options.max_depth < 0)
+    throw Error(make_error_code(errc::invalid_argument), "cache", root, "max_depth is negative");
+  if (options.max_nodes == 0) throw Error(make_error_code(errc::invalid_argument), "cache", root, "max_nodes is 0");
+  if (options.missing_root_poll <= std::chrono::milliseconds::zero())
+    throw Error(make_error_code(errc::invalid_argument), "cache", root, "missing_root_poll is not positive");
+  state_ = std::make_shared<State>(detail::Internals::core(session), std::move(root), std::move(callback), options);
+  std::lock_guard lock(state_->core->mutex());
+  std::lock_guard mirror(state_->mirror_mutex);
+  if (state_->core->ended()) {
+    state_->stopped = true;
+    state_->failure = make_error_code(errc::session_closed);
+    return;
+  }
+  state_->core->attach(state_);
+  if (state_->core->state() != SessionState::connected) state_->mark_stale_locked();
+  state_->start_round_locked();
+  state_->flush_events_locked();
+}
+
+std::optional<TreeCache> TreeCache::make(Session& session, std::string root, Callback callback,
+                                         TreeCacheOptions options, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] {
+    return std::optional<TreeCache>(std::in_place, session, std::move(root), std::move(callback), options);
+  });
+}
+
+TreeCache::~TreeCache() { stop(); }
+
+const std::string& TreeCache::root() const { return state_->root; }
+
+std::optional<NodeData> TreeCache::get(std::string_view path) const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  auto found = state_->nodes.find(path);
+  if (found == state_->nodes.end()) return std::nullopt;
+  return found->second.node;
+}
+
+std::vector<std::string> TreeCache::children(std::string_view path) const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  auto found = state_->nodes.find(path);
+  if (found == state_->nodes.end()) return {};
+  return found->second.children;
+}
+
+std::map<std::string, NodeData> TreeCache::snapshot() const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  std::map<std::string, NodeData> out;
+  for (const auto& [path, node] : state_->nodes) out.emplace_hint(out.end(), path, node.node);
+  return out;
+}
+
+std::size_t TreeCache::size() const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  return state_->nodes.size();
+}
+
+bool TreeCache::initialized() const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  return state_->is_initialized;
+}
+
+bool TreeCache::stale() const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  return state_->is_stale;
+}
+
+bool TreeCache::wait_initialized(std::chrono::milliseconds timeout) const {
+  std::unique_lock mirror(state_->mirror_mutex);
+  state_->initialized_changed.wait_for(mirror, timeout, [&] { return state_->is_initialized || state_->stopped; });
+  return state_->is_initialized;
+}
+
+void TreeCache::async_wait_initialized(std::function<void(std::error_code)> done) {
+  std::error_code result;
+  {
+    std::lock_guard lock(state_->core->mutex());
+    std::lock_guard mirror(state_->mirror_mutex);
+    if (!state_->is_initialized && !state_->stopped) {
+      state_->waiters.push_back(std::move(done));
+      return;
+    }
+    if (!state_->is_initialized)
+      result = state_->failure ? state_->failure : make_error_code(errc::cancelled);
+  }
+  done(result);
+}
+
+std::error_code TreeCache::error() const {
+  std::lock_guard lock(state_->core->mutex());
+  return state_->failure;
+}
+
+CacheMetrics TreeCache::metrics() const {
+  std::lock_guard mirror(state_->mirror_mutex);
+  CacheMetrics out = state_->counters;
+  out.nodes = state_->nodes.size();
+  return out;
+}
+
+void TreeCache::stop() {
+  {
+    std::lock_guard lock(state_->core->mutex());
+    std::lock_guard mirror(state_->mirror_mutex);
+    state_->stop_locked({});
+  }
+  state_->stop_deliveries();
+}
+
+NodeCache::NodeCache(Session& session, std::string path, Callback callback, std::chrono::milliseconds missing_node_poll)
+    : tree_(session, std::move(path), std::move(callback),
+            TreeCacheOptions{.max_depth = 0, .cache_data = true, .max_nodes = 1, .missing_root_poll = missing_node_poll}) {}
+
+std::optional<NodeCache> NodeCache::make(Session& session, std::string path, Callback callback,
+                                         std::error_code& ec) noexcept {
+  return detail::without_exceptions(
+      ec, [&] { return std::optional<NodeCache>(std::in_place, session, std::move(path), std::move(callback)); });
+}
+
+}  // namespace zkr

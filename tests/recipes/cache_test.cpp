@@ -1,0 +1,385 @@
+// TreeCache and NodeCache on real servers: the initial load, ordered events under a writer, a
+// deleted subtree, a node created and deleted at once (no ghost), the depth limit and the node
+// limit, "stale" while the server is stopped and the differences told after its restart, a session
+// expired under the cache, and the node cache's created/changed/deleted.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
+
+#include <zkr/asio.hpp>
+#include <zkr/cache.hpp>
+#include <zkr/error.hpp>
+
+#include "internals.hpp"
+#include "session_core.hpp"
+
+#include "recipe_test_support.hpp"
+
+namespace zkr::test {
+namespace {
+
+using Kind = CacheEvent::Kind;
+
+// What the callback was told, in order.
+class Heard {
+ public:
+  TreeCache::Callback callback() {
+    return [this](const CacheEvent& event) {
+      std::lock_guard guard(mutex_);
+      events_.push_back(event);
+    };
+  }
+  std::vector<CacheEvent> events() const {
+    std::lock_guard guard(mutex_);
+    return events_;
+  }
+  // "added /x =data", "removed /x", "initialized", ...: for readable failures.
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    for (const auto& event : events()) {
+      std::string line(to_string(event.kind));
+      if (!event.path.empty()) line += " " + event.path;
+      if (event.kind == Kind::added || event.kind == Kind::updated) line += " =" + event.node.data;
+      out.push_back(line);
+    }
+    return out;
+  }
+  std::size_t count(Kind kind) const {
+    std::size_t n = 0;
+    for (const auto& event : events()) n += event.kind == kind;
+    return n;
+  }
+  void clear() {
+    std::lock_guard guard(mutex_);
+    events_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<CacheEvent> events_;
+};
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += line + "\n";
+  return out;
+}
+
+// path -> data of a snapshot.
+std::map<std::string, std::string> contents(const std::map<std::string, NodeData>& snapshot) {
+  std::map<std::string, std::string> out;
+  for (const auto& [path, node] : snapshot) out[path] = node.data;
+  return out;
+}
+
+// The server's subtree under `root` (path -> data), read with the raw client.
+std::map<std::string, std::string> server_tree(RawClient& raw, const std::string& root) {
+  std::map<std::string, std::string> out;
+  std::vector<std::string> todo{root};
+  while (!todo.empty()) {
+    const std::string path = todo.back();
+    todo.pop_back();
+    char buffer[1024];
+    int length = sizeof buffer;
+    if (zoo_get(raw.handle(), path.c_str(), 0, buffer, &length, nullptr) != ZOK) continue;
+    out[path] = std::string(buffer, length < 0 ? 0 : length);
+    for (const auto& child : raw.children(path)) todo.push_back(path + "/" + child);
+  }
+  return out;
+}
+
+// The initial load is complete and its `initialized` event delivered (the flag turns first).
+bool loaded(const TreeCache& cache, const Heard& heard) {
+  return cache.wait_initialized(testenv::scaled(10s)) &&
+         eventually([&] { return heard.count(Kind::initialized) == 1; });
+}
+
+class CacheTest : public ServerTest {
+ protected:
+  Sessions sessions;
+  void SetUp() override { raw.create(path.substr(0, path.rfind('/'))); }  // the tests' common parent
+  void TearDown() override { sessions.close_all(); }
+  void set(const std::string& node, const std::string& data) {
+    ASSERT_EQ(zoo_set(raw.handle(), node.c_str(), data.data(), static_cast<int>(data.size()), -1), ZOK) << node;
+  }
+};
+
+TEST_F(CacheTest, LoadsTheTreeOnceParentsBeforeChildrenThenSaysInitialized) {
+  ASSERT_EQ(raw.create(path, "root"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a", "A"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/x", "AX"), ZOK);
+  ASSERT_EQ(raw.create(path + "/b", ""), ZOK);
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+  EXPECT_EQ(cache.children(path), (std::vector<std::string>{"a", "b"}));
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::initialized) == 1; }));
+  auto lines = heard.lines();
+  ASSERT_EQ(lines.size(), 5u) << joined(lines);
+  EXPECT_EQ(lines[0], "added " + path + " =root");
+  EXPECT_EQ(lines[4], "initialized");
+  const auto at = [&](const std::string& line) { return std::find(lines.begin(), lines.end(), line) - lines.begin(); };
+  EXPECT_LT(at("added " + path + "/a =A"), at("added " + path + "/a/x =AX"));
+  EXPECT_FALSE(cache.stale());
+  EXPECT_EQ(cache.metrics().nodes, 4u);
+  EXPECT_EQ(cache.metrics().added, 4u);
+}
+
+TEST_F(CacheTest, AMissingRootIsLoadedWhenItAppearsAndTheDepthLimitHolds) {
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback(), {.max_depth = 1, .missing_root_poll = 50ms});
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  EXPECT_EQ(cache.size(), 0u);
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a", "A"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/deep", "D"), ZOK);
+  ASSERT_TRUE(eventually([&] { return cache.size() == 2; })) << joined(heard.lines());
+  std::this_thread::sleep_for(200ms);  // time to (wrongly) read below the limit
+  EXPECT_FALSE(cache.get(path + "/a/deep"));
+  EXPECT_EQ(cache.get(path + "/a")->data, "A");
+}
+
+TEST_F(CacheTest, EventsOfEachPathComeInTheOrderTheServerAppliedThem) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  ASSERT_EQ(raw.create(path + "/counter", "0"), ZOK);
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  // A writer on its own session: counter values up, and nodes created and deleted meanwhile.
+  constexpr int kWrites = 60;
+  std::thread writer([&] {
+    RawClient own(servers);
+    for (int i = 1; i <= kWrites; ++i) {
+      const std::string value = std::to_string(i);
+      zoo_set(own.handle(), (path + "/counter").c_str(), value.data(), static_cast<int>(value.size()), -1);
+      if (i % 10 == 0) own.create(path + "/n" + value, value);
+      if (i % 20 == 0) own.remove(path + "/n" + std::to_string(i - 10));
+    }
+  });
+  writer.join();
+  const auto expected = server_tree(raw, path);
+  ASSERT_TRUE(eventually([&] { return contents(cache.snapshot()) == expected; })) << joined(heard.lines());
+  // Each path's events: the counter only ever goes up; a node is added before it is removed.
+  int last_counter = 0;
+  std::map<std::string, std::string> seen;  // path -> last kind
+  for (const auto& event : heard.events()) {
+    if (event.path == path + "/counter" && event.kind == Kind::updated) {
+      EXPECT_GT(std::stoi(event.node.data), last_counter) << joined(heard.lines());
+      last_counter = std::stoi(event.node.data);
+    }
+    if (event.kind == Kind::added) {
+      EXPECT_NE(seen[event.path], "added") << event.path;
+      seen[event.path] = "added";
+    }
+    if (event.kind == Kind::removed) {
+      EXPECT_EQ(seen[event.path], "added") << event.path;
+      seen[event.path] = "removed";
+    }
+  }
+  EXPECT_EQ(last_counter, kWrites);
+}
+
+TEST_F(CacheTest, ADeletedSubtreeIsRemovedDescendantsFirst) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  ASSERT_EQ(raw.create(path + "/a"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/b"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/b/c"), ZOK);
+  ASSERT_EQ(raw.create(path + "/keep"), ZOK);
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  heard.clear();
+  ASSERT_EQ(raw.remove(path + "/a/b/c"), ZOK);
+  ASSERT_EQ(raw.remove(path + "/a/b"), ZOK);
+  ASSERT_EQ(raw.remove(path + "/a"), ZOK);
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::removed) == 3; })) << joined(heard.lines());
+  EXPECT_EQ(heard.lines(), (std::vector<std::string>{"removed " + path + "/a/b/c", "removed " + path + "/a/b",
+                                                     "removed " + path + "/a"}));
+  EXPECT_EQ(cache.children(path), std::vector<std::string>{"keep"});
+  // The root itself: everything goes, and it comes back when recreated.
+  ASSERT_EQ(raw.remove(path + "/keep"), ZOK);
+  ASSERT_EQ(raw.remove(path), ZOK);
+  ASSERT_TRUE(eventually([&] { return cache.size() == 0; }));
+}
+
+TEST_F(CacheTest, ANodeCreatedAndDeletedBetweenTwoReadsLeavesNoGhost) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  heard.clear();
+  // Created and deleted in one transaction: no read can ever see it. Then many quick pairs.
+  Transaction flash;
+  flash.create(path + "/flash", "x").remove(path + "/flash");
+  session.commit(flash);
+  std::thread writer([&] {
+    RawClient own(servers);
+    for (int i = 0; i < 40; ++i) {
+      const std::string node = path + "/q" + std::to_string(i % 4);
+      own.create(node, "v");
+      own.remove(node);
+    }
+    own.create(path + "/last", "end");
+  });
+  writer.join();
+  ASSERT_TRUE(eventually([&] { return cache.get(path + "/last").has_value(); })) << joined(heard.lines());
+  std::this_thread::sleep_for(200ms);  // late replies would land now
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+  for (const auto& event : heard.events()) EXPECT_NE(event.path, path + "/flash") << joined(heard.lines());
+  // Every quick node told as added was told as removed again.
+  EXPECT_EQ(heard.count(Kind::added) - 1 /* /last */, heard.count(Kind::removed)) << joined(heard.lines());
+}
+
+TEST_F(CacheTest, TooManyNodesStopTheCacheWithCacheLimit) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(raw.create(path + "/" + std::to_string(i)), ZOK);
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback(), {.max_nodes = 3});
+  ASSERT_TRUE(eventually([&] { return cache.error() == errc::cache_limit; }));
+  EXPECT_FALSE(cache.wait_initialized(100ms));
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::failed) == 1; }));
+  EXPECT_LE(cache.size(), 3u);
+  EXPECT_THROW(TreeCache(session, "no-slash"), Error);
+  std::error_code ec;
+  EXPECT_FALSE(TreeCache::make(session, path, {}, {.max_depth = -1}, ec));
+  EXPECT_EQ(ec, errc::invalid_argument);
+}
+
+TEST_F(CacheTest, NodeCacheTellsCreatedChangedAndDeleted) {
+  Heard heard;
+  Session& session = sessions.add(servers);
+  NodeCache node(session, path, heard.callback(), 50ms);
+  ASSERT_TRUE(node.wait_initialized(testenv::scaled(10s)));
+  EXPECT_FALSE(node.current());
+  ASSERT_EQ(raw.create(path, "one"), ZOK);
+  ASSERT_TRUE(eventually([&] { return node.current() && node.current()->data == "one"; }));
+  set(path, "two");
+  ASSERT_TRUE(eventually([&] { return node.current() && node.current()->data == "two"; }));
+  ASSERT_EQ(raw.create(path + "/child"), ZOK);  // not part of a node cache
+  ASSERT_EQ(raw.remove(path + "/child"), ZOK);
+  ASSERT_EQ(raw.remove(path), ZOK);
+  ASSERT_TRUE(eventually([&] { return !node.current(); }));
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::removed) == 1; }));
+  EXPECT_EQ(heard.lines(), (std::vector<std::string>{"initialized", "added " + path + " =one",
+                                                     "updated " + path + " =two", "removed " + path}));
+}
+
+// The server stopped: the cache says stale; the tree changes before it can reconnect (its proxy
+// holds it off while another client writes); once through, the cache tells the differences and
+// says resynchronised.
+TEST_F(CacheTest, StaleWhileTheServerIsStoppedThenTheDifferencesAfterItsRestart) {
+  testenv::Cluster cluster;
+  RawClient direct(cluster.connect_string());
+  ASSERT_EQ(direct.create("/tree", "r"), ZOK);
+  ASSERT_EQ(direct.create("/tree/changed", "old"), ZOK);
+  ASSERT_EQ(direct.create("/tree/deleted", "d"), ZOK);
+  testenv::Proxy proxy(cluster.server_address(0));
+  Heard heard;
+  Sessions own;  // closed before the cluster goes
+  auto close_own = own.closer();
+  Session& session = own.add(proxy.address(), 4000ms);
+  TreeCache cache(session, "/tree", heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  EXPECT_FALSE(cache.stale());
+  heard.clear();
+
+  proxy.reset();
+  proxy.blackhole();
+  cluster.stop(0);
+  ASSERT_TRUE(eventually([&] { return cache.stale(); }, testenv::scaled(10s)));
+  cluster.start(0);
+  ASSERT_TRUE(eventually([&] {
+    return zoo_set(direct.handle(), "/tree/changed", "new", 3, -1) == ZOK;
+  }, testenv::scaled(15s)));
+  ASSERT_EQ(direct.remove("/tree/deleted"), ZOK);
+  ASSERT_EQ(direct.create("/tree/added", "a"), ZOK);
+  EXPECT_TRUE(cache.stale());
+  proxy.pass();
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::resynchronised) == 1; }, testenv::scaled(20s)))
+      << joined(heard.lines());
+  EXPECT_FALSE(cache.stale());
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(direct, "/tree"));
+  auto lines = heard.lines();
+  ASSERT_GE(lines.size(), 5u) << joined(lines);
+  EXPECT_EQ(lines.front(), "stale");
+  EXPECT_EQ(lines.back(), "resynchronised");
+  const std::vector<std::string> between(lines.begin() + 1, lines.end() - 1);
+  std::vector<std::string> sorted = between;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::string>{"added /tree/added =a", "removed /tree/deleted",
+                                              "updated /tree/changed =new"}))
+      << joined(lines);
+}
+
+TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  ASSERT_EQ(raw.create(path + "/stays", "s"), ZOK);
+  ASSERT_EQ(raw.create(path + "/goes", "g"), ZOK);
+  testenv::Proxy proxy(servers);
+  Heard heard;
+  Session& session = sessions.add(proxy.address(), 3000ms);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  heard.clear();
+  const auto old_session = session.id();
+  auto id = detail::Internals::core(session)->client_id();
+  proxy.blackhole();
+  testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_EQ(raw.remove(path + "/goes"), ZOK);
+  ASSERT_EQ(raw.create(path + "/new", "n"), ZOK);
+  ASSERT_TRUE(eventually([&] { return cache.stale(); }, testenv::scaled(10s)));
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return heard.count(Kind::resynchronised) == 1; }, testenv::scaled(20s)))
+      << joined(heard.lines());
+  EXPECT_NE(session.id(), old_session);
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+  // The new session's watches work: a change after the resynchronisation is heard.
+  set(path + "/stays", "changed");
+  ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
+  EXPECT_EQ(heard.count(Kind::stale), 1u) << joined(heard.lines());
+}
+
+TEST_F(CacheTest, TheInitialLoadCanBeAwaitedTheAsioWay) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  boost::asio::io_context io;
+  std::vector<std::string> outcomes;
+  auto handler = [&](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+      outcomes.push_back(fmt::format("loaded {}", cache.size()));
+    } catch (const Error& e) {
+      outcomes.push_back(e.code().message());
+    }
+  };
+  asio::async_wait_initialized(cache, boost::asio::bind_executor(io, handler));
+  io.run_for(testenv::scaled(10s));
+  // A stopped cache that never loaded completes the wait with errc::cancelled.
+  TreeCache never(session, path + "/absent-parent/x", {}, {.missing_root_poll = 10s});
+  never.stop();
+  io.restart();
+  asio::async_wait_initialized(never, boost::asio::bind_executor(io, handler));
+  io.run_for(testenv::scaled(10s));
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"loaded 1", make_error_code(errc::cancelled).message()}));
+}
+
+}  // namespace
+}  // namespace zkr::test
