@@ -70,6 +70,8 @@ class LibraryCategory final : public std::error_category {
       case errc::tls_plaintext_server: return "TLS: the server does not speak TLS on this port";
       case errc::tls_server_requires_tls: return "the server speaks only TLS on this port (set TLS options)";
       case errc::tls_handshake_failed: return "TLS: the handshake failed";
+      case errc::undecodable_data: return "the node's data is not in the layout asked for";
+      case errc::out_of_range: return "the result is out of the layout's range; nothing was written";
       case errc::cache_limit: return "the cached subtree has more nodes than the cache's max_nodes";
     }
     return fmt::format("zkrecipes error {}", value);
@@ -114,6 +116,8 @@ class ConditionCategory final : public std::error_category {
         case errc::missing_chroot:
         case errc::corrupt_state:
         case errc::would_deadlock:
+        case errc::undecodable_data:
+        case errc::out_of_range:
         case errc::cache_limit: return condition::bad_input;
         case errc::auth_failed: return condition::no_permission;
         // The ensemble cannot be reached as configured; an operator's fix (a certificate, a port)

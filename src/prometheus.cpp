@@ -118,6 +118,11 @@ std::vector<MetricFamily> metric_families(const SessionMetrics& m) {
       .sample({}, m.unlabelled_overflow);
   out.family("zkr_wakeups_total", counter, "Blocker watches that fired for waiting contenders (a lock release wakes at most two).")
       .sample({}, m.wakeups);
+  out.family("zkr_counter_writes_total", counter,
+             "Shared counter writes: applied, lost to another writer and retried (conflict), of unknown outcome.")
+      .sample({{"outcome", "applied"}}, m.counter_writes)
+      .sample({{"outcome", "conflict"}}, m.counter_conflicts)
+      .sample({{"outcome", "unknown"}}, m.counter_unknown_outcomes);
 
   out.family("zkr_sessions_established_total", counter, "Sessions established, replacements included.")
       .sample({}, m.sessions_established);

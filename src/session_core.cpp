@@ -894,6 +894,9 @@ SessionMetrics SessionCore::metrics() const {
   out.total_hold = std::chrono::nanoseconds(total_hold_ns.load());
   out.locks = lock_metrics_.snapshot();
   out.unlabelled_overflow = lock_metrics_.overflow();
+  out.counter_writes = counter_writes;
+  out.counter_conflicts = counter_conflicts;
+  out.counter_unknown_outcomes = counter_unknown_outcomes;
   out.state = state();
   out.negotiated_timeout = negotiated_timeout();
   out.lead_time = lead_time();

@@ -163,6 +163,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // ---- metrics fed by the recipes ----
   std::atomic<std::uint64_t> wakeups{0}, acquisitions{0}, acquire_timeouts{0},
       acquire_cancellations{0}, locks_lost{0};
+  std::atomic<std::uint64_t> counter_writes{0}, counter_conflicts{0}, counter_unknown_outcomes{0};
   std::atomic<std::int64_t> total_wait_ns{0}, total_hold_ns{0};
   LockMetricsRegistry& lock_metrics() { return lock_metrics_; }
 

@@ -77,6 +77,8 @@ enum class errc : int {
   tls_plaintext_server = 23,             // TLS was spoken to a plain-text port (clientPort)
   tls_server_requires_tls = 24,          // plain text was spoken to a TLS-only port (secureClientPort)
   tls_handshake_failed = 25,             // another TLS failure (the server refused our certificate, ...)
+  undecodable_data = 28,       // a node's data is not in the layout asked for (a counter's): names the path and what was found
+  out_of_range = 29,           // a result the layout cannot hold (a 4-byte counter past 2^31-1): nothing was written
   cache_limit = 32,            // a cache's subtree outgrew its max_nodes (zkr/cache.hpp): the cache stopped
 };
 

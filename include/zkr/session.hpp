@@ -328,6 +328,11 @@ struct SessionMetrics {
   // Per path (see LockPathLabels): the "" series first, then the labelled paths sorted by path.
   std::vector<LockMetrics> locks;
   std::uint64_t unlabelled_overflow = 0;  // acquisitions on opted-in paths past max_paths
+  // Shared counters (zkr/shared_counter.hpp): writes applied, writes that lost the race to
+  // another writer (bad version) and were retried, operations whose outcome is unknown (lost reply).
+  std::uint64_t counter_writes = 0;
+  std::uint64_t counter_conflicts = 0;
+  std::uint64_t counter_unknown_outcomes = 0;
   // The session at the time of the snapshot.
   SessionState state = SessionState::connecting;
   std::chrono::milliseconds negotiated_timeout{0};

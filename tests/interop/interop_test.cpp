@@ -640,7 +640,6 @@ TEST_F(InteropTest, DoubleBarrierWithCuratorAndKazooParticipants) {
   EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));  // no participant, no "ready"
 }
 
-}  // namespace
 // Curator and kazoo write a tree (one change at a time, 40 ms apart): our TreeCache ends equal to
 // it, and each node's events follow the order of its writes (added "c", updated "s", removed),
 // of which only a change overtaken by the next before the cache read it may be missing.

@@ -471,6 +471,7 @@ void Swarm::check_end() {
                             refused));
   check_orphans();
   eventually("metrics", world_.slack(), [&] { return metrics_problem(true); });
+  check_counter();
 }
 
 }  // namespace zkr::swarm

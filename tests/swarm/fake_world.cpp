@@ -59,6 +59,14 @@ class FakeWorld final : public World {
 
   bool supports(OpKind fault) const override { return fault != OpKind::fault_restart; }
 
+  // The same fault for the next write of the shared counter (counters.cpp), whose adds are
+  // set_data requests: no other recipe writes under that prefix.
+  static fake::Fault counter_write(fake::Fault fault) {
+    fault.op = fake::Op::set_data;
+    fault.path_prefix = std::string(kRoot) + "/counter-";
+    return fault;
+  }
+
   void inject(OpKind fault, int, Session& session, int steps) override {
     const auto id = session.id();
     if (id == 0) return;  // between sessions: nothing to break
@@ -71,9 +79,11 @@ class FakeWorld final : public World {
     switch (fault) {
       case OpKind::fault_lost_reply:
         armed.after_apply = true;
+        server_->inject(counter_write(armed));
         server_->inject(std::move(armed));
         break;
       case OpKind::fault_failed_create:
+        server_->inject(counter_write(armed));
         server_->inject(std::move(armed));
         break;
       case OpKind::fault_drop:

@@ -55,6 +55,7 @@ constexpr std::array<OpInfo, kOpKindCount> kTable{{
     {OpKind::fault_pause, "fault_pause", F::fault},
     {OpKind::fault_break, "fault_break", F::fault},
     {OpKind::fault_restart, "fault_restart", F::fault},
+    {OpKind::counter_add, "counter_add", F::counter},
 }};
 
 constexpr bool table_in_order() {

@@ -74,11 +74,13 @@ enum class OpKind : std::uint8_t {
   fault_pause,          // replies are held (a slow link)
   fault_break,          // an operator breaks the holder of the resource (zkr::break_holder)
   fault_restart,        // the server restarts (real servers only)
+  // The shared counter (arg: the delta less one, 0-3), on the actor's thread.
+  counter_add,  // SharedCounter::add(delta, stop, ec) on the session's counter
 };
 
-inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::fault_restart) + 1;
+inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::counter_add) + 1;
 
-enum class OpFamily { acquisition, hold, election, batch, control, session, fault };
+enum class OpFamily { acquisition, hold, election, batch, control, session, fault, counter };
 
 struct OpInfo {
   OpKind kind;

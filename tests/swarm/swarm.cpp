@@ -162,6 +162,7 @@ bool Swarm::step(const Op& op) {
     case OpFamily::control: return control_op(op);
     case OpFamily::session: return session_op(op);
     case OpFamily::fault: return fault_op(op);
+    case OpFamily::counter: return counter_op(op);
   }
   return false;
 }

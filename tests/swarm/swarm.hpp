@@ -248,6 +248,14 @@ class Swarm {
   void check_loss_explained(Grant& grant);
   void check_gate(const Hold& hold, bool admitted, FencingToken highest_before);
 
+  // ---- the shared counter (counters.cpp) ----
+  bool counter_op(const Op& op);
+  std::optional<Op> counter_op_for_step() const;  // the generator's: every few steps, an idle actor adds
+  void check_counter();
+  struct CounterAdd;
+  std::vector<std::shared_ptr<CounterAdd>> counter_adds_;
+  std::string counter_path_;  // one of this run's own: a real server outlives the run
+
   // ---- generation (generator.cpp) ----
   Op next_op();
 

@@ -26,7 +26,10 @@
 // first client counts ITERATIONS members it prints "MEMBERS <id>=<data>,..." sorted by id, and the
 // clients leave at the next line on stdin), double-barrier:N (each client enters a
 // DistributedDoubleBarrier of N participants, logs ENTER, waits HOLD_MS, leaves and logs EXIT; one
-// round).
+// round), sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
+// again until it succeeds) and atomiclong (DistributedAtomicLong.increment()): each client adds 1
+// ITERATIONS times to the counter at PATH and appends "ADD <name> <ns> <value written>" to LOG;
+// HOLD_MS is ignored.
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -46,6 +49,8 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
 import org.apache.curator.framework.recipes.nodes.GroupMember;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
@@ -55,6 +60,8 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.shared.SharedCount;
+import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -230,6 +237,41 @@ public final class CuratorPeer {
               if (n % 2 == 1) {
                 client.delete().forPath(node);
                 Thread.sleep(holdMs);
+              }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("sharedcount") || mode.equals("atomiclong")) {
+        threads.add(new Thread(() -> {
+          try {
+            if (mode.equals("sharedcount")) {
+              SharedCount count = new SharedCount(client, path, 0);
+              count.start();
+              try {
+                for (int n = 0; n < iterations; ++n) {
+                  for (;;) {
+                    VersionedValue<Integer> seen = count.getVersionedValue();
+                    if (count.trySetCount(seen, seen.getValue() + 1)) {
+                      record("ADD", name, seen.getValue() + 1);
+                      break;
+                    }
+                  }
+                }
+              } finally {
+                count.close();
+              }
+            } else {
+              DistributedAtomicLong value = new DistributedAtomicLong(client, path, new RetryNTimes(10000, 1));
+              for (int n = 0; n < iterations; ++n) {
+                AtomicValue<Long> result = value.increment();
+                if (!result.succeeded()) throw new IllegalStateException("increment gave up");
+                record("ADD", name, result.postValue());
               }
             }
           } catch (Exception e) {

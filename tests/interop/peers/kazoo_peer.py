@@ -22,6 +22,9 @@ the end. MODE:
   tree                each client writes ITERATIONS nodes PATH/<name>-<k> one change at a time,
                       HOLD_MS apart: creates it with "c", sets "s", and deletes it when k is odd
                       (for the cache tests: nothing is logged).
+  counter             kazoo's Counter (an int, default 0): each client adds 1 ITERATIONS times and
+                      appends "ADD <name> <ns> <value written>" to LOG; HOLD_MS is ignored;
+  counter:curator     the same with Counter(..., support_curator=True) (Curator's 4-byte layout).
 """
 import os
 import sys
@@ -33,9 +36,9 @@ from kazoo.client import KazooClient
 
 def main(argv):
     usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
-             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree]")
+             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree|counter|counter:curator]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    known = mode in ("lock", "election", "party", "shallow-party", "tree") or mode.startswith(("semaphore:", "double-barrier:"))
+    known = mode in ("lock", "election", "party", "shallow-party", "tree", "counter", "counter:curator") or mode.startswith(("semaphore:", "double-barrier:"))
     if len(argv) not in (8, 9) or not known:
         print(usage, file=sys.stderr)
         return 64
@@ -108,6 +111,12 @@ def main(argv):
                     if k % 2:
                         client.delete(node)
                         time.sleep(hold)
+                return
+            if mode.startswith("counter"):
+                counter = clients[index].Counter(path, support_curator=mode == "counter:curator")
+                for _ in range(iterations):
+                    counter += 1
+                    record("ADD", name, counter.post_value)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
             for _ in range(iterations):
