@@ -110,6 +110,10 @@ std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, C
     contender->complete_locked(contender->core_->end_reason_locked());
     return contender;
   }
+  // A try that does not wait lives on the session it starts on: it never waits for a replacement
+  // (errc::session_lost), not even when the session is lost with its create unanswered.
+  if (asked.timeout == std::chrono::nanoseconds::zero() && asked.only_generation == 0)
+    contender->request().only_generation = contender->core_->generation_locked();
   // The session keeps every active contender alive until it finishes (finish_locked detaches).
   contender->core_->attach(contender);
   contender->arm_timeout();
@@ -1005,12 +1009,20 @@ void Contender::on_session_lost(std::uint64_t generation, LossReason reason) {
     case Phase::lost:
     case Phase::finished: break;
     default:
-      // A waiter never held anything: queue again on the next session.
+      // A waiter never held anything: queue again on the next session, unless it lives on this one
+      // only (see ContenderRequest::only_generation). Its node, if the create landed, goes with the
+      // session.
       ++attempt_;
       node_path_.clear();
       retry_ = Retry::none;
-      if (abandon_) finish_locked();
-      else set_phase_locked(Phase::waiting_for_session);
+      if (abandon_) {
+        finish_locked();
+      } else if (request().only_generation != 0) {
+        complete_locked(make_error_code(errc::session_lost));
+        finish_locked();
+      } else {
+        set_phase_locked(Phase::waiting_for_session);
+      }
       break;
   }
 }

@@ -77,7 +77,8 @@ struct ContenderRequest {
   bool held_once_created = false;
   // Nonzero: the contender lives on that session generation only, and fails with
   // errc::session_lost instead of queueing again on a later session (a lease created under an
-  // internal lock that was lost with its session).
+  // internal lock that was lost with its session). A try that does not wait (timeout zero) gets
+  // the generation it starts on (Contender::start): it never waits for a replacement session.
   std::uint64_t only_generation = 0;
   // If set, checked against every listing of the parent that includes our node (at join and at
   // each re-listing; see peer_layout.hpp): an error ends the attempt with that error and deletes

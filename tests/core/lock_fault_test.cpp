@@ -343,6 +343,61 @@ TEST_F(LockFaultTest, LostSessionIsClosedOnceTheServerWouldHaveExpiredItEvenIfNe
   EXPECT_GT(cut.granted.get().token(), cut.held.token());
 }
 
+// Tries behind a cut link return: the create each sent gets no answer, and neither may wait for the
+// link. try_acquire_for ends at its timeout, before the session is declared lost; try_acquire, which
+// does not wait, ends at the latest when the session is declared lost: it never waits for the
+// replacement (guide.md, errc::session_lost). A create that reaches the server late goes with its
+// session: no node is left once the link heals.
+TEST_F(LockFaultTest, TriesBehindACutLinkReturnAndLeaveNoNode) {
+  constexpr auto kSessionTimeout = 2000ms;
+  testenv::Proxy proxy(servers);
+  Session session(session_options(proxy.address(), kSessionTimeout));
+  Lock lock(session, path);
+  lock.acquire().release();  // the path exists: each try's first request is its create
+  ASSERT_TRUE(eventually([&] { return nodes().empty(); }));
+  struct Outcome {
+    bool held = false;
+    std::error_code ec;
+    std::uint64_t sessions_lost = 0;  // when the call returned
+  };
+  auto outcome = [&](std::optional<HeldLock> held, std::error_code ec) {
+    return Outcome{held.has_value(), ec, session.metrics().sessions_lost};
+  };
+  proxy.blackhole();
+  // Both creates go out while the client still believes itself connected (it gives up on a silent
+  // server after 2/3 of the timeout).
+  auto bounded = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    auto held = lock.try_acquire_for(300ms, {}, ec);
+    return outcome(std::move(held), ec);
+  });
+  auto no_wait = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    auto held = lock.try_acquire(ec);
+    return outcome(std::move(held), ec);
+  });
+  const auto bound = testenv::scaled(4 * kSessionTimeout);
+  const bool bounded_returned = bounded.wait_for(bound) == std::future_status::ready;
+  const bool no_wait_returned = no_wait.wait_for(bound) == std::future_status::ready;
+  proxy.pass();  // a call still waiting returns on the replacement session: the test ends either way
+  EXPECT_TRUE(bounded_returned) << "try_acquire_for(300ms) did not return while the link was cut";
+  EXPECT_TRUE(no_wait_returned) << "try_acquire() did not return while the link was cut";
+  const Outcome bounded_outcome = bounded.get(), no_wait_outcome = no_wait.get();
+  if (bounded_returned) {
+    EXPECT_FALSE(bounded_outcome.held);
+    EXPECT_EQ(bounded_outcome.ec, errc::timed_out) << bounded_outcome.ec.message();
+    EXPECT_EQ(bounded_outcome.sessions_lost, 0u) << "the timeout waited for the session's loss";
+  }
+  if (no_wait_returned) {
+    EXPECT_FALSE(no_wait_outcome.held);
+    EXPECT_TRUE(no_wait_outcome.ec == errc::session_lost || no_wait_outcome.ec == zk_errc::connection_loss)
+        << no_wait_outcome.ec.message();
+  }
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }, testenv::scaled(4 * kSessionTimeout)))
+      << "a create that reached the server late stayed";
+  EXPECT_TRUE(lock.try_acquire_for(testenv::scaled(10s))) << "the lock does not work on the replacement session";
+}
+
 TEST(LockEnsembleTest, LeaderKilledDuringContentionNeverDoubleGrants) {
   testenv::Cluster cluster({.servers = 3});
   const std::string path = testenv::unique_path();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <random>
@@ -532,6 +533,68 @@ TEST_F(SemaphoreTest, AnAcquisitionInsideABatchGoesOutAtOnceInEveryLayout) {
       raw.remove(semaphore_path + "-__lock__");
       raw.remove(semaphore_path);
     }
+  }
+}
+
+// A try behind a cut link returns, in every layout: the create it sent (a lease's, or a peer
+// layout's internal lock's) gets no answer, and try_acquire, which does not wait, ends at the latest
+// when the session is declared lost, never waiting for the replacement. No node of it is left once
+// the link heals.
+TEST_F(SemaphoreTest, TryBehindACutLinkReturnsInEveryLayoutAndLeavesNoNode) {
+  constexpr auto kSessionTimeout = 2000ms;
+  testenv::Proxy proxy(servers);
+  auto close_sessions = sessions.closer();
+  const std::vector<SemaphoreLayout> layouts{SemaphoreLayout::zkrecipes, SemaphoreLayout::curator_v2,
+                                             SemaphoreLayout::kazoo};
+  std::vector<std::unique_ptr<Semaphore>> semaphores;
+  for (const SemaphoreLayout layout : layouts) {
+    SemaphoreOptions in_layout;
+    in_layout.layout = layout;
+    semaphores.push_back(std::make_unique<Semaphore>(sessions.add(proxy.address(), kSessionTimeout),
+                                                     fmt::format("{}-{}", path, to_string(layout)), 1, in_layout));
+    semaphores.back()->acquire().release();  // the paths exist: each try's first request is a create
+  }
+  // Ephemeral nodes left under a semaphore's paths (kazoo's internal lock is a sibling).
+  std::function<std::size_t(const std::string&)> ephemerals = [&](const std::string& node) {
+    std::size_t count = raw.stat(node).ephemeralOwner != 0 ? 1 : 0;
+    for (const auto& child : raw.children(node)) count += ephemerals(node + "/" + child);
+    return count;
+  };
+  auto left = [&] {
+    std::size_t count = 0;
+    for (const auto& semaphore : semaphores) count += ephemerals(semaphore->path()) + ephemerals(semaphore->path() + "-__lock__");
+    return count;
+  };
+  ASSERT_TRUE(eventually([&] { return left() == 0; }));
+  proxy.blackhole();
+  std::vector<std::future<std::pair<bool, std::error_code>>> tries;
+  for (auto& semaphore : semaphores)
+    tries.push_back(std::async(std::launch::async, [&semaphore] {
+      std::error_code ec;
+      auto lease = semaphore->try_acquire(ec);
+      return std::make_pair(lease.has_value(), ec);
+    }));
+  std::vector<bool> returned;
+  for (auto& attempt : tries) returned.push_back(attempt.wait_for(testenv::scaled(4 * kSessionTimeout)) == std::future_status::ready);
+  proxy.pass();  // a try still waiting returns on the replacement session: the test ends either way
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE(to_string(layouts[i]));
+    EXPECT_TRUE(returned[i]) << "try_acquire() did not return while the link was cut";
+    auto [leased, ec] = tries[i].get();
+    if (!returned[i]) continue;
+    EXPECT_FALSE(leased);
+    EXPECT_TRUE(ec == errc::session_lost || ec == zk_errc::connection_loss) << ec.message();
+  }
+  EXPECT_TRUE(eventually([&] { return left() == 0; }, testenv::scaled(4 * kSessionTimeout)))
+      << "a create that reached the server late stayed";
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE(to_string(layouts[i]));
+    EXPECT_TRUE(semaphores[i]->try_acquire_for(testenv::scaled(10s))) << "no lease on the replacement session";
+  }
+  EXPECT_TRUE(eventually([&] { return left() == 0; }));
+  for (const auto& semaphore : semaphores) {  // kazoo's parents are persistent
+    raw.remove(semaphore->path() + "-__lock__");
+    raw.remove(semaphore->path());
   }
 }
 
