@@ -23,13 +23,9 @@
 namespace zkr {
 namespace {
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 
 // A node of our id owned by another session is looked at again this often, for one session timeout.
 constexpr auto kTakenRetry = std::chrono::milliseconds(250);
-// An absent group path takes no children watch: a view looks again this often.
-constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
 
 constexpr std::string_view kPartySuffix = "__party__";
 
@@ -689,7 +685,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
 
   void retry_later_locked() {
     const std::uint64_t listing = listings;
-    after(core, weak_from_this(), kMissingPathRetry, [listing](State& self) {
+    after(core, weak_from_this(), detail::kMissingPathRetry, [listing](State& self) {
       std::lock_guard lock(self.core->mutex());
       if (listing == self.listings) self.refresh_locked();
     });

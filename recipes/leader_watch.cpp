@@ -16,15 +16,6 @@
 #include "without_exceptions.hpp"
 
 namespace zkr {
-namespace {
-
-// An absent path takes no children watch; look again this often until it exists.
-constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
-
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
-
-}  // namespace
 
 struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_from_this<State> {
   State(std::shared_ptr<detail::SessionCore> session_core, std::string watched, Callback on_change)
@@ -113,7 +104,7 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
       auto self = weak.lock();
       if (!self) return;
       if (!self->retry_timer) self->retry_timer = std::make_unique<boost::asio::steady_timer>(self->core->worker());
-      self->retry_timer->expires_after(kMissingPathRetry);
+      self->retry_timer->expires_after(detail::kMissingPathRetry);
       self->retry_timer->async_wait([weak, listing](boost::system::error_code ec) {
         auto again = weak.lock();
         if (ec || !again) return;
