@@ -112,7 +112,7 @@ inline int run_fenced_job(std::string_view program, int argc, char** argv, const
 
     WriteRequest request{.database = database, .name = name, .value = value, .token = token,
                          .idle_bound = session.silence_tolerance(),
-                         .lock_wait_bound = 2 * session.silence_tolerance()};
+                         .lock_wait_bound = 2 * session.silence_tolerance(), .pause_in_transaction = {}};
     if (pause_in_transaction) {
       request.pause_in_transaction = [&] {
         fmt::print("writer '{}': pausing inside the transaction (SIGSTOP)\n", value);
