@@ -18,6 +18,7 @@
 #include "internals.hpp"
 #include "node_steps.hpp"
 #include "session_core.hpp"
+#include "watched_read.hpp"
 #include "without_exceptions.hpp"
 
 namespace zkr {
@@ -601,47 +602,20 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
 
   // ---- reading (under core->mutex()) ----
 
-  // As LeaderWatch: one children watch at a time, which the client keeps across connection drops.
+  // Lists the members, with the children watch that lists them again (see WatchedRead).
   void refresh_locked() {
-    if (stopped) return;
-    const std::uint64_t generation = core->generation_locked();
-    if (!core->usable_locked(generation)) return;
-    const std::uint64_t listing = ++listings;
-    listing_back = false;
-    std::weak_ptr<State> weak = weak_from_this();
-    detail::NodeWatch watch;
-    if (watching == 0) {
-      watching = listing;
-      watch = [weak, listing](NodeEvent) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
-        if (listing != self->watching) return;
-        self->watching = 0;
-        self->refresh_locked();
-      };
-    }
-    core->get_children(
-        generation, path,
-        [weak, listing, generation](zk_errc rc, std::vector<std::string> children, NodeStat) {
-          if (auto self = weak.lock()) self->on_children(listing, generation, rc, std::move(children));
-        },
-        std::move(watch));
+    if (!stopped && listing.list_children_locked(*this, path)) listing_back = false;
   }
 
-  void on_children(std::uint64_t listing, std::uint64_t generation, zk_errc rc, std::vector<std::string> children) {
-    std::lock_guard lock(core->mutex());
-    if (listing == watching && rc != zk_errc::ok) {
-      watching = 0;
-      if (listing != listings) return refresh_locked();
-    }
-    if (stopped || listing != listings || generation != core->generation_locked()) return;
+  // The latest listing's reply.
+  void on_children_locked(std::uint64_t generation, zk_errc rc, std::vector<std::string> children) {
+    if (stopped || generation != core->generation_locked()) return;
     if (rc == zk_errc::no_node) {
       current.clear();
       known.clear();
       listing_back = true;
       publish_locked();
-      retry_later_locked();
+      listing.retry_later_locked(*this, kMissingPathRetry);
       return;
     }
     if (rc != zk_errc::ok) {
@@ -685,14 +659,6 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
           self->known.erase(name);
           self->read_locked(generation, name);
         });
-  }
-
-  void retry_later_locked() {
-    const std::uint64_t listing = listings;
-    after(core, weak_from_this(), kMissingPathRetry, [listing](State& self) {
-      std::lock_guard lock(self.core->mutex());
-      if (listing == self.listings) self.refresh_locked();
-    });
   }
 
   // Tells the callback when the members or `stale` changed. Live (fresh) once the latest listing
@@ -747,7 +713,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     if (why) go_stale_locked();  // tell the callback the view is stale for good
     told.stale = true;
     stopped = true;
-    ++listings;
+    listing.stop_locked(*this);
     core->detach(this);
     fresh_changed.notify_all();
   }
@@ -755,7 +721,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   // ---- SessionListener (under core->mutex()) ----
   void on_reconnected(std::uint64_t) override { refresh_locked(); }
   void on_new_session(std::uint64_t) override {
-    watching = 0;  // the lost session's watches went with its handle
+    listing.forget_watch_locked();
     reading.clear();
     known.clear();
     refresh_locked();
@@ -775,8 +741,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   // Under core->mutex().
   bool stopped = false;
   std::error_code failure;
-  std::uint64_t listings = 0;
-  std::uint64_t watching = 0;
+  detail::WatchedRead listing;
   bool listing_back = false;  // the latest listing came back
   bool live = false;          // fresh: see publish_locked
   std::set<std::string> current;                   // member nodes of the latest listing
