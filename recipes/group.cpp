@@ -15,6 +15,7 @@
 
 #include <zkr/names.hpp>
 
+#include "completion.hpp"
 #include "internals.hpp"
 #include "node_steps.hpp"
 #include "session_core.hpp"
@@ -186,10 +187,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     creating = true;
     const std::uint64_t attempt = ++attempts;
     std::weak_ptr<State> weak = weak_from_this();
-    core->exists(generation, node_path, [weak, attempt, generation](zk_errc rc, NodeStat stat) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
+    auto checked = [weak, attempt, generation](const auto& self, zk_errc rc, NodeStat stat) {
       if (attempt != self->attempts) return;
       self->creating = false;
       if (rc == zk_errc::no_node) return self->create_locked();  // gone meanwhile: try again
@@ -203,14 +201,12 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
         // Our own node of a session this Session lost, which the server has not expired yet (after
         // a server restart it gives every session a fresh timeout): the same member, so it goes.
         self->creating = true;
-        self->core->remove(generation, self->node_path, stat.version, [weak, attempt](zk_errc) {
-          auto again = weak.lock();
-          if (!again) return;
-          std::lock_guard inner(again->core->mutex());
-          if (attempt != again->attempts) return;
-          again->creating = false;
-          again->create_locked();
-        });
+        self->core->remove(generation, self->node_path, stat.version,
+                           detail::when_alive_locked(weak, [attempt](const auto& again, zk_errc) {
+                             if (attempt != again->attempts) return;
+                             again->creating = false;
+                             again->create_locked();
+                           }));
         return;
       }
       const auto now = std::chrono::steady_clock::now();
@@ -221,7 +217,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
         std::lock_guard inner(again.core->mutex());
         again.create_locked();
       });
-    });
+    };
+    core->exists(generation, node_path, detail::when_alive_locked(weak, checked));
   }
 
   void joined_locked(std::uint64_t generation) {
@@ -292,10 +289,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     pending_removal = node;
     removal_generation = generation;
     std::weak_ptr<State> weak = weak_from_this();
-    core->remove(generation, node, -1, [weak, generation, node](zk_errc rc) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
+    auto removed = [generation, node](const auto& self, zk_errc rc) {
       if (self->pending_removal != node || self->removal_generation != generation) return;
       if (is_connection_trouble(rc) && self->core->generation_locked() == generation) {
         // on_reconnected sends it again, or now if the connection is back already.
@@ -304,7 +298,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       }
       self->pending_removal.clear();
       self->detach_if_idle_locked();
-    });
+    };
+    core->remove(generation, node, -1, detail::when_alive_locked(weak, removed));
   }
 
   void detach_if_idle_locked() {
@@ -638,10 +633,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     std::weak_ptr<State> weak = weak_from_this();
     core->get_data(
         generation, path + "/" + name,
-        [weak, generation, name](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
+        detail::when_alive_locked(weak, [generation, name](const auto& self, zk_errc rc, std::string data, NodeStat stat) {
           if (self->stopped || generation != self->core->generation_locked()) return;
           self->reading.erase(name);
           if (rc == zk_errc::ok && self->current.contains(name))
@@ -649,7 +641,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
           else if (is_connection_trouble(rc))
             return;  // the listing on reconnection reads it again
           self->publish_locked();
-        },
+        }),
         [weak, generation, name](NodeEvent event) {
           if (event != NodeEvent::changed) return;  // a deletion reaches us through the children watch
           auto self = weak.lock();

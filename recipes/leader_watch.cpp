@@ -9,6 +9,7 @@
 
 #include <zkr/error.hpp>
 
+#include "completion.hpp"
 #include "internals.hpp"
 #include "session_core.hpp"
 #include "watched_read.hpp"
@@ -53,18 +54,14 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
     const std::string first = queue.front().name;
     if (last_node && *last_node == first) return;  // the same leader: nothing to tell
     // Its reply is stale once another listing went out.
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_data(generation, path + "/" + first,
-                   [weak, latest = listing.latest_locked(), first](zk_errc data_rc, std::string data, detail::NodeStat stat) {
-                     auto self = weak.lock();
-                     if (!self) return;
-                     std::lock_guard inner(self->core->mutex());
-                     if (self->stopped || latest != self->listing.latest_locked()) return;
-                     if (data_rc == zk_errc::no_node) return self->refresh_locked();  // gone already: look again
-                     if (data_rc != zk_errc::ok) return self->fail_locked(data_rc);
-                     self->report_locked(Participant{first, std::move(data), FencingToken(stat.czxid),
-                                                     stat.ephemeral_owner, true});
-                   });
+    auto leader_read = [latest = listing.latest_locked(), first](const std::shared_ptr<State>& self, zk_errc data_rc,
+                                                                 std::string data, NodeStat stat) {
+      if (self->stopped || latest != self->listing.latest_locked()) return;
+      if (data_rc == zk_errc::no_node) return self->refresh_locked();  // gone already: look again
+      if (data_rc != zk_errc::ok) return self->fail_locked(data_rc);
+      self->report_locked(Participant{first, std::move(data), FencingToken(stat.czxid), stat.ephemeral_owner, true});
+    };
+    core->get_data(generation, path + "/" + first, detail::when_alive_locked(weak_from_this(), leader_read));
   }
 
   // Connection trouble waits for the session's next connection (on_reconnected / on_new_session

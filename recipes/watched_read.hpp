@@ -14,10 +14,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/steady_timer.hpp>
 
+#include "completion.hpp"
 #include "session_core.hpp"
 
 namespace zkr::detail {
@@ -65,12 +67,9 @@ class WatchedRead {
       if (!self) return;
       if (!retry_timer_) retry_timer_ = std::make_unique<boost::asio::steady_timer>(self->core->worker());
       retry_timer_->expires_after(delay);
-      retry_timer_->async_wait([weak, this, read](boost::system::error_code ec) {
-        auto again = weak.lock();
-        if (ec || !again) return;
-        std::lock_guard lock(again->core->mutex());
-        if (read == latest_) again->refresh_locked();
-      });
+      retry_timer_->async_wait(when_alive_locked(weak, [this, read](const auto& again, boost::system::error_code ec) {
+        if (!ec && read == latest_) again->refresh_locked();
+      }));
     });
   }
 
@@ -103,26 +102,20 @@ class WatchedRead {
     NodeWatch watch;
     if (watching_ == 0) {
       watching_ = read;
-      watch = [weak, this, read](NodeEvent) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
+      watch = when_alive_locked(weak, [this, read](const auto& self, NodeEvent) {
         if (read != watching_) return;  // an earlier session's
         watching_ = 0;
         self->refresh_locked();
-      };
+      });
     }
-    send(generation, std::move(watch), [weak, this, read, generation, handle](zk_errc rc, auto... rest) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
-      if (read == watching_ && rc != zk_errc::ok) {
-        watching_ = 0;  // no reply, no watch
-        if (read != latest_) return self->refresh_locked();
-      }
-      if (read != latest_) return;
-      handle(*self, generation, rc, std::move(rest)...);
-    });
+    send(generation, std::move(watch),
+         when_alive_locked(weak, [this, read, generation, handle](const auto& self, zk_errc rc, auto... rest) {
+           if (read == watching_ && rc != zk_errc::ok) {
+             watching_ = 0;  // no reply, no watch
+             if (read != latest_) return self->refresh_locked();
+           }
+           if (read == latest_) handle(*self, generation, rc, std::move(rest)...);
+         }));
     return true;
   }
 
