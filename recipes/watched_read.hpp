@@ -34,28 +34,19 @@ class WatchedRead {
   // owner.on_children_locked(generation, rc, children).
   template <typename Owner>
   bool list_children_locked(Owner& owner, const std::string& path) {
-    return send_locked(
-        owner,
-        [&](std::uint64_t generation, NodeWatch watch, auto reply) {
-          owner.core->get_children(generation, path, std::move(reply), std::move(watch));
-        },
-        [](Owner& self, std::uint64_t generation, zk_errc rc, std::vector<std::string> children, NodeStat) {
-          self.on_children_locked(generation, rc, std::move(children));
-        });
+    return send_locked(owner, &SessionCore::get_children, path,
+                       [](Owner& self, std::uint64_t generation, zk_errc rc, std::vector<std::string> children,
+                          NodeStat) { self.on_children_locked(generation, rc, std::move(children)); });
   }
 
   // Reads the data of `path`, as list_children_locked: the latest reply goes to
   // owner.on_data_locked(rc, data, stat).
   template <typename Owner>
   bool read_data_locked(Owner& owner, const std::string& path) {
-    return send_locked(
-        owner,
-        [&](std::uint64_t generation, NodeWatch watch, auto reply) {
-          owner.core->get_data(generation, path, std::move(reply), std::move(watch));
-        },
-        [](Owner& self, std::uint64_t, zk_errc rc, std::string data, NodeStat stat) {
-          self.on_data_locked(rc, std::move(data), stat);
-        });
+    return send_locked(owner, &SessionCore::get_data, path,
+                       [](Owner& self, std::uint64_t, zk_errc rc, std::string data, NodeStat stat) {
+                         self.on_data_locked(rc, std::move(data), stat);
+                       });
   }
 
   // Reads again after `delay`, unless another read came first.
@@ -90,11 +81,11 @@ class WatchedRead {
   std::uint64_t latest_locked() const { return latest_; }
 
  private:
-  // `send(generation, watch, reply)` issues the request with `watch` (empty when a watch is set or
-  // being set already) and `reply` as its completion; `handle(owner, generation, rc, rest...)` runs
-  // for the latest read's reply only, under the session mutex, while the owner lives.
-  template <typename Owner, typename Send, typename Handle>
-  bool send_locked(Owner& owner, Send send, Handle handle) {
+  // Sends `request` (SessionCore's get_children or get_data) for `path` with the watch, if none is
+  // set or being set already; `handle(owner, generation, rc, rest...)` runs for the latest read's
+  // reply only, under the session mutex, while the owner lives.
+  template <typename Owner, typename Request, typename Handle>
+  bool send_locked(Owner& owner, Request request, const std::string& path, Handle handle) {
     const std::uint64_t generation = owner.core->generation_locked();
     if (!owner.core->usable_locked(generation)) return false;
     const std::uint64_t read = ++latest_;
@@ -108,18 +99,17 @@ class WatchedRead {
         self->refresh_locked();
       });
     }
-    send(generation, std::move(watch),
-         when_alive_locked(weak, [this, read, generation, handle](const auto& self, zk_errc rc, auto... rest) {
-           if (read == watching_ && rc != zk_errc::ok) {
-             watching_ = 0;  // no reply, no watch
-             if (read != latest_) return self->refresh_locked();
-           }
-           if (read == latest_) handle(*self, generation, rc, std::move(rest)...);
-         }));
+    auto reply = when_alive_locked(weak, [this, read, generation, handle](const auto& self, zk_errc rc, auto... rest) {
+      if (read == watching_ && rc != zk_errc::ok) {
+        watching_ = 0;  // no reply, no watch
+        if (read != latest_) return self->refresh_locked();
+      }
+      if (read == latest_) handle(*self, generation, rc, std::move(rest)...);
+    });
+    ((*owner.core).*request)(generation, path, std::move(reply), std::move(watch));
     return true;
   }
 
- private:
   std::uint64_t latest_ = 0;
   std::uint64_t watching_ = 0;  // the read whose watch is set or being set; 0: none
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;  // the worker thread's
