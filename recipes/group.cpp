@@ -8,13 +8,13 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include <boost/asio/steady_timer.hpp>
 
 #include <zkr/names.hpp>
 
+#include "callback_gate.hpp"
 #include "completion.hpp"
 #include "internals.hpp"
 #include "node_steps.hpp"
@@ -34,36 +34,6 @@ constexpr auto kTakenRetry = std::chrono::milliseconds(250);
 constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
 
 constexpr std::string_view kPartySuffix = "__party__";
-
-// Runs user callbacks one at a time on the session's callback thread, and stops them for good:
-// after stop() no callback starts, and one running on another thread has returned.
-class CallbackGate {
- public:
-  template <typename Call>
-  void run(Call&& call) {
-    {
-      std::lock_guard guard(mutex_);
-      if (stopped_) return;
-      running_on_ = std::this_thread::get_id();
-    }
-    detail::SessionCore::run_user_callback(std::forward<Call>(call));
-    std::lock_guard guard(mutex_);
-    running_on_ = {};
-    finished_.notify_all();
-  }
-  void stop() {
-    std::unique_lock guard(mutex_);
-    stopped_ = true;
-    if (running_on_ == std::this_thread::get_id()) return;  // from the callback itself
-    finished_.wait(guard, [&] { return running_on_ == std::thread::id(); });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable finished_;
-  bool stopped_ = false;
-  std::thread::id running_on_;
-};
 
 // Runs `task` on the worker thread after `delay`, unless `self` is gone by then.
 template <typename Self, typename Task>
@@ -410,7 +380,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   std::string data;  // under core->mutex()
   const GroupMemberOptions options;
   const MembershipListener listener;
-  CallbackGate gate;
+  detail::CallbackGate gate;
 
   // Under core->mutex().
   MembershipState state = MembershipState::left;
@@ -728,7 +698,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   const std::string path;
   const GroupLayout layout;
   const Callback callback;
-  CallbackGate gate;
+  detail::CallbackGate gate;
 
   // Under core->mutex().
   bool stopped = false;

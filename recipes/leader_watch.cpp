@@ -3,12 +3,11 @@
 #include <zkr/leader_watch.hpp>
 
 #include <algorithm>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 
 #include <zkr/error.hpp>
 
+#include "callback_gate.hpp"
 #include "completion.hpp"
 #include "internals.hpp"
 #include "session_core.hpp"
@@ -101,24 +100,13 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
   // ---- calling back (callback thread) ----
 
   void deliver(const std::optional<Participant>& leader) {
-    {
-      std::lock_guard guard(delivery_mutex);
-      if (delivery_stopped) return;
-      told = leader;
-      delivering_on = std::this_thread::get_id();
-    }
-    detail::SessionCore::run_user_callback([&] { callback(leader); });
-    std::lock_guard guard(delivery_mutex);
-    delivering_on = {};
-    delivered.notify_all();
-  }
-
-  // No call starts after this returns; one running on another thread has returned by then.
-  void stop_deliveries() {
-    std::unique_lock guard(delivery_mutex);
-    delivery_stopped = true;
-    if (delivering_on == std::this_thread::get_id()) return;  // stopped from the callback itself
-    delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
+    gate.run([&] {
+      {
+        std::lock_guard guard(told_mutex);
+        told = leader;
+      }
+      callback(leader);
+    });
   }
 
   const std::shared_ptr<detail::SessionCore> core;
@@ -131,12 +119,9 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
   detail::WatchedRead listing;
   std::optional<std::string> last_node;  // the leader's node as last reported ("" for nobody)
 
-  // Under delivery_mutex.
-  std::mutex delivery_mutex;
-  std::condition_variable delivered;
-  bool delivery_stopped = false;
-  std::thread::id delivering_on;
-  std::optional<Participant> told;
+  detail::CallbackGate gate;
+  std::mutex told_mutex;
+  std::optional<Participant> told;  // under told_mutex
 };
 
 LeaderWatch::LeaderWatch(Session& session, std::string path, Callback callback) {
@@ -165,7 +150,7 @@ LeaderWatch::~LeaderWatch() { stop(); }
 const std::string& LeaderWatch::path() const { return state_->path; }
 
 std::optional<Participant> LeaderWatch::leader() const {
-  std::lock_guard guard(state_->delivery_mutex);
+  std::lock_guard guard(state_->told_mutex);
   return state_->told;
 }
 
@@ -179,7 +164,7 @@ void LeaderWatch::stop() {
     std::lock_guard lock(state_->core->mutex());
     state_->stop_locked({});
   }
-  state_->stop_deliveries();
+  state_->gate.stop();
 }
 
 }  // namespace zkr

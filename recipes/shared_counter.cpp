@@ -3,16 +3,15 @@
 #include <zkr/shared_counter.hpp>
 
 #include <charconv>
-#include <condition_variable>
 #include <future>
 #include <limits>
 #include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include <zkr/names.hpp>
 
+#include "callback_gate.hpp"
 #include "internals.hpp"
 #include "session_core.hpp"
 #include "watched_read.hpp"
@@ -458,7 +457,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
     if (state != SessionState::suspended && state != SessionState::lost) return;
     std::optional<CounterUpdate> stale;
     {
-      std::lock_guard guard(delivery_mutex);
+      std::lock_guard guard(told_mutex);
       if (!told || told->stale) return;  // nothing told yet, or told stale already
       stale = *told;
       stale->stale = true;
@@ -467,16 +466,13 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
   }
 
   void deliver(const CounterUpdate& update) {
-    {
-      std::lock_guard guard(delivery_mutex);
-      if (delivery_stopped) return;
-      told = update;
-      delivering_on = std::this_thread::get_id();
-    }
-    detail::SessionCore::run_user_callback([&] { listener(update); });
-    std::lock_guard guard(delivery_mutex);
-    delivering_on = {};
-    delivered.notify_all();
+    gate.run([&] {
+      {
+        std::lock_guard guard(told_mutex);
+        told = update;
+      }
+      listener(update);
+    });
   }
 
   // No call starts after this returns; one running on another thread has returned by then.
@@ -486,10 +482,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
       stop_locked();
     }
     state_subscription.reset();  // takes the session mutex itself
-    std::unique_lock guard(delivery_mutex);
-    delivery_stopped = true;
-    if (delivering_on == std::this_thread::get_id()) return;  // from the listener itself
-    delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
+    gate.stop();
   }
 
   const std::shared_ptr<detail::SessionCore> core;
@@ -505,12 +498,9 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
   CounterUpdate last_read;     // the latest value that decoded
   std::optional<CounterUpdate> reported;
 
-  // Under delivery_mutex.
-  std::mutex delivery_mutex;
-  std::condition_variable delivered;
-  bool delivery_stopped = false;
-  std::thread::id delivering_on;
-  std::optional<CounterUpdate> told;
+  detail::CallbackGate gate;
+  std::mutex told_mutex;
+  std::optional<CounterUpdate> told;  // under told_mutex
 };
 
 }  // namespace
