@@ -21,8 +21,6 @@ namespace {
 
 constexpr std::string_view kReadyNode = "ready";  // the peers' name for it, under the path
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 
 // One wait. `step` runs under the session mutex on a usable connection: at the start, whenever a
 // watch it set fires, and on each reconnection and new session. It issues reads with watch() and

@@ -29,8 +29,6 @@
 namespace zkr {
 namespace {
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 
 std::string child_path(const std::string& parent, const std::string& name) {
   return parent == "/" ? "/" + name : parent + "/" + name;

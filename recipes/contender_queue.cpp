@@ -16,8 +16,6 @@ namespace zkr::detail {
 namespace {
 
 // The adapter's result codes, read through the library's conditions (zkr/error.hpp).
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 // A container parent that the server reaps between our parent create and our node create sends
 // us round again; this bounds how often before giving up.
 constexpr int kMaxParentRetries = 20;

@@ -25,13 +25,9 @@
 namespace zkr {
 namespace {
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 
 // A node of our id owned by another session is looked at again this often, for one session timeout.
 constexpr auto kTakenRetry = std::chrono::milliseconds(250);
-// An absent group path takes no children watch: a view looks again this often.
-constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
 
 constexpr std::string_view kPartySuffix = "__party__";
 
@@ -580,7 +576,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
       known.clear();
       listing_back = true;
       publish_locked();
-      listing.retry_later_locked(*this, kMissingPathRetry);
+      listing.retry_later_locked(*this, detail::kMissingPathRetry);
       return;
     }
     if (rc != zk_errc::ok) {

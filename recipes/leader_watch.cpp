@@ -15,15 +15,6 @@
 #include "without_exceptions.hpp"
 
 namespace zkr {
-namespace {
-
-// An absent path takes no children watch; look again this often until it exists.
-constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
-
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
-
-}  // namespace
 
 struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_from_this<State> {
   State(std::shared_ptr<detail::SessionCore> session_core, std::string watched, Callback on_change)
@@ -41,7 +32,7 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
     if (stopped) return;
     if (rc == zk_errc::no_node) {
       report_locked(std::nullopt);
-      listing.retry_later_locked(*this, kMissingPathRetry);
+      listing.retry_later_locked(*this, detail::kMissingPathRetry);
       return;
     }
     if (rc != zk_errc::ok) return fail_locked(rc);

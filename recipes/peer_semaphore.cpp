@@ -64,7 +64,6 @@ std::function<std::error_code(const std::string&)> kazoo_limit_check(int max_lea
   };
 }
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
 
 // Gives up on a contender of ours: a waiting one is cancelled (its node deleted), a granted one
 // released. Locks the session mutex.

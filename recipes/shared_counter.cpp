@@ -27,8 +27,6 @@ constexpr auto kMissingNodeRetry = std::chrono::milliseconds(500);
 // How often a wait for a connection looks at the stop token and the deadline.
 constexpr auto kWaitSlice = std::chrono::milliseconds(20);
 
-bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
-bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
 // No answer from the server: a read may be sent again; a write may or may not have been applied.
 // (A closed Session is caught before each request: errc::session_closed.)
 bool unanswered(zk_errc rc) { return is_connection_trouble(rc) || is_session_ended(rc); }
@@ -118,7 +116,7 @@ std::int64_t checked_sum(std::int64_t a, std::int64_t b, std::string_view path) 
 
 // ---- requests, bounded by the operation's deadline and stop token ----
 
-struct DataReply {
+struct NodeReply {
   zk_errc rc = zk_errc::ok;
   std::string data;
   NodeStat stat;
@@ -157,25 +155,25 @@ class Operation {
     return future.get();
   }
 
-  DataReply get() const {
-    return request<DataReply>([&](std::uint64_t generation, auto deliver) {
+  NodeReply get() const {
+    return request<NodeReply>([&](std::uint64_t generation, auto deliver) {
       core_->get_data(generation, path_, [deliver](zk_errc rc, std::string data, NodeStat stat) {
-        deliver(DataReply{rc, std::move(data), stat});
+        deliver(NodeReply{rc, std::move(data), stat});
       });
     });
   }
 
-  DataReply set(const std::string& data, int version) const {
-    return request<DataReply>([&](std::uint64_t generation, auto deliver) {
+  NodeReply set(const std::string& data, int version) const {
+    return request<NodeReply>([&](std::uint64_t generation, auto deliver) {
       core_->set_data(generation, path_, data, version,
-                      [deliver](zk_errc rc, NodeStat stat) { deliver(DataReply{rc, {}, stat}); });
+                      [deliver](zk_errc rc, NodeStat stat) { deliver(NodeReply{rc, {}, stat}); });
     });
   }
 
-  DataReply create(const std::string& node, const std::string& data, CreateMode mode, NodeAcl acl) const {
-    return request<DataReply>([&](std::uint64_t generation, auto deliver) {
+  NodeReply create(const std::string& node, const std::string& data, CreateMode mode, NodeAcl acl) const {
+    return request<NodeReply>([&](std::uint64_t generation, auto deliver) {
       core_->create(generation, node, data, mode, acl,
-                    [deliver](zk_errc rc, std::string, NodeStat stat) { deliver(DataReply{rc, {}, stat}); });
+                    [deliver](zk_errc rc, std::string, NodeStat stat) { deliver(NodeReply{rc, {}, stat}); });
     });
   }
 
@@ -266,7 +264,7 @@ std::optional<std::int64_t> update(const Operation& operation, const CounterOpti
       return std::nullopt;
     }
     const std::string data = encode(options.layout, *desired, operation.name(), operation.path());
-    DataReply reply;
+    NodeReply reply;
     if (current.version < 0) {
       reply = operation.create(operation.path(), data, CreateMode::persistent, options.acl);
       if (reply.rc == zk_errc::no_node) {

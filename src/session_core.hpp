@@ -34,9 +34,20 @@
 #include "tls_relay.hpp"
 #include "zk_client.hpp"
 
+namespace zkr {
+
+// How a recipe's completions sort the C client's codes (the conditions of zkr/error.hpp).
+inline bool is_connection_trouble(zk_errc rc) { return make_error_code(rc) == condition::connection_trouble; }
+inline bool is_session_ended(zk_errc rc) { return make_error_code(rc) == condition::session_ended; }
+
+}  // namespace zkr
+
 namespace zkr::detail {
 
 using Clock = std::chrono::steady_clock;
+
+// An absent path takes no children watch: a watched listing looks again this often until it exists.
+constexpr auto kMissingPathRetry = std::chrono::milliseconds(500);
 
 using BootClock = zkr::BootClock;  // the session deadline's clock
 

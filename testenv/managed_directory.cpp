@@ -18,8 +18,6 @@
 namespace zkr::testenv {
 namespace {
 
-constexpr auto python = "/usr/bin/python3";
-
 bool keep_requested() { return std::getenv("ZKR_KEEP_CLUSTER_DIR") != nullptr; }
 
 // This process's start time in clock ticks since boot (field 22 of /proc/self/stat): with the
@@ -97,7 +95,7 @@ std::string ManagedDirectory::unavailable_reason(const std::string& tool) {
 std::pair<std::optional<int>, std::string> ManagedDirectory::run_tool(std::string_view tool,
                                                                       const std::vector<std::string>& arguments,
                                                                       std::chrono::milliseconds timeout) {
-  std::vector<std::string> argv{python, fmt::format("{}/testenv/{}", source_dir(), tool)};
+  std::vector<std::string> argv{kDebianPython, fmt::format("{}/testenv/{}", source_dir(), tool)};
   argv.insert(argv.end(), arguments.begin(), arguments.end());
   Process::Options options;
   options.merge_stderr = true;

@@ -19,16 +19,9 @@
 namespace zkr::testenv {
 namespace {
 
-constexpr auto python = "/usr/bin/python3";
 constexpr auto ip_tool = "/usr/sbin/ip";
 
 std::string script(std::string_view name) { return fmt::format("{}/testenv/{}", source_dir(), name); }
-
-std::string trim(std::string text) {
-  auto end = text.find_last_not_of(" \t\r\n");
-  text.erase(end == std::string::npos ? 0 : end + 1);
-  return text;
-}
 
 }  // namespace
 
@@ -169,7 +162,7 @@ std::string NetLab::mode(int server) const {
   auto position = reply.find("Mode: ");
   if (position == std::string::npos) return {};
   auto end = reply.find('\n', position);
-  return trim(reply.substr(position + 6, end == std::string::npos ? std::string::npos : end - position - 6));
+  return trim_trailing_space(reply.substr(position + 6, end == std::string::npos ? std::string::npos : end - position - 6));
 }
 
 int NetLab::leader() const {
@@ -198,7 +191,7 @@ std::unique_ptr<Process> NetLab::kazoo_client(int client, const std::string& hos
   options.pipe_stdin = true;
   options.merge_stderr = true;
   auto process = spawn(client,
-                       {python, script("netlab_client.py"), hosts, "--session-timeout",
+                       {kDebianPython, script("netlab_client.py"), hosts, "--session-timeout",
                         fmt::format("{}", session_timeout_s), "--op-timeout",
                         fmt::format("{}", op_timeout_s * timeout_scale()), "--connect-timeout",
                         fmt::format("{}", 15 * timeout_scale())},

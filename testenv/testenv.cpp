@@ -40,13 +40,13 @@ std::string random_hex(int digits) {
   return fmt::format("{:0{}x}", generator() >> (64 - 4 * digits), digits);
 }
 
-std::string trim(std::string text) {
+}  // namespace
+
+std::string trim_trailing_space(std::string text) {
   auto end = text.find_last_not_of(" \t\r\n");
   text.erase(end == std::string::npos ? 0 : end + 1);
   return text;
 }
-
-}  // namespace
 
 double timeout_scale() {
   static const double scale = [] {
@@ -281,12 +281,12 @@ std::string shared_server() {
     std::string file = std::string(dir) + "/connect_string";
     std::ifstream in(file);
     std::string connect;
-    if (!in || !std::getline(in, connect) || trim(connect).empty()) {
+    if (!in || !std::getline(in, connect) || trim_trailing_space(connect).empty()) {
       throw std::runtime_error(fmt::format(
           "ZKR_TEST_ZK_DIR is set but {} is missing or empty: did the zk_shared_start fixture run?",
           file));
     }
-    return trim(connect);
+    return trim_trailing_space(connect);
   }
   // Run by hand: one private server for the whole process, stopped at exit.
   static std::once_flag once;

@@ -24,6 +24,10 @@ namespace zkr::testenv {
 double timeout_scale();
 std::chrono::milliseconds scaled(std::chrono::milliseconds timeout);
 
+// Debian's interpreter, the one that sees python3-kazoo and runs testenv's tools.
+inline constexpr const char* kDebianPython = "/usr/bin/python3";
+// `text` without its trailing white space.
+std::string trim_trailing_space(std::string text);
 std::string source_dir();  // env ZKR_SOURCE_DIR or the compiled-in CMake source dir
 std::string build_dir();   // env ZKR_BUILD_DIR or the compiled-in CMake binary dir
 

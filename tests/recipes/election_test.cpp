@@ -29,7 +29,6 @@ class ElectionTest : public ServerTest {
 };
 
 // Node name prefixes as the peers write them (the server appends the sequence).
-constexpr const char* kCuratorLatchPrefix = "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-";
 constexpr const char* kCuratorLockPrefix = "_c_1f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-lock-";
 constexpr const char* kKazooLockPrefix = "0123456789abcdef0123456789abcdef__lock__";
 

@@ -22,9 +22,6 @@
 namespace zkr::test {
 namespace {
 
-// A participant's node as Curator's LeaderLatch names it, less its sequence number.
-constexpr const char* kCuratorLatchPrefix = "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-";
-
 class LeaderWatchTest : public ServerTest {
  protected:
   Sessions sessions;

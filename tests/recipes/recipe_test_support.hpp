@@ -12,6 +12,9 @@
 
 namespace zkr::test {
 
+// Curator's leader latch node prefix as Curator writes it (the server appends the sequence).
+inline constexpr const char* kCuratorLatchPrefix = "_c_0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f-latch-";
+
 // A participant or lease holder in its own process (tests/recipes/recipe_peer_main.cpp).
 inline std::unique_ptr<testenv::Process> start_peer(const std::string& mode, const std::string& servers,
                                                     const std::string& path, int session_ms,

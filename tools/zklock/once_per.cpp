@@ -49,11 +49,6 @@ std::int64_t shift_for(std::chrono::milliseconds period) {
   return period.count() % week_ms == 0 ? monday_shift_ms : 0;
 }
 
-std::int64_t floor_div(std::int64_t value, std::int64_t divisor) {
-  // A leader clock before 1970 is absurd, but must not share window 0.
-  return value >= 0 ? value / divisor : -((-value + divisor - 1) / divisor);
-}
-
 std::string child_path(std::string_view parent, std::string_view name) {
   return fmt::format("{}/{}", parent == "/" ? "" : parent, name);
 }

@@ -118,10 +118,6 @@ std::int64_t change_day(int year, int month, int week, int weekday) {
   return duration_cast<seconds>(date.time_since_epoch()).count();
 }
 
-std::int64_t floor_div(std::int64_t value, std::int64_t divisor) {
-  return value >= 0 ? value / divisor : -((-value + divisor - 1) / divisor);
-}
-
 }  // namespace
 
 TimeZone::TimeZone() : name_("UTC") {}

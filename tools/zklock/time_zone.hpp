@@ -12,6 +12,12 @@
 
 namespace zklock {
 
+// value / divisor rounded toward minus infinity (divisor > 0): a time before 1970 falls in the
+// day or window before the epoch's, never in the epoch's own.
+constexpr std::int64_t floor_div(std::int64_t value, std::int64_t divisor) {
+  return value >= 0 ? value / divisor : -((-value + divisor - 1) / divisor);
+}
+
 class TimeZone {
  public:
   // UTC, known without the tz database.
