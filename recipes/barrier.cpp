@@ -295,9 +295,8 @@ std::string DoubleBarrier::node() const { return state_->node; }
 
 void DoubleBarrier::async_enter(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop) {
   auto state = state_;
-  timeout = zero_means_shortest(timeout);
   NodeWait::start(
-      state->core, timeout, std::move(stop),
+      state->core, zero_means_shortest(timeout), std::move(stop),
       [state](NodeWait& wait, std::uint64_t generation) {
         if (state->destroyed) return wait.finish_locked(make_error_code(errc::cancelled));
         // Our node first, on this session (a lost session took the earlier one along).
@@ -358,9 +357,8 @@ void DoubleBarrier::async_enter(std::chrono::nanoseconds timeout, BarrierHandler
 
 void DoubleBarrier::async_leave(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop) {
   auto state = state_;
-  timeout = zero_means_shortest(timeout);
   NodeWait::start(
-      state->core, timeout, std::move(stop),
+      state->core, zero_means_shortest(timeout), std::move(stop),
       [state](NodeWait& wait, std::uint64_t generation) {
         // Our node first (if a lost session did not take it along already).
         if (state->created_generation == generation) {

@@ -8,16 +8,18 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include <boost/asio/steady_timer.hpp>
 
 #include <zkr/names.hpp>
 
+#include "callback_gate.hpp"
+#include "completion.hpp"
 #include "internals.hpp"
 #include "node_steps.hpp"
 #include "session_core.hpp"
+#include "watched_read.hpp"
 #include "without_exceptions.hpp"
 
 namespace zkr {
@@ -28,36 +30,6 @@ namespace {
 constexpr auto kTakenRetry = std::chrono::milliseconds(250);
 
 constexpr std::string_view kPartySuffix = "__party__";
-
-// Runs user callbacks one at a time on the session's callback thread, and stops them for good:
-// after stop() no callback starts, and one running on another thread has returned.
-class CallbackGate {
- public:
-  template <typename Call>
-  void run(Call&& call) {
-    {
-      std::lock_guard guard(mutex_);
-      if (stopped_) return;
-      running_on_ = std::this_thread::get_id();
-    }
-    detail::SessionCore::run_user_callback(std::forward<Call>(call));
-    std::lock_guard guard(mutex_);
-    running_on_ = {};
-    finished_.notify_all();
-  }
-  void stop() {
-    std::unique_lock guard(mutex_);
-    stopped_ = true;
-    if (running_on_ == std::this_thread::get_id()) return;  // from the callback itself
-    finished_.wait(guard, [&] { return running_on_ == std::thread::id(); });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable finished_;
-  bool stopped_ = false;
-  std::thread::id running_on_;
-};
 
 // Runs `task` on the worker thread after `delay`, unless `self` is gone by then.
 template <typename Self, typename Task>
@@ -181,10 +153,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     creating = true;
     const std::uint64_t attempt = ++attempts;
     std::weak_ptr<State> weak = weak_from_this();
-    core->exists(generation, node_path, [weak, attempt, generation](zk_errc rc, NodeStat stat) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
+    auto checked = [weak, attempt, generation](const auto& self, zk_errc rc, NodeStat stat) {
       if (attempt != self->attempts) return;
       self->creating = false;
       if (rc == zk_errc::no_node) return self->create_locked();  // gone meanwhile: try again
@@ -198,14 +167,12 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
         // Our own node of a session this Session lost, which the server has not expired yet (after
         // a server restart it gives every session a fresh timeout): the same member, so it goes.
         self->creating = true;
-        self->core->remove(generation, self->node_path, stat.version, [weak, attempt](zk_errc) {
-          auto again = weak.lock();
-          if (!again) return;
-          std::lock_guard inner(again->core->mutex());
-          if (attempt != again->attempts) return;
-          again->creating = false;
-          again->create_locked();
-        });
+        self->core->remove(generation, self->node_path, stat.version,
+                           detail::when_alive_locked(weak, [attempt](const auto& again, zk_errc) {
+                             if (attempt != again->attempts) return;
+                             again->creating = false;
+                             again->create_locked();
+                           }));
         return;
       }
       const auto now = std::chrono::steady_clock::now();
@@ -216,7 +183,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
         std::lock_guard inner(again.core->mutex());
         again.create_locked();
       });
-    });
+    };
+    core->exists(generation, node_path, detail::when_alive_locked(weak, checked));
   }
 
   void joined_locked(std::uint64_t generation) {
@@ -287,10 +255,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     pending_removal = node;
     removal_generation = generation;
     std::weak_ptr<State> weak = weak_from_this();
-    core->remove(generation, node, -1, [weak, generation, node](zk_errc rc) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
+    auto removed = [generation, node](const auto& self, zk_errc rc) {
       if (self->pending_removal != node || self->removal_generation != generation) return;
       if (is_connection_trouble(rc) && self->core->generation_locked() == generation) {
         // on_reconnected sends it again, or now if the connection is back already.
@@ -299,7 +264,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
       }
       self->pending_removal.clear();
       self->detach_if_idle_locked();
-    });
+    };
+    core->remove(generation, node, -1, detail::when_alive_locked(weak, removed));
   }
 
   void detach_if_idle_locked() {
@@ -410,7 +376,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   std::string data;  // under core->mutex()
   const GroupMemberOptions options;
   const MembershipListener listener;
-  CallbackGate gate;
+  detail::CallbackGate gate;
 
   // Under core->mutex().
   MembershipState state = MembershipState::left;
@@ -597,47 +563,20 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
 
   // ---- reading (under core->mutex()) ----
 
-  // As LeaderWatch: one children watch at a time, which the client keeps across connection drops.
+  // Lists the members, with the children watch that lists them again (see WatchedRead).
   void refresh_locked() {
-    if (stopped) return;
-    const std::uint64_t generation = core->generation_locked();
-    if (!core->usable_locked(generation)) return;
-    const std::uint64_t listing = ++listings;
-    listing_back = false;
-    std::weak_ptr<State> weak = weak_from_this();
-    detail::NodeWatch watch;
-    if (watching == 0) {
-      watching = listing;
-      watch = [weak, listing](NodeEvent) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
-        if (listing != self->watching) return;
-        self->watching = 0;
-        self->refresh_locked();
-      };
-    }
-    core->get_children(
-        generation, path,
-        [weak, listing, generation](zk_errc rc, std::vector<std::string> children, NodeStat) {
-          if (auto self = weak.lock()) self->on_children(listing, generation, rc, std::move(children));
-        },
-        std::move(watch));
+    if (!stopped && listing.list_children_locked(*this, path)) listing_back = false;
   }
 
-  void on_children(std::uint64_t listing, std::uint64_t generation, zk_errc rc, std::vector<std::string> children) {
-    std::lock_guard lock(core->mutex());
-    if (listing == watching && rc != zk_errc::ok) {
-      watching = 0;
-      if (listing != listings) return refresh_locked();
-    }
-    if (stopped || listing != listings || generation != core->generation_locked()) return;
+  // The latest listing's reply.
+  void on_children_locked(std::uint64_t generation, zk_errc rc, std::vector<std::string> children) {
+    if (stopped || generation != core->generation_locked()) return;
     if (rc == zk_errc::no_node) {
       current.clear();
       known.clear();
       listing_back = true;
       publish_locked();
-      retry_later_locked();
+      listing.retry_later_locked(*this, detail::kMissingPathRetry);
       return;
     }
     if (rc != zk_errc::ok) {
@@ -660,10 +599,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     std::weak_ptr<State> weak = weak_from_this();
     core->get_data(
         generation, path + "/" + name,
-        [weak, generation, name](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
+        detail::when_alive_locked(weak, [generation, name](const auto& self, zk_errc rc, std::string data, NodeStat stat) {
           if (self->stopped || generation != self->core->generation_locked()) return;
           self->reading.erase(name);
           if (rc == zk_errc::ok && self->current.contains(name))
@@ -671,7 +607,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
           else if (is_connection_trouble(rc))
             return;  // the listing on reconnection reads it again
           self->publish_locked();
-        },
+        }),
         [weak, generation, name](NodeEvent event) {
           if (event != NodeEvent::changed) return;  // a deletion reaches us through the children watch
           auto self = weak.lock();
@@ -681,14 +617,6 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
           self->known.erase(name);
           self->read_locked(generation, name);
         });
-  }
-
-  void retry_later_locked() {
-    const std::uint64_t listing = listings;
-    after(core, weak_from_this(), detail::kMissingPathRetry, [listing](State& self) {
-      std::lock_guard lock(self.core->mutex());
-      if (listing == self.listings) self.refresh_locked();
-    });
   }
 
   // Tells the callback when the members or `stale` changed. Live (fresh) once the latest listing
@@ -743,7 +671,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     if (why) go_stale_locked();  // tell the callback the view is stale for good
     told.stale = true;
     stopped = true;
-    ++listings;
+    listing.stop_locked(*this);
     core->detach(this);
     fresh_changed.notify_all();
   }
@@ -751,7 +679,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   // ---- SessionListener (under core->mutex()) ----
   void on_reconnected(std::uint64_t) override { refresh_locked(); }
   void on_new_session(std::uint64_t) override {
-    watching = 0;  // the lost session's watches went with its handle
+    listing.forget_watch_locked();
     reading.clear();
     known.clear();
     refresh_locked();
@@ -766,13 +694,12 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   const std::string path;
   const GroupLayout layout;
   const Callback callback;
-  CallbackGate gate;
+  detail::CallbackGate gate;
 
   // Under core->mutex().
   bool stopped = false;
   std::error_code failure;
-  std::uint64_t listings = 0;
-  std::uint64_t watching = 0;
+  detail::WatchedRead listing;
   bool listing_back = false;  // the latest listing came back
   bool live = false;          // fresh: see publish_locked
   std::set<std::string> current;                   // member nodes of the latest listing

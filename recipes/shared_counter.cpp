@@ -3,19 +3,18 @@
 #include <zkr/shared_counter.hpp>
 
 #include <charconv>
-#include <condition_variable>
 #include <future>
 #include <limits>
 #include <mutex>
-#include <thread>
 
-#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include <zkr/names.hpp>
 
+#include "callback_gate.hpp"
 #include "internals.hpp"
 #include "session_core.hpp"
+#include "watched_read.hpp"
 #include "without_exceptions.hpp"
 
 namespace zkr {
@@ -376,46 +375,17 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
 
   // ---- reading (under core->mutex()) ----
 
-  // Reads the node, setting a data watch unless one is set or being set (the client keeps it
-  // across connection drops and sends it again on reconnection). Every read supersedes the
-  // earlier ones.
+  // Reads the node, with the data watch that reads it again (see WatchedRead).
   void refresh_locked() {
-    if (stopped) return;
-    const std::uint64_t generation = core->generation_locked();
-    if (!core->usable_locked(generation)) return;  // on_reconnected / on_new_session read again
-    const std::uint64_t read = ++reads;
-    std::weak_ptr<CounterListenerState> weak = weak_from_this();
-    detail::NodeWatch watch;
-    if (watching == 0) {
-      watching = read;
-      watch = [weak, read](NodeEvent) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
-        if (read != self->watching) return;  // an earlier session's
-        self->watching = 0;
-        self->refresh_locked();
-      };
-    }
-    core->get_data(
-        generation, path,
-        [weak, read](zk_errc rc, std::string data, NodeStat stat) {
-          if (auto self = weak.lock()) self->on_read(read, rc, std::move(data), stat);
-        },
-        std::move(watch));
+    if (!stopped) reading.read_data_locked(*this, path);
   }
 
-  void on_read(std::uint64_t read, zk_errc rc, std::string data, NodeStat stat) {
-    std::lock_guard lock(core->mutex());
-    // The client sets a read's watch only with a successful reply (a missing node takes none).
-    if (read == watching && rc != zk_errc::ok) {
-      watching = 0;
-      if (read != reads) return refresh_locked();  // a later read counted on this one's watch
-    }
-    if (stopped || read != reads) return;
+  // The latest read's reply.
+  void on_data_locked(zk_errc rc, std::string data, NodeStat stat) {
+    if (stopped) return;
     if (rc == zk_errc::no_node) {
       report_locked(CounterUpdate{});
-      return retry_later_locked();
+      return reading.retry_later_locked(*this, kMissingNodeRetry);
     }
     if (unanswered(rc)) return;  // read again on the next connection
     if (rc != zk_errc::ok) {
@@ -436,23 +406,6 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
     report_locked(update);
   }
 
-  void retry_later_locked() {
-    std::weak_ptr<CounterListenerState> weak = weak_from_this();
-    const std::uint64_t read = reads;
-    core->post_to_worker([weak, read] {  // timers belong to the worker thread
-      auto self = weak.lock();
-      if (!self) return;
-      if (!self->retry_timer) self->retry_timer = std::make_unique<boost::asio::steady_timer>(self->core->worker());
-      self->retry_timer->expires_after(kMissingNodeRetry);
-      self->retry_timer->async_wait([weak, read](boost::system::error_code ec) {
-        auto again = weak.lock();
-        if (ec || !again) return;
-        std::lock_guard lock(again->core->mutex());
-        if (read == again->reads) again->refresh_locked();
-      });
-    });
-  }
-
   // Tells the listener unless it was told this already (and nothing made it stale since).
   void report_locked(const CounterUpdate& update) {
     if (!need_fresh && reported && reported->value == update.value && reported->version == update.version &&
@@ -468,10 +421,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
   void stop_locked() {
     if (stopped) return;
     stopped = true;
-    ++reads;  // every reply and watch in flight is stale
-    core->post_to_worker([weak = weak_from_this()] {
-      if (auto self = weak.lock(); self && self->retry_timer) self->retry_timer->cancel();
-    });
+    reading.stop_locked(*this);
     core->detach(this);
   }
 
@@ -481,7 +431,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
     refresh_locked();
   }
   void on_new_session(std::uint64_t) override {
-    watching = 0;  // the lost session's watches went with its handle
+    reading.forget_watch_locked();
     need_fresh = true;
     refresh_locked();
   }
@@ -505,7 +455,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
     if (state != SessionState::suspended && state != SessionState::lost) return;
     std::optional<CounterUpdate> stale;
     {
-      std::lock_guard guard(delivery_mutex);
+      std::lock_guard guard(told_mutex);
       if (!told || told->stale) return;  // nothing told yet, or told stale already
       stale = *told;
       stale->stale = true;
@@ -514,16 +464,13 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
   }
 
   void deliver(const CounterUpdate& update) {
-    {
-      std::lock_guard guard(delivery_mutex);
-      if (delivery_stopped) return;
-      told = update;
-      delivering_on = std::this_thread::get_id();
-    }
-    detail::SessionCore::run_user_callback([&] { listener(update); });
-    std::lock_guard guard(delivery_mutex);
-    delivering_on = {};
-    delivered.notify_all();
+    gate.run([&] {
+      {
+        std::lock_guard guard(told_mutex);
+        told = update;
+      }
+      listener(update);
+    });
   }
 
   // No call starts after this returns; one running on another thread has returned by then.
@@ -533,10 +480,7 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
       stop_locked();
     }
     state_subscription.reset();  // takes the session mutex itself
-    std::unique_lock guard(delivery_mutex);
-    delivery_stopped = true;
-    if (delivering_on == std::this_thread::get_id()) return;  // from the listener itself
-    delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
+    gate.stop();
   }
 
   const std::shared_ptr<detail::SessionCore> core;
@@ -547,19 +491,14 @@ struct CounterListenerState final : detail::SessionListener, std::enable_shared_
 
   // Under core->mutex().
   bool stopped = false;
-  std::uint64_t reads = 0;
-  std::uint64_t watching = 0;  // the read whose data watch is set or being set; 0: none
+  detail::WatchedRead reading;
   bool need_fresh = true;      // the next read is told even if nothing changed (after a drop)
   CounterUpdate last_read;     // the latest value that decoded
   std::optional<CounterUpdate> reported;
-  std::unique_ptr<boost::asio::steady_timer> retry_timer;  // the worker thread's
 
-  // Under delivery_mutex.
-  std::mutex delivery_mutex;
-  std::condition_variable delivered;
-  bool delivery_stopped = false;
-  std::thread::id delivering_on;
-  std::optional<CounterUpdate> told;
+  detail::CallbackGate gate;
+  std::mutex told_mutex;
+  std::optional<CounterUpdate> told;  // under told_mutex
 };
 
 }  // namespace

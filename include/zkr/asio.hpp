@@ -100,6 +100,46 @@ inline std::exception_ptr to_exception(std::error_code ec, const std::string& pa
   return std::make_exception_ptr(Error(ec, operation, path));
 }
 
+// What the handler gets from the recipe's completion (error_code, value...): the value itself
+// (failures as the exception), an optional of it (empty when the recipe gave up), or, for a
+// completion without a value, a bool (false when it gave up).
+template <typename Result>
+struct Outcome {
+  static constexpr bool gives_up_quietly = false;
+  static Result done(Result value) { return value; }
+  static Result none() { return Result{}; }
+};
+template <typename Value>
+struct Outcome<std::optional<Value>> {
+  static constexpr bool gives_up_quietly = true;
+  static std::optional<Value> done(Value value) { return std::optional<Value>(std::move(value)); }
+  static std::optional<Value> none() { return std::nullopt; }
+};
+template <>
+struct Outcome<bool> {
+  static constexpr bool gives_up_quietly = true;
+  static bool done() { return true; }
+  static bool none() { return false; }
+};
+
+// The initiation every form below shares: `start(complete)` starts the recipe's operation, which
+// calls complete(ec, value...) once; the handler gets void(std::exception_ptr, Result), the
+// exception a zkr::Error naming `operation` and `path`.
+template <typename Result, typename CompletionToken, typename Start>
+auto async_recipe(CompletionToken&& token, const std::string& path, const char* operation, Start start) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, Result)>(
+      [](auto handler, std::string target, const char* what, Start begin) {
+        auto delivery = std::make_shared<Delivery<decltype(handler), Result>>(std::move(handler));
+        begin([delivery, target, what](std::error_code ec, auto... value) {
+          using Results = Outcome<Result>;
+          if (!ec) delivery->deliver(nullptr, Results::done(std::move(value)...));
+          else if (Results::gives_up_quietly && ec == condition::gave_up) delivery->deliver(nullptr, Results::none());
+          else delivery->deliver(to_exception(ec, target, what), Results::none());
+        });
+      },
+      token, path, operation, std::move(start));
+}
+
 }  // namespace detail
 
 // What async_acquire and async_try_acquire_for take: a Lock or a Semaphore.
@@ -112,19 +152,10 @@ concept Acquirable = std::same_as<Recipe, Lock> || std::same_as<Recipe, Semaphor
 // errc::limit_mismatch (a semaphore), other ZooKeeper errors (see zkr::condition).
 template <Acquirable Recipe, typename CompletionToken>
 auto async_acquire(Recipe& lock, CompletionToken&& token, std::stop_token stop = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldLock)>(
-      [](auto handler, Recipe& target, std::stop_token stop_token) {
-        using Handler = decltype(handler);
-        auto delivery = std::make_shared<detail::Delivery<Handler, HeldLock>>(std::move(handler));
-        target.async_acquire(
-            std::chrono::nanoseconds(-1),
-            [delivery, path = target.path()](std::error_code ec, HeldLock held) {
-              if (ec) delivery->deliver(detail::to_exception(ec, path), HeldLock{});
-              else delivery->deliver(nullptr, std::move(held));
-            },
-            std::move(stop_token));
-      },
-      token, std::ref(lock), std::move(stop));
+  return detail::async_recipe<HeldLock>(std::forward<CompletionToken>(token), lock.path(), "acquire",
+                                        [&lock, stop](AcquireHandler done) {
+                                          lock.async_acquire(std::chrono::nanoseconds(-1), std::move(done), stop);
+                                        });
 }
 
 // Waits at most `timeout` (zero: does not wait). Completion signature:
@@ -133,21 +164,10 @@ auto async_acquire(Recipe& lock, CompletionToken&& token, std::stop_token stop =
 template <Acquirable Recipe, typename CompletionToken>
 auto async_try_acquire_for(Recipe& lock, std::chrono::nanoseconds timeout, CompletionToken&& token,
                            std::stop_token stop = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<HeldLock>)>(
-      [](auto handler, Recipe& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
-        using Handler = decltype(handler);
-        auto delivery = std::make_shared<detail::Delivery<Handler, std::optional<HeldLock>>>(std::move(handler));
-        target.async_acquire(
-            std::max(wait, std::chrono::nanoseconds::zero()),
-            [delivery, path = target.path()](std::error_code ec, HeldLock held) {
-              if (!ec) delivery->deliver(nullptr, std::optional<HeldLock>(std::move(held)));
-              else if (ec == condition::gave_up)
-                delivery->deliver(nullptr, std::nullopt);
-              else delivery->deliver(detail::to_exception(ec, path), std::nullopt);
-            },
-            std::move(stop_token));
-      },
-      token, std::ref(lock), timeout, std::move(stop));
+  return detail::async_recipe<std::optional<HeldLock>>(
+      std::forward<CompletionToken>(token), lock.path(), "acquire", [&lock, timeout, stop](AcquireHandler done) {
+        lock.async_acquire(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(done), stop);
+      });
 }
 
 // Waits until the started latch leads. Completion signature: void(std::exception_ptr, Leadership).
@@ -203,26 +223,9 @@ auto async_wait_for_leadership_for(LeaderLatch& latch, std::chrono::nanoseconds 
 // all N have entered (async_enter) or left (async_leave); false when `timeout` (negative: none)
 // ran out or stop was requested; the exception is a zkr::Error as the blocking forms throw
 // (errc::session_closed, zk_errc::no_auth, ...).
-namespace detail {
-template <typename CompletionToken, typename Start>
-auto async_barrier_wait(CompletionToken&& token, const std::string& path, const char* operation, Start start) {
-  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, bool)>(
-      [](auto handler, std::string target, const char* what, Start begin) {
-        using Handler = decltype(handler);
-        auto delivery = std::make_shared<Delivery<Handler, bool>>(std::move(handler));
-        begin([delivery, target, what](std::error_code ec) {
-          if (!ec) delivery->deliver(nullptr, true);
-          else if (ec == condition::gave_up) delivery->deliver(nullptr, false);
-          else delivery->deliver(to_exception(ec, target, what), false);
-        });
-      },
-      token, path, operation, std::move(start));
-}
-}  // namespace detail
-
 template <typename CompletionToken>
 auto async_wait(Barrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token, std::stop_token stop = {}) {
-  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "wait on barrier",
+  return detail::async_recipe<bool>(std::forward<CompletionToken>(token), barrier.path(), "wait on barrier",
                                     [&barrier, timeout, stop](BarrierHandler done) {
                                       barrier.async_wait(timeout, std::move(done), stop);
                                     });
@@ -231,7 +234,7 @@ auto async_wait(Barrier& barrier, std::chrono::nanoseconds timeout, CompletionTo
 template <typename CompletionToken>
 auto async_enter(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
                  std::stop_token stop = {}) {
-  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "enter double barrier",
+  return detail::async_recipe<bool>(std::forward<CompletionToken>(token), barrier.path(), "enter double barrier",
                                     [&barrier, timeout, stop](BarrierHandler done) {
                                       barrier.async_enter(timeout, std::move(done), stop);
                                     });
@@ -240,7 +243,7 @@ auto async_enter(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, Compl
 template <typename CompletionToken>
 auto async_leave(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
                  std::stop_token stop = {}) {
-  return detail::async_barrier_wait(std::forward<CompletionToken>(token), barrier.path(), "leave double barrier",
+  return detail::async_recipe<bool>(std::forward<CompletionToken>(token), barrier.path(), "leave double barrier",
                                     [&barrier, timeout, stop](BarrierHandler done) {
                                       barrier.async_leave(timeout, std::move(done), stop);
                                     });
@@ -252,7 +255,7 @@ auto async_leave(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, Compl
 template <typename CompletionToken>
 auto async_join(GroupMember& member, std::chrono::nanoseconds timeout, CompletionToken&& token,
                 std::stop_token stop = {}) {
-  return detail::async_barrier_wait(std::forward<CompletionToken>(token), member.path(), "join group",
+  return detail::async_recipe<bool>(std::forward<CompletionToken>(token), member.path(), "join group",
                                     [&member, timeout, stop](GroupMember::JoinHandler done) {
                                       member.async_join(timeout, std::move(done), stop);
                                     });
@@ -279,19 +282,10 @@ auto async_wait_initialized(TreeCache& cache, CompletionToken&& token) {
 // the exception is the zkr::Error MultiLock::acquire() throws, naming the MultiLock's first path.
 template <typename CompletionToken>
 auto async_acquire(MultiLock& locks, CompletionToken&& token, std::stop_token stop = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, HeldMultiLock)>(
-      [](auto handler, MultiLock& target, std::stop_token stop_token) {
-        using Handler = decltype(handler);
-        auto delivery = std::make_shared<detail::Delivery<Handler, HeldMultiLock>>(std::move(handler));
-        target.async_acquire(
-            std::chrono::nanoseconds(-1),
-            [delivery, path = target.paths().front()](std::error_code ec, HeldMultiLock held) {
-              if (ec) delivery->deliver(detail::to_exception(ec, path), HeldMultiLock{});
-              else delivery->deliver(nullptr, std::move(held));
-            },
-            std::move(stop_token));
-      },
-      token, std::ref(locks), std::move(stop));
+  return detail::async_recipe<HeldMultiLock>(std::forward<CompletionToken>(token), locks.paths().front(), "acquire",
+                                             [&locks, stop](MultiAcquireHandler done) {
+                                               locks.async_acquire(std::chrono::nanoseconds(-1), std::move(done), stop);
+                                             });
 }
 
 // A MultiLock, waiting at most `timeout` (zero: does not wait). Completion signature:
@@ -300,21 +294,11 @@ auto async_acquire(MultiLock& locks, CompletionToken&& token, std::stop_token st
 template <typename CompletionToken>
 auto async_try_acquire_for(MultiLock& locks, std::chrono::nanoseconds timeout, CompletionToken&& token,
                            std::stop_token stop = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, std::optional<HeldMultiLock>)>(
-      [](auto handler, MultiLock& target, std::chrono::nanoseconds wait, std::stop_token stop_token) {
-        using Handler = decltype(handler);
-        auto delivery =
-            std::make_shared<detail::Delivery<Handler, std::optional<HeldMultiLock>>>(std::move(handler));
-        target.async_acquire(
-            std::max(wait, std::chrono::nanoseconds::zero()),
-            [delivery, path = target.paths().front()](std::error_code ec, HeldMultiLock held) {
-              if (!ec) delivery->deliver(nullptr, std::optional<HeldMultiLock>(std::move(held)));
-              else if (ec == condition::gave_up) delivery->deliver(nullptr, std::nullopt);
-              else delivery->deliver(detail::to_exception(ec, path), std::nullopt);
-            },
-            std::move(stop_token));
-      },
-      token, std::ref(locks), timeout, std::move(stop));
+  return detail::async_recipe<std::optional<HeldMultiLock>>(
+      std::forward<CompletionToken>(token), locks.paths().front(), "acquire",
+      [&locks, timeout, stop](MultiAcquireHandler done) {
+        locks.async_acquire(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(done), stop);
+      });
 }
 
 }  // namespace zkr::asio

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -33,49 +34,37 @@ class GroupTest : public ServerTest {
 };
 using BarrierTest = GroupTest;
 
-// What a member's listener was told, in order.
-class Events {
+// What a callback was told, in order.
+template <typename Told>
+class Recorder {
  public:
-  MembershipListener listener() {
-    return [this](const MembershipEvent& event) {
+  std::function<void(const Told&)> callback() {
+    return [this](const Told& told) {
       std::lock_guard guard(mutex_);
-      events_.push_back(event);
+      told_.push_back(told);
     };
   }
-  std::vector<MembershipState> states() const {
+  std::vector<Told> all() const {
     std::lock_guard guard(mutex_);
+    return told_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Told> told_;
+};
+
+// What a member's listener was told.
+class Events : public Recorder<MembershipEvent> {
+ public:
+  std::vector<MembershipState> states() const {
     std::vector<MembershipState> out;
-    for (const auto& event : events_) out.push_back(event.state);
+    for (const auto& event : all()) out.push_back(event.state);
     return out;
   }
-  std::vector<MembershipEvent> all() const {
-    std::lock_guard guard(mutex_);
-    return events_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<MembershipEvent> events_;
 };
 
-// What a view's callback was told, in order.
-class Snapshots {
- public:
-  GroupView::Callback callback() {
-    return [this](const GroupSnapshot& snapshot) {
-      std::lock_guard guard(mutex_);
-      calls_.push_back(snapshot);
-    };
-  }
-  std::vector<GroupSnapshot> calls() const {
-    std::lock_guard guard(mutex_);
-    return calls_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<GroupSnapshot> calls_;
-};
+using Snapshots = Recorder<GroupSnapshot>;  // what a view's callback was told
 
 std::vector<std::string> ids(const GroupSnapshot& snapshot) {
   std::vector<std::string> out;
@@ -123,7 +112,7 @@ TEST_F(GroupTest, MembersJoinChangeDataAndLeaveAndTheViewFollows) {
   EXPECT_EQ(nodes(), Strings{"second"});
 
   // Every call told a fresh view; the last tells the one member left.
-  auto calls = told.calls();
+  auto calls = told.all();
   ASSERT_FALSE(calls.empty());
   EXPECT_EQ(ids(calls.back()), Strings{"second"});
   for (const auto& call : calls) EXPECT_FALSE(call.stale);
@@ -161,7 +150,7 @@ TEST_F(GroupTest, KazooLayoutsNameNodesAsKazooAndViewsReadTheirIds) {
 TEST_F(GroupTest, DeletedNodeIsToldAndMadeAgain) {
   Session& session = sessions.add(servers);
   Events events;
-  GroupMember member(session, path, "m", "data", {}, events.listener());
+  GroupMember member(session, path, "m", "data", {}, events.callback());
   member.join();
   const auto before = raw.stat(path + "/m").czxid;
   ASSERT_EQ(raw.remove(path + "/m"), ZOK);
@@ -196,8 +185,8 @@ TEST_F(GroupTest, ExpiredMemberIsToldAndRejoinsAndItsViewIsStaleUntilFresh) {
   Session& other = sessions.add(servers);
   Events rejoining, staying_out;
   Snapshots told;
-  GroupMember member(expiring, path, "rejoins", "r", {}, rejoining.listener());
-  GroupMember once(expiring, path, "once", "o", {.rejoin = false}, staying_out.listener());
+  GroupMember member(expiring, path, "rejoins", "r", {}, rejoining.callback());
+  GroupMember once(expiring, path, "once", "o", {.rejoin = false}, staying_out.callback());
   GroupView view(expiring, path, GroupLayout::curator, told.callback());
   GroupView outside(other, path);
   member.join();
@@ -226,7 +215,7 @@ TEST_F(GroupTest, ExpiredMemberIsToldAndRejoinsAndItsViewIsStaleUntilFresh) {
   ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"rejoins=r"}; }));
   ASSERT_TRUE(eventually([&] { return fresh_members(outside) == Strings{"rejoins=r"}; }));
   // The view went stale, and fresh again.
-  auto calls = told.calls();
+  auto calls = told.all();
   auto stale = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return c.stale; });
   ASSERT_NE(stale, calls.end());
   EXPECT_EQ(ids(*stale), (Strings{"once", "rejoins"}));  // the last known members, marked stale
@@ -244,7 +233,7 @@ TEST_F(GroupTest, LostCreateRepliesAreRecognisedAsOwnNodes) {
   ASSERT_EQ(raw.create(path + "/g"), ZOK);
   ASSERT_EQ(raw.create(path + "/d"), ZOK);
   Events events;
-  GroupMember member(session, path + "/g", "m", "d", {}, events.listener());
+  GroupMember member(session, path + "/g", "m", "d", {}, events.callback());
   proxy.drop_next_reply();
   ASSERT_TRUE(member.try_join_for(testenv::scaled(10s)));
   EXPECT_EQ(proxy.dropped_replies(), 1);
@@ -276,8 +265,8 @@ TEST_F(GroupTest, DroppedConnectionMakesTheViewStaleUntilItIsBack) {
   ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"m=d"}; }));
   const auto id = session.id();
   proxy.reset();
-  ASSERT_TRUE(eventually([&] { return told.calls().size() >= 3; }));
-  auto calls = told.calls();
+  ASSERT_TRUE(eventually([&] { return told.all().size() >= 3; }));
+  auto calls = told.all();
   EXPECT_FALSE(calls[0].stale);
   EXPECT_TRUE(calls[1].stale);
   EXPECT_EQ(ids(calls[1]), Strings{"m"});

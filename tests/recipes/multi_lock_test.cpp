@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <future>
+#include <list>
 #include <thread>
 #include <vector>
 
@@ -25,7 +26,16 @@ class MultiLockTest : public ServerTest {
   Sessions sessions;
   std::string a = path + "/a", b = path + "/b", c = path + "/c";
 
-  void TearDown() override { sessions.close_all(); }
+  void TearDown() override {
+    locks_elsewhere.clear();
+    sessions.close_all();
+  }
+
+  // `lock_path` taken by a plain Lock on `other` (the Lock stays until TearDown).
+  HeldLock hold_elsewhere(Session& other, const std::string& lock_path) {
+    return locks_elsewhere.emplace_back(other, lock_path).acquire();
+  }
+  std::list<Lock> locks_elsewhere;
 
   // Every contender node under the three paths.
   std::size_t node_count() { return raw.children(a).size() + raw.children(b).size() + raw.children(c).size(); }
@@ -59,8 +69,7 @@ TEST_F(MultiLockTest, TakesEveryPathInOneMultiOpAndReleasesThemAll) {
 TEST_F(MultiLockTest, AllOrNoneAndNothingLeftBehindWhenItGivesUp) {
   Session& other = sessions.add(servers);
   Session& session = sessions.add(servers);
-  Lock middle(other, b);
-  HeldLock held_b = middle.acquire();
+  HeldLock held_b = hold_elsewhere(other, b);
   MultiLock locks(session, {a, b, c});
   EXPECT_FALSE(locks.try_acquire());
   EXPECT_TRUE(eventually([&] { return node_count() == 1; })) << "a node of the refused attempt stayed";
@@ -90,8 +99,7 @@ TEST_F(MultiLockTest, AllOrNoneAndNothingLeftBehindWhenItGivesUp) {
 TEST_F(MultiLockTest, WaitsHoldingOnlyPathsBeforeTheOneItWaitsFor) {
   Session& other = sessions.add(servers);
   Session& session = sessions.add(servers);
-  Lock middle(other, b);
-  HeldLock held_b = middle.acquire();
+  HeldLock held_b = hold_elsewhere(other, b);
   MultiLock locks(session, {a, b, c});
   auto waiting = std::async(std::launch::async, [&] { return locks.try_acquire_for(testenv::scaled(20s)); });
   // While it waits for b, it holds a and has no node on c (holding c, it could keep a holder of c
@@ -232,8 +240,7 @@ TEST_F(MultiLockTest, PathLostWhileWaitingIsTakenAgain) {
   testenv::Proxy proxy(servers);
   Session& other = sessions.add(servers);
   Session& session = sessions.add(proxy.address(), 4000ms);
-  Lock middle(other, b);
-  HeldLock held_b = middle.acquire();
+  HeldLock held_b = hold_elsewhere(other, b);
   MultiLock locks(session, {a, b});
   auto waiting = std::async(std::launch::async, [&] { return locks.try_acquire_for(testenv::scaled(20s)); });
   ASSERT_TRUE(eventually([&] { return raw.children(a).size() == 1 && raw.children(b).size() == 2; }));
@@ -351,8 +358,7 @@ TEST_F(MultiLockTest, BadPathsAreRefusedByName) {
 TEST_F(MultiLockTest, AsyncAcquireRunsOnceWithEveryPath) {
   Session& other = sessions.add(servers);
   Session& session = sessions.add(servers);
-  Lock middle(other, b);
-  HeldLock held_b = middle.acquire();
+  HeldLock held_b = hold_elsewhere(other, b);
   MultiLock locks(session, {a, b, c});
   std::promise<std::pair<std::error_code, HeldMultiLock>> outcome;
   locks.async_acquire(testenv::scaled(10s), [&](std::error_code ec, HeldMultiLock held) {
@@ -377,8 +383,7 @@ TEST_F(MultiLockTest, AsioFormsCompleteWithEveryPathOrNone) {
     ASSERT_EQ(granted.wait_for(testenv::scaled(10s)), std::future_status::ready);
     EXPECT_EQ(granted.get().locks().size(), 3u);
   }
-  Lock middle(other, b);
-  HeldLock held_b = middle.acquire();
+  HeldLock held_b = hold_elsewhere(other, b);
   auto refused = zkr::asio::async_try_acquire_for(locks, 200ms, boost::asio::use_future);
   ASSERT_EQ(refused.wait_for(testenv::scaled(10s)), std::future_status::ready);
   EXPECT_FALSE(refused.get());
