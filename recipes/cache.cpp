@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -59,6 +60,7 @@ std::string_view to_string(CacheEvent::Kind kind) noexcept {
 }
 
 struct TreeCache::State final : detail::SessionListener, std::enable_shared_from_this<State> {
+  enum class Watched { data, children };  // a node's two watches
   struct Node {
     NodeData node;
     std::vector<std::string> children;  // the cached children's names, sorted
@@ -66,7 +68,9 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     int depth = 0;
     bool data_watch = false;      // set, or being set by a read in flight
     bool children_watch = false;  // likewise
+    bool& watch_set(Watched watched) { return watched == Watched::data ? data_watch : children_watch; }
   };
+  using NodeMap = std::map<std::string, Node, std::less<>>;
 
   State(std::shared_ptr<detail::SessionCore> session_core, std::string cached_root, Callback on_event,
         TreeCacheOptions cache_options)
@@ -101,27 +105,48 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     return false;
   }
 
+  // A reply or a watch of the connection of `generation`: `handle(*self, args...)` runs with both
+  // locks held, unless the cache stopped or moved to another connection since; then the events it
+  // made are handed on.
+  template <typename Handle>
+  auto on_connection(std::uint64_t generation, Handle handle) {
+    return [weak = weak_from_this(), generation, handle = std::move(handle)](auto... args) {
+      auto self = weak.lock();
+      if (!self) return;
+      std::lock_guard lock(self->core->mutex());
+      std::lock_guard mirror(self->mirror_mutex);
+      if (self->ignore_locked(generation)) return;
+      handle(*self, std::move(args)...);
+      self->flush_events_locked();
+    };
+  }
+
+  // Sends one read (`request`: get_data or get_children) of `path` on the current connection,
+  // counted in the open round; `handle(self, rc, reply, stat)` runs on its reply.
+  template <typename Request, typename Handle>
+  void read_locked(Request request, const std::string& path, detail::NodeWatch watch, Handle handle) {
+    const std::uint64_t generation = core->generation_locked();
+    const std::uint64_t read_round = begin_read_locked();
+    ((*core).*request)(generation, path,
+                       on_connection(generation,
+                                     [read_round, handle = std::move(handle)](State& self, zk_errc rc, auto reply,
+                                                                              NodeStat stat) {
+                                       handle(self, rc, std::move(reply), stat);
+                                       self.end_read_locked(read_round, rc);
+                                     }),
+                       std::move(watch));
+  }
+
   // A node a listing (or the root) names that is not cached yet: read its data, with its watch.
   void fetch_locked(const std::string& path, int depth) {
     if (!can_read_locked()) return;
     const std::uint64_t incarnation = next_incarnation++;
     pending[path] = incarnation;
-    const std::uint64_t generation = core->generation_locked();
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_data(
-        generation, path,
-        [weak, path, depth, incarnation, generation, read_round](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_fetched_locked(path, depth, incarnation, rc, std::move(data), stat);
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        data_watch_for(path, incarnation, generation));
+    read_locked(&detail::SessionCore::get_data, path,
+                watch_for(Watched::data, path, incarnation, core->generation_locked()),
+                [path, depth, incarnation](State& self, zk_errc rc, std::string data, NodeStat stat) {
+                  self.on_fetched_locked(path, depth, incarnation, rc, std::move(data), stat);
+                });
   }
 
   void on_fetched_locked(const std::string& path, int depth, std::uint64_t incarnation, zk_errc rc,
@@ -157,44 +182,39 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     if (depth < options.max_depth) list_locked(path);
   }
 
-  // Reads a cached node's data again (after its data watch fired, or in a round).
-  void refresh_locked(const std::string& path) {
+  // Reads a cached node again, with the watch of that kind unless one is set (one data watch and one
+  // children watch per node at a time): its data after its data watch fired or in a round, its
+  // children likewise or once it was added. A listing brings the cache in line with it: new names
+  // are fetched, names gone are removed with their subtrees.
+  void refresh_locked(const std::string& path) { reread_locked(Watched::data, path); }
+  void list_locked(const std::string& path) { reread_locked(Watched::children, path); }
+
+  void reread_locked(Watched watched, const std::string& path) {
     auto found = nodes.find(path);
     if (found == nodes.end() || !can_read_locked()) return;
-    Node& node = found->second;
-    const std::uint64_t incarnation = node.incarnation;
-    const std::uint64_t generation = core->generation_locked();
+    const std::uint64_t incarnation = found->second.incarnation;
+    bool& watch_set = found->second.watch_set(watched);
+    const bool watching = !watch_set;
     detail::NodeWatch watch;
-    const bool watching = !node.data_watch;  // one data watch per node at a time
     if (watching) {
-      node.data_watch = true;
-      watch = data_watch_for(path, incarnation, generation);
+      watch_set = true;
+      watch = watch_for(watched, path, incarnation, core->generation_locked());
     }
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_data(
-        generation, path,
-        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_refreshed_locked(path, incarnation, watching, rc, std::move(data), stat);
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        std::move(watch));
+    auto handle = [watched, path, incarnation, watching](State& self, zk_errc rc, auto reply, NodeStat stat) {
+      auto node = self.nodes.find(path);
+      if (node == self.nodes.end() || node->second.incarnation != incarnation) return;
+      if (watching && rc != zk_errc::ok) node->second.watch_set(watched) = false;  // registered only with a reply
+      if (rc == zk_errc::no_node) return self.remove_subtree_locked(path);
+      if (rc != zk_errc::ok) return self.fail_unless_transient_locked(rc);
+      if constexpr (std::is_same_v<decltype(reply), std::string>) self.on_data_locked(node, std::move(reply), stat);
+      else self.on_children_locked(node, std::move(reply));
+    };
+    if (watched == Watched::data) read_locked(&detail::SessionCore::get_data, path, std::move(watch), handle);
+    else read_locked(&detail::SessionCore::get_children, path, std::move(watch), handle);
   }
 
-  void on_refreshed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
-                           std::string data, const NodeStat& stat) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || found->second.incarnation != incarnation) return;
+  void on_data_locked(NodeMap::iterator found, std::string data, const NodeStat& stat) {
     Node& node = found->second;
-    if (watching && rc != zk_errc::ok) node.data_watch = false;  // the client registers it only with a reply
-    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
     if (stat.mzxid == node.node.stat.mzxid && stat.czxid == node.node.stat.czxid) {
       node.node.stat = stat;  // its children changed: same data
       return;
@@ -202,61 +222,12 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     if (!options.cache_data) data.clear();
     counters.data_bytes = counters.data_bytes - node.node.data.size() + data.size();
     node.node = NodeData{std::move(data), stat};
-    emit_locked(CacheEvent::Kind::updated, path, node.node);
+    emit_locked(CacheEvent::Kind::updated, found->first, node.node);
   }
 
-  // Lists a cached node's children (with its children watch, unless one is set) and brings the
-  // cache in line: new names are fetched, names gone are removed with their subtrees.
-  void list_locked(const std::string& path) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || !can_read_locked()) return;
+  void on_children_locked(NodeMap::iterator found, std::vector<std::string> names) {
+    const std::string path = found->first;  // `found` may go from here on (removals and fetches change the map)
     Node& node = found->second;
-    const std::uint64_t incarnation = node.incarnation;
-    const std::uint64_t generation = core->generation_locked();
-    detail::NodeWatch watch;
-    const bool watching = !node.children_watch;
-    if (watching) {
-      node.children_watch = true;
-      watch = [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
-        std::lock_guard mirror(self->mirror_mutex);
-        if (self->ignore_locked(generation)) return;
-        auto watched = self->nodes.find(path);
-        if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
-        watched->second.children_watch = false;
-        if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
-        else self->list_locked(path);
-        self->flush_events_locked();
-      };
-    }
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_children(
-        generation, path,
-        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::vector<std::string> names,
-                                                                    NodeStat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_listed_locked(path, incarnation, watching, rc, std::move(names));
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        std::move(watch));
-  }
-
-  void on_listed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
-                        std::vector<std::string> names) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || found->second.incarnation != incarnation) return;
-    Node& node = found->second;
-    if (watching && rc != zk_errc::ok) node.children_watch = false;
-    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
     std::sort(names.begin(), names.end());
     const int depth = node.depth + 1;
     std::vector<std::string> gone;
@@ -265,7 +236,6 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     std::vector<std::string> fresh;
     std::set_difference(names.begin(), names.end(), node.children.begin(), node.children.end(),
                         std::back_inserter(fresh));
-    // `node` may move from here on (removals and fetches change the map).
     for (const auto& name : gone) remove_subtree_locked(child_path(path, name));
     // Fetches in flight for names this listing no longer shows are superseded.
     const std::string prefix = subtree_prefix(path);
@@ -282,21 +252,18 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     }
   }
 
-  // The data watch of one incarnation of a node.
-  detail::NodeWatch data_watch_for(const std::string& path, std::uint64_t incarnation, std::uint64_t generation) {
-    return [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
-      std::lock_guard mirror(self->mirror_mutex);
-      if (self->ignore_locked(generation)) return;
-      auto watched = self->nodes.find(path);
-      if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
-      watched->second.data_watch = false;
-      if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
-      else self->refresh_locked(path);
-      self->flush_events_locked();
-    };
+  // The data or the children watch of one incarnation of a node: the node's next change reads it
+  // (or lists it) again, with a new watch; its deletion removes its subtree.
+  detail::NodeWatch watch_for(Watched watched, const std::string& path, std::uint64_t incarnation,
+                              std::uint64_t generation) {
+    return on_connection(generation, [watched, path, incarnation](State& self, NodeEvent event) {
+      auto found = self.nodes.find(path);
+      if (found == self.nodes.end() || found->second.incarnation != incarnation) return;
+      found->second.watch_set(watched) = false;
+      if (event == NodeEvent::deleted) self.remove_subtree_locked(path);
+      else if (watched == Watched::data) self.refresh_locked(path);
+      else self.list_locked(path);
+    });
   }
 
   bool ignore_locked(std::uint64_t generation) const { return stopped || generation != core->generation_locked(); }
@@ -519,7 +486,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   // Written under core->mutex() and mirror_mutex; the accessors read under mirror_mutex alone.
   mutable std::mutex mirror_mutex;
   mutable std::condition_variable initialized_changed;
-  std::map<std::string, Node, std::less<>> nodes;
+  NodeMap nodes;
   bool is_initialized = false;
   bool is_stale = false;
   CacheMetrics counters;
