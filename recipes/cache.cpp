@@ -15,9 +15,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -403,14 +405,76 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
       case CacheEvent::Kind::removed: ++counters.removed; break;
       default: break;
     }
-    if (callback) events.push_back(CacheEvent{kind, std::move(path), std::move(node)});
+    if (!callback) return;
+    std::lock_guard guard(delivery_mutex);
+    if (!delivery_stopped) enqueue_locked(CacheEvent{kind, std::move(path), std::move(node)});
   }
 
-  // Hands the events of one reply to the callback thread, in order.
+  // The queue of events not yet delivered (under delivery_mutex). Up to options.max_pending_events
+  // it holds every event; past it, a node's event merges into the one already waiting for that
+  // node, so that a callback that falls behind is told each node's latest state once:
+  //   added + updated = added (later data), updated + updated = updated (later data),
+  //   removed + added = updated (the callback never saw the node go), added + removed = nothing.
+  // A merge keeps the waiting event's place, which keeps a node's `added` before its children's;
+  // one that turns into `removed` goes to the end, after its descendants' removals. A `stale` on a
+  // waiting `resynchronised` drops both: the callback stays told `stale` until the next one.
+  void enqueue_locked(CacheEvent event) {
+    using Kind = CacheEvent::Kind;
+    const bool over = queue.size() >= options.max_pending_events;
+    if (over && event.kind == Kind::stale && waiting_resynchronised != queue.end()) {
+      queue.erase(std::exchange(waiting_resynchronised, queue.end()));
+      queue_coalesced += 2;
+      return;
+    }
+    auto latest = event.path.empty() ? latest_of.end() : latest_of.find(event.path);
+    if (over && latest != latest_of.end()) {
+      const auto waiting = latest->second;
+      const Kind before = waiting->kind, now = event.kind;
+      if (now == Kind::removed && before == Kind::added) {  // never told: the callback never hears of it
+        latest_of.erase(latest);
+        queue.erase(waiting);
+        queue_coalesced += 2;
+        return;
+      }
+      if (now == Kind::updated || (now == Kind::added && before == Kind::removed)) {
+        if (before == Kind::removed) waiting->kind = Kind::updated;
+        waiting->node = std::move(event.node);
+        ++queue_coalesced;
+        return;
+      }
+      if (now == Kind::removed) {  // on an `updated`: to the end, as `removed`
+        latest_of.erase(latest);
+        queue.erase(waiting);
+        ++queue_coalesced;
+      }
+    }
+    queue.push_back(std::move(event));
+    const auto added = std::prev(queue.end());
+    if (added->kind == Kind::resynchronised) waiting_resynchronised = added;
+    if (!added->path.empty()) latest_of.insert_or_assign(std::string_view(added->path), added);
+  }
+
+  CacheEvent dequeue_locked() {
+    CacheEvent event = std::move(queue.front());
+    if (waiting_resynchronised == queue.begin()) waiting_resynchronised = queue.end();
+    if (auto latest = latest_of.find(event.path); latest != latest_of.end() && latest->second == queue.begin())
+      latest_of.erase(latest);
+    queue.pop_front();
+    return event;
+  }
+
+  // Has the callback thread deliver the queue: one task of this cache at a time, which delivers the
+  // events waiting when it starts and posts itself again if more came meanwhile (so that the other
+  // callbacks of the session get their turn).
   void flush_events_locked() {
-    if (events.empty()) return;
-    core->post_callback([weak = weak_from_this(), batch = std::exchange(events, {})] {
-      if (auto self = weak.lock()) self->deliver(batch);
+    std::lock_guard guard(delivery_mutex);
+    post_delivery_locked();
+  }
+  void post_delivery_locked() {
+    if (queue.empty() || delivery_posted || delivery_stopped) return;
+    delivery_posted = true;
+    core->post_callback([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->deliver();
     });
   }
 
@@ -445,23 +509,27 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
 
   // ---- calling back (callback thread) ----
 
-  void deliver(const std::vector<CacheEvent>& batch) {
-    for (const auto& event : batch) {
-      {
-        std::lock_guard guard(delivery_mutex);
-        if (delivery_stopped) return;
-        delivering_on = std::this_thread::get_id();
-      }
+  void deliver() {
+    std::unique_lock guard(delivery_mutex);
+    for (std::size_t turn = queue.size(); turn > 0 && !queue.empty() && !delivery_stopped; --turn) {
+      const CacheEvent event = dequeue_locked();
+      delivering_on = std::this_thread::get_id();
+      guard.unlock();
       detail::SessionCore::run_user_callback([&] { callback(event); });
-      std::lock_guard guard(delivery_mutex);
+      guard.lock();
       delivering_on = {};
       delivered.notify_all();
     }
+    delivery_posted = false;
+    post_delivery_locked();
   }
 
   void stop_deliveries() {
     std::unique_lock guard(delivery_mutex);
     delivery_stopped = true;
+    queue.clear();
+    latest_of.clear();
+    waiting_resynchronised = queue.end();
     if (delivering_on == std::this_thread::get_id()) return;  // stopped from the callback itself
     delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
   }
@@ -479,7 +547,6 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   std::uint64_t round = 0;
   bool round_open = false;
   std::size_t round_outstanding = 0;
-  std::vector<CacheEvent> events;  // of the reply being handled
   bool root_poll_scheduled = false;
   std::unique_ptr<boost::asio::steady_timer> poll_timer;  // the worker thread's
 
@@ -492,11 +559,16 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   CacheMetrics counters;
   std::vector<std::function<void(std::error_code)>> waiters;
 
-  // Under delivery_mutex.
-  std::mutex delivery_mutex;
+  // Under delivery_mutex (taken after the others).
+  mutable std::mutex delivery_mutex;
   std::condition_variable delivered;
   bool delivery_stopped = false;
   std::thread::id delivering_on;
+  std::list<CacheEvent> queue;  // not delivered yet (enqueue_locked)
+  std::unordered_map<std::string_view, std::list<CacheEvent>::iterator> latest_of;  // each path's last in `queue`
+  std::list<CacheEvent>::iterator waiting_resynchronised = queue.end();
+  bool delivery_posted = false;
+  std::uint64_t queue_coalesced = 0;
 };
 
 TreeCache::TreeCache(Session& session, std::string root, Callback callback, TreeCacheOptions options) {
@@ -598,6 +670,9 @@ CacheMetrics TreeCache::metrics() const {
   std::lock_guard mirror(state_->mirror_mutex);
   CacheMetrics out = state_->counters;
   out.nodes = state_->nodes.size();
+  std::lock_guard guard(state_->delivery_mutex);
+  out.events_pending = state_->queue.size();
+  out.events_coalesced = state_->queue_coalesced;
   return out;
 }
 

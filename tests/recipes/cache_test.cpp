@@ -1,10 +1,12 @@
 // TreeCache and NodeCache on real servers: the initial load, ordered events under a writer, a
 // deleted subtree, a node created and deleted at once (no ghost), the depth limit and the node
 // limit, "stale" while the server is stopped and the differences told after its restart, a session
-// expired under the cache, and the node cache's created/changed/deleted.
+// expired under the cache, the node cache's created/changed/deleted, and a callback that blocks
+// while the tree changes (the events waiting for it stay bounded).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -278,6 +280,104 @@ TEST_F(CacheTest, NodeCacheTellsCreatedChangedAndDeleted) {
   ASSERT_TRUE(eventually([&] { return heard.count(Kind::removed) == 1; }));
   EXPECT_EQ(heard.lines(), (std::vector<std::string>{"initialized", "added " + path + " =one",
                                                      "updated " + path + " =two", "removed " + path}));
+}
+
+// A callback that blocks while every node changes many times, a subtree goes and a node is
+// deleted and made again: the events waiting for it stay within max_pending_events plus one per
+// node (each node's events merge into one with its latest state), and once it runs again, what it
+// was told adds up to the server's tree, in an order it could apply (a parent added before its
+// children, removed after them; each node's values in the order written). Without the bound, every
+// one of the ~300 changes waits.
+TEST_F(CacheTest, ASlowCallbackHasBoundedEventsWaitingAndIsStillToldTheFinalTree) {
+  constexpr int kNodes = 10, kWritesEach = 30;
+  constexpr std::size_t kMaxPending = 8;
+  ASSERT_EQ(raw.create(path), ZOK);
+  for (int i = 0; i < kNodes; ++i) ASSERT_EQ(raw.create(fmt::format("{}/n{}", path, i), "0"), ZOK);
+  ASSERT_EQ(raw.create(path + "/sub", "0"), ZOK);
+  ASSERT_EQ(raw.create(path + "/sub/x", "0"), ZOK);
+  std::mutex mutex;
+  std::condition_variable released;
+  bool hold = false;
+  std::size_t told_after_release = 0, blocked = 0;
+  std::map<std::string, std::string> told;  // the tree as the events tell it
+  std::map<std::string, int> last_value;
+  std::vector<std::string> misordered;
+  Session& session = sessions.add(servers);
+  TreeCache cache(
+      session, path,
+      [&](const CacheEvent& event) {
+        std::unique_lock guard(mutex);
+        if (hold) {
+          ++blocked;
+          released.wait_for(guard, testenv::scaled(30s), [&] { return !hold; });  // bounded
+        }
+        told_after_release += blocked > 0;
+        const std::string& at = event.path;
+        if (event.kind == Kind::removed) {
+          auto below = told.upper_bound(at + "/");
+          if (!told.contains(at) || (below != told.end() && below->first.starts_with(at + "/")))
+            misordered.push_back("removed " + at);
+          told.erase(at);
+          last_value.erase(at);
+        }
+        if (event.kind != Kind::added && event.kind != Kind::updated) return;
+        if ((event.kind == Kind::added) == told.contains(at) ||
+            (at != path && !told.contains(at.substr(0, at.rfind('/')))))
+          misordered.push_back(fmt::format("{} {}", to_string(event.kind), at));
+        const int value = event.node.data.empty() ? 0 : std::stoi(event.node.data);
+        if (last_value.contains(at) && value <= last_value[at]) misordered.push_back(at + " =" + event.node.data);
+        told[at] = event.node.data;
+        last_value[at] = value;
+      },
+      {.max_pending_events = kMaxPending});
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  {
+    std::lock_guard guard(mutex);
+    hold = true;
+  }
+  // The first event blocks the callback.
+  std::thread writer([&] {
+    RawClient own(servers);
+    for (int round = 1; round <= kWritesEach; ++round) {
+      const std::string value = std::to_string(round);
+      for (int i = 0; i < kNodes; ++i)
+        zoo_set(own.handle(), fmt::format("{}/n{}", path, i).c_str(), value.data(), static_cast<int>(value.size()), -1);
+      if (round < kWritesEach / 2) {  // the parent's change waits before the child's
+        zoo_set(own.handle(), (path + "/sub").c_str(), value.data(), static_cast<int>(value.size()), -1);
+        zoo_set(own.handle(), (path + "/sub/x").c_str(), value.data(), static_cast<int>(value.size()), -1);
+      }
+      if (round == kWritesEach / 2) {
+        own.create(path + "/late", value);
+        own.remove(path + "/n0");
+        own.remove(path + "/sub/x");
+        own.remove(path + "/sub");
+        own.remove(path + "/n1");
+        own.create(path + "/n1", value);
+      }
+    }
+  });
+  writer.join();
+  const auto expected = server_tree(raw, path);
+  ASSERT_TRUE(eventually([&] { return contents(cache.snapshot()) == expected; }));
+  // Every change has been read while the callback is still held: the queue is at its longest.
+  const CacheMetrics held = cache.metrics();
+  EXPECT_LE(held.events_pending, kMaxPending + 2 * (kNodes + 3)) << held.events_coalesced << " merged";
+  EXPECT_GT(held.events_coalesced, 0u);
+  {
+    std::lock_guard guard(mutex);
+    EXPECT_EQ(blocked, 1u);
+    hold = false;
+  }
+  released.notify_all();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return told == expected;
+  })) << held.events_pending << " waited";
+  EXPECT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  std::lock_guard guard(mutex);
+  EXPECT_LE(told_after_release, kMaxPending + 2 * (kNodes + 3) + 1);
+  EXPECT_TRUE(misordered.empty()) << joined(misordered);
 }
 
 // The server stopped: the cache says stale; the tree changes before it can reconnect (its proxy
