@@ -275,10 +275,9 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     auto found = nodes.find(path);
     if (found == nodes.end()) return;
     const std::string prefix = subtree_prefix(path);
-    std::vector<std::string> doomed;
+    std::vector<std::string> doomed{path};  // told backwards: the node last
     for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix); ++it)
       if (it->first != path) doomed.push_back(it->first);
-    doomed.push_back(path);
     for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
       auto node = nodes.find(*it);
       counters.data_bytes -= node->second.node.data.size();

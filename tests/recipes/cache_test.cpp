@@ -432,6 +432,8 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   ASSERT_EQ(raw.create(path), ZOK);
   ASSERT_EQ(raw.create(path + "/stays", "s"), ZOK);
   ASSERT_EQ(raw.create(path + "/goes", "g"), ZOK);
+  ASSERT_EQ(raw.create(path + "/goes/child", "c"), ZOK);
+  ASSERT_EQ(raw.create(path + "/goes/child/grandchild", "gc"), ZOK);
   testenv::Proxy proxy(servers);
   Heard heard;
   Session& session = sessions.add(proxy.address(), 3000ms);
@@ -442,6 +444,8 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   auto id = detail::Internals::core(session)->client_id();
   proxy.blackhole();
   testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_EQ(raw.remove(path + "/goes/child/grandchild"), ZOK);
+  ASSERT_EQ(raw.remove(path + "/goes/child"), ZOK);
   ASSERT_EQ(raw.remove(path + "/goes"), ZOK);
   ASSERT_EQ(raw.create(path + "/new", "n"), ZOK);
   ASSERT_TRUE(eventually([&] { return cache.stale(); }, testenv::scaled(10s)));
@@ -450,6 +454,13 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
       << joined(heard.lines());
   EXPECT_NE(session.id(), old_session);
   EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+  // The subtree that went while the cache could not hear is removed as one, descendants first.
+  std::vector<std::string> removals;
+  for (const auto& line : heard.lines())
+    if (line.starts_with("removed")) removals.push_back(line);
+  EXPECT_EQ(removals, (std::vector<std::string>{"removed " + path + "/goes/child/grandchild",
+                                                "removed " + path + "/goes/child", "removed " + path + "/goes"}))
+      << joined(heard.lines());
   // The new session's watches work: a change after the resynchronisation is heard.
   set(path + "/stays", "changed");
   ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
