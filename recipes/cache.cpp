@@ -44,7 +44,6 @@ std::string parent_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == 0 ? "/" : path.substr(0, slash);
 }
-std::string name_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 }  // namespace
 
@@ -63,16 +62,23 @@ std::string_view to_string(CacheEvent::Kind kind) noexcept {
 
 struct TreeCache::State final : detail::SessionListener, std::enable_shared_from_this<State> {
   enum class Watched { data, children };  // a node's two watches
+  // Kept small: a cached node costs its entry, its path and data, and its two watches (ours and the
+  // C client's records of them). Its children and its depth are read from the paths.
   struct Node {
     NodeData node;
-    std::vector<std::string> children;  // the cached children's names, sorted
-    std::uint64_t incarnation = 0;      // the read that added it: watches of another one are stale
-    int depth = 0;
-    bool data_watch = false;      // set, or being set by a read in flight
-    bool children_watch = false;  // likewise
+    std::uint64_t incarnation = 0;  // the read that added it: watches of another one are stale
+    std::uint32_t slot = 0;         // its place in `slots`
+    bool data_watch = false;        // set, or being set by a read in flight
+    bool children_watch = false;    // likewise
     bool& watch_set(Watched watched) { return watched == Watched::data ? data_watch : children_watch; }
   };
   using NodeMap = std::map<std::string, Node, std::less<>>;
+  // What a read in flight and a watch carry to find their node again, rather than a copy of its
+  // path: a slot, taken when the node's first read is sent, and the incarnation of that read.
+  struct NodeRef {
+    std::uint64_t incarnation = 0;
+    std::uint32_t slot = 0;
+  };
 
   State(std::shared_ptr<detail::SessionCore> session_core, std::string cached_root, Callback on_event,
         TreeCacheOptions cache_options)
@@ -140,79 +146,119 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   }
 
   // A node a listing (or the root) names that is not cached yet: read its data, with its watch.
-  void fetch_locked(const std::string& path, int depth) {
+  void fetch_locked(const std::string& path) {
     if (!can_read_locked()) return;
-    const std::uint64_t incarnation = next_incarnation++;
-    pending[path] = incarnation;
-    read_locked(&detail::SessionCore::get_data, path,
-                watch_for(Watched::data, path, incarnation, core->generation_locked()),
-                [path, depth, incarnation](State& self, zk_errc rc, std::string data, NodeStat stat) {
-                  self.on_fetched_locked(path, depth, incarnation, rc, std::move(data), stat);
+    const NodeRef ref{next_incarnation++, take_slot_locked()};
+    auto [in_flight, inserted] = pending.try_emplace(path, ref);
+    if (!inserted) forget_fetch_locked(std::exchange(in_flight->second, ref));
+    read_locked(&detail::SessionCore::get_data, path, watch_for(Watched::data, ref, core->generation_locked()),
+                [path, ref](State& self, zk_errc rc, std::string data, NodeStat stat) {
+                  self.on_fetched_locked(path, ref, rc, std::move(data), stat);
                 });
   }
 
-  void on_fetched_locked(const std::string& path, int depth, std::uint64_t incarnation, zk_errc rc,
-                         std::string data, const NodeStat& stat) {
+  void on_fetched_locked(const std::string& path, NodeRef ref, zk_errc rc, std::string data, const NodeStat& stat) {
     auto in_flight = pending.find(path);
-    if (in_flight == pending.end() || in_flight->second != incarnation) return;  // superseded
+    if (in_flight == pending.end() || in_flight->second.incarnation != ref.incarnation) return;  // superseded
     pending.erase(in_flight);
+    const auto discard = [&] { free_slots.push_back(ref.slot); };
     if (rc == zk_errc::no_node) {
+      discard();
       if (path == root) schedule_root_poll_locked();
       return;  // created and deleted before we read it: never told
     }
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
-    if (nodes.contains(path)) return;
-    Node* parent = nullptr;
-    if (path != root) {
-      auto found = nodes.find(parent_of(path));
-      if (found == nodes.end()) return;  // its parent went meanwhile
-      parent = &found->second;
+    if (rc != zk_errc::ok) {
+      discard();
+      return fail_unless_transient_locked(rc);
     }
-    if (nodes.size() >= options.max_nodes) return stop_locked(make_error_code(errc::cache_limit));
+    if (nodes.contains(path) || (path != root && !nodes.contains(parent_of(path)))) return discard();  // its parent went
+    if (nodes.size() >= options.max_nodes) {
+      discard();
+      return stop_locked(make_error_code(errc::cache_limit));
+    }
     if (!options.cache_data) data.clear();
-    Node& node = nodes[path];
+    auto added = nodes.try_emplace(path).first;
+    Node& node = added->second;
     node.node = NodeData{std::move(data), stat};
-    node.incarnation = incarnation;
-    node.depth = depth;
+    node.incarnation = ref.incarnation;
+    node.slot = ref.slot;
     node.data_watch = true;  // registered with the reply
+    slots[ref.slot] = added;
     counters.data_bytes += node.node.data.size();
-    if (parent) {
-      const std::string name = name_of(path);
-      parent->children.insert(std::lower_bound(parent->children.begin(), parent->children.end(), name), name);
-    }
     emit_locked(CacheEvent::Kind::added, path, node.node);
-    if (depth < options.max_depth) list_locked(path);
+    if (depth_of(path) < options.max_depth) reread_locked(Watched::children, added);
+  }
+
+  // A slot for a node whose first read is about to be sent; it is freed when the node leaves the
+  // cache or that read turns out not to add it.
+  std::uint32_t take_slot_locked() {
+    if (free_slots.empty()) {
+      slots.push_back(nodes.end());
+      return static_cast<std::uint32_t>(slots.size() - 1);
+    }
+    const std::uint32_t slot = free_slots.back();
+    free_slots.pop_back();
+    return slot;
+  }
+  void forget_fetch_locked(NodeRef ref) { free_slots.push_back(ref.slot); }
+  NodeMap::iterator find_locked(NodeRef ref) {
+    if (ref.slot >= slots.size()) return nodes.end();
+    const auto found = slots[ref.slot];
+    return found != nodes.end() && found->second.incarnation == ref.incarnation ? found : nodes.end();
+  }
+
+  // How far below the root a path is (0: the root).
+  int depth_of(std::string_view path) const {
+    const auto slashes = [](std::string_view of) { return std::count(of.begin(), of.end(), '/'); };
+    if (path == root) return 0;
+    return static_cast<int>(slashes(path) - (root == "/" ? 0 : slashes(root)));
+  }
+
+  // The names of a cached node's cached children, sorted. They are the map's keys that follow
+  // "path/" and hold no further slash; each child's subtree ("path/name/...") sorts as one block,
+  // ending before "path/name0" ('0' follows '/'), and is skipped at once.
+  std::vector<std::string> children_locked(std::string_view path) const {
+    std::vector<std::string> names;
+    const std::string prefix = subtree_prefix(std::string(path));
+    for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix);) {
+      const std::string_view rest = std::string_view(it->first).substr(prefix.size());
+      const auto slash = rest.find('/');
+      if (slash == std::string_view::npos) {
+        names.emplace_back(rest);
+        ++it;
+      } else {
+        it = nodes.lower_bound(prefix + std::string(rest.substr(0, slash)) + '0');
+      }
+    }
+    return names;
   }
 
   // Reads a cached node again, with the watch of that kind unless one is set (one data watch and one
   // children watch per node at a time): its data after its data watch fired or in a round, its
   // children likewise or once it was added. A listing brings the cache in line with it: new names
   // are fetched, names gone are removed with their subtrees.
-  void refresh_locked(const std::string& path) { reread_locked(Watched::data, path); }
-  void list_locked(const std::string& path) { reread_locked(Watched::children, path); }
-
-  void reread_locked(Watched watched, const std::string& path) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || !can_read_locked()) return;
-    const std::uint64_t incarnation = found->second.incarnation;
-    bool& watch_set = found->second.watch_set(watched);
+  void reread_locked(Watched watched, NodeMap::iterator found) {
+    if (!can_read_locked()) return;
+    Node& node = found->second;
+    const NodeRef ref{node.incarnation, node.slot};
+    bool& watch_set = node.watch_set(watched);
     const bool watching = !watch_set;
     detail::NodeWatch watch;
     if (watching) {
       watch_set = true;
-      watch = watch_for(watched, path, incarnation, core->generation_locked());
+      watch = watch_for(watched, ref, core->generation_locked());
     }
-    auto handle = [watched, path, incarnation, watching](State& self, zk_errc rc, auto reply, NodeStat stat) {
-      auto node = self.nodes.find(path);
-      if (node == self.nodes.end() || node->second.incarnation != incarnation) return;
-      if (watching && rc != zk_errc::ok) node->second.watch_set(watched) = false;  // registered only with a reply
-      if (rc == zk_errc::no_node) return self.remove_subtree_locked(path);
+    auto handle = [watched, ref, watching](State& self, zk_errc rc, auto reply, NodeStat stat) {
+      auto read = self.find_locked(ref);
+      if (read == self.nodes.end()) return;
+      if (watching && rc != zk_errc::ok) read->second.watch_set(watched) = false;  // registered only with a reply
+      if (rc == zk_errc::no_node) return self.remove_subtree_locked(read->first);
       if (rc != zk_errc::ok) return self.fail_unless_transient_locked(rc);
-      if constexpr (std::is_same_v<decltype(reply), std::string>) self.on_data_locked(node, std::move(reply), stat);
-      else self.on_children_locked(node, std::move(reply));
+      if constexpr (std::is_same_v<decltype(reply), std::string>) self.on_data_locked(read, std::move(reply), stat);
+      else self.on_children_locked(read, std::move(reply));
     };
-    if (watched == Watched::data) read_locked(&detail::SessionCore::get_data, path, std::move(watch), handle);
-    else read_locked(&detail::SessionCore::get_children, path, std::move(watch), handle);
+    if (watched == Watched::data) read_locked(&detail::SessionCore::get_data, found->first, std::move(watch), handle);
+    else read_locked(&detail::SessionCore::get_children, found->first, std::move(watch), handle);
   }
 
   void on_data_locked(NodeMap::iterator found, std::string data, const NodeStat& stat) {
@@ -229,73 +275,73 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
 
   void on_children_locked(NodeMap::iterator found, std::vector<std::string> names) {
     const std::string path = found->first;  // `found` may go from here on (removals and fetches change the map)
-    Node& node = found->second;
     std::sort(names.begin(), names.end());
-    const int depth = node.depth + 1;
+    const std::vector<std::string> cached = children_locked(path);
     std::vector<std::string> gone;
-    std::set_difference(node.children.begin(), node.children.end(), names.begin(), names.end(),
-                        std::back_inserter(gone));
+    std::set_difference(cached.begin(), cached.end(), names.begin(), names.end(), std::back_inserter(gone));
     std::vector<std::string> fresh;
-    std::set_difference(names.begin(), names.end(), node.children.begin(), node.children.end(),
-                        std::back_inserter(fresh));
+    std::set_difference(names.begin(), names.end(), cached.begin(), cached.end(), std::back_inserter(fresh));
     for (const auto& name : gone) remove_subtree_locked(child_path(path, name));
     // Fetches in flight for names this listing no longer shows are superseded.
     const std::string prefix = subtree_prefix(path);
     for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);) {
       const std::string name = it->first.substr(prefix.size());
       const bool direct_child = name.find('/') == std::string::npos && it->first != path;
-      if (direct_child && !std::binary_search(names.begin(), names.end(), name)) it = pending.erase(it);
-      else ++it;
+      if (direct_child && !std::binary_search(names.begin(), names.end(), name)) {
+        forget_fetch_locked(it->second);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
     }
     for (const auto& name : fresh) {
       const std::string child = child_path(path, name);
-      if (!pending.contains(child)) fetch_locked(child, depth);
+      if (!pending.contains(child)) fetch_locked(child);
       if (stopped) return;
     }
   }
 
   // The data or the children watch of one incarnation of a node: the node's next change reads it
   // (or lists it) again, with a new watch; its deletion removes its subtree.
-  detail::NodeWatch watch_for(Watched watched, const std::string& path, std::uint64_t incarnation,
-                              std::uint64_t generation) {
-    return on_connection(generation, [watched, path, incarnation](State& self, NodeEvent event) {
-      auto found = self.nodes.find(path);
-      if (found == self.nodes.end() || found->second.incarnation != incarnation) return;
+  detail::NodeWatch watch_for(Watched watched, NodeRef ref, std::uint64_t generation) {
+    auto watch = on_connection(generation, [watched, slot = ref.slot, incarnation = ref.incarnation](
+                                               State& self, NodeEvent event) {
+      auto found = self.find_locked({incarnation, slot});
+      if (found == self.nodes.end()) return;
       found->second.watch_set(watched) = false;
-      if (event == NodeEvent::deleted) self.remove_subtree_locked(path);
-      else if (watched == Watched::data) self.refresh_locked(path);
-      else self.list_locked(path);
+      if (event == NodeEvent::deleted) self.remove_subtree_locked(found->first);
+      else self.reread_locked(watched, found);
     });
+    // Two of these live as long as each cached node: within a 48-byte block of malloc's (a weak
+    // reference, the generation, the node's slot and incarnation, which watch).
+    static_assert(sizeof(watch) <= 40);
+    return watch;
   }
 
   bool ignore_locked(std::uint64_t generation) const { return stopped || generation != core->generation_locked(); }
 
   // Removes a node and everything under it: descendants first, deepest paths before their parents.
-  void remove_subtree_locked(const std::string& path) {
+  void remove_subtree_locked(std::string path) {  // a copy: the node's own key goes
     auto found = nodes.find(path);
     if (found == nodes.end()) return;
     const std::string prefix = subtree_prefix(path);
-    std::vector<std::string> doomed{path};  // told backwards: the node last
+    std::vector<NodeMap::iterator> doomed{found};
     for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix); ++it)
-      if (it->first != path) doomed.push_back(it->first);
-    for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
-      auto node = nodes.find(*it);
+      if (it != found) doomed.push_back(it);
+    std::reverse(doomed.begin() + 1, doomed.end());
+    std::rotate(doomed.begin(), doomed.begin() + 1, doomed.end());  // the deepest first, the node last
+    for (auto node : doomed) {
       counters.data_bytes -= node->second.node.data.size();
-      emit_locked(CacheEvent::Kind::removed, *it, std::move(node->second.node));
+      slots[node->second.slot] = nodes.end();
+      free_slots.push_back(node->second.slot);
+      emit_locked(CacheEvent::Kind::removed, node->first, std::move(node->second.node));
       nodes.erase(node);
     }
-    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);)
+    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);) {
+      forget_fetch_locked(it->second);
       it = pending.erase(it);
-    if (path == root) {
-      schedule_root_poll_locked();
-      return;
     }
-    if (auto parent = nodes.find(parent_of(path)); parent != nodes.end()) {
-      auto& siblings = parent->second.children;
-      const std::string name = name_of(path);
-      auto at = std::lower_bound(siblings.begin(), siblings.end(), name);
-      if (at != siblings.end() && *at == name) siblings.erase(at);
-    }
+    if (path == root) schedule_root_poll_locked();
   }
 
   // ---- rounds: the initial load, and each read-again after a reconnection or a new session ----
@@ -305,16 +351,14 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     ++round;
     round_open = true;
     round_outstanding = 0;
-    pending.clear();  // fetches of the old connection: the listings below fetch again
+    // Fetches of the old connection: the listings below fetch again.
+    for (const auto& [path, ref] : std::exchange(pending, {})) forget_fetch_locked(ref);
     if (!nodes.contains(root)) {
-      fetch_locked(root, 0);
+      fetch_locked(root);
     } else {
-      std::vector<std::pair<std::string, int>> cached;
-      cached.reserve(nodes.size());
-      for (const auto& [path, node] : nodes) cached.emplace_back(path, node.depth);
-      for (const auto& [path, depth] : cached) {
-        refresh_locked(path);
-        if (depth < options.max_depth) list_locked(path);
+      for (auto it = nodes.begin(); it != nodes.end(); ++it) {  // sends reads, changes no entry
+        reread_locked(Watched::data, it);
+        if (depth_of(it->first) < options.max_depth) reread_locked(Watched::children, it);
       }
     }
     if (round_open && round_outstanding == 0) complete_round_locked();
@@ -362,7 +406,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
         again->root_poll_scheduled = false;
         if (ec || again->stopped) return;
         if (!again->nodes.contains(again->root) && !again->pending.contains(again->root)) {
-          if (again->core->usable_locked(again->core->generation_locked())) again->fetch_locked(again->root, 0);
+          if (again->core->usable_locked(again->core->generation_locked())) again->fetch_locked(again->root);
         }
         again->flush_events_locked();
       });
@@ -542,7 +586,9 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   bool stopped = false;
   std::error_code failure;
   std::uint64_t next_incarnation = 1;
-  std::map<std::string, std::uint64_t, std::less<>> pending;  // fetches in flight: path -> incarnation
+  std::map<std::string, NodeRef, std::less<>> pending;  // fetches in flight: path -> the read's node
+  std::vector<NodeMap::iterator> slots;                  // by NodeRef::slot; nodes.end() if free
+  std::vector<std::uint32_t> free_slots;
   std::uint64_t round = 0;
   bool round_open = false;
   std::size_t round_outstanding = 0;
@@ -612,9 +658,8 @@ std::optional<NodeData> TreeCache::get(std::string_view path) const {
 
 std::vector<std::string> TreeCache::children(std::string_view path) const {
   std::lock_guard mirror(state_->mirror_mutex);
-  auto found = state_->nodes.find(path);
-  if (found == state_->nodes.end()) return {};
-  return found->second.children;
+  if (!state_->nodes.contains(path)) return {};
+  return state_->children_locked(path);
 }
 
 std::map<std::string, NodeData> TreeCache::snapshot() const {

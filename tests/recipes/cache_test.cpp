@@ -138,6 +138,27 @@ TEST_F(CacheTest, LoadsTheTreeOnceParentsBeforeChildrenThenSaysInitialized) {
   EXPECT_EQ(cache.metrics().added, 4u);
 }
 
+// children() is read from the mirror's paths: a child's own subtree is skipped, and names that sort
+// between a child and its subtree ("a-b", "a.c" before "a/x") or right after it ("a0") are not.
+TEST_F(CacheTest, ChildrenAreEachCachedNodesDirectChildrenSorted) {
+  for (const char* node : {"", "/a", "/a/x", "/a/x/y", "/a-b", "/a.c", "/a0", "/b"})
+    ASSERT_EQ(raw.create(path + node), ZOK) << node;
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  EXPECT_EQ(cache.children(path), (std::vector<std::string>{"a", "a-b", "a.c", "a0", "b"}));
+  EXPECT_EQ(cache.children(path + "/a"), std::vector<std::string>{"x"});
+  EXPECT_EQ(cache.children(path + "/a/x/y"), std::vector<std::string>{});
+  EXPECT_EQ(cache.children(path + "/absent"), std::vector<std::string>{});
+  ASSERT_EQ(raw.remove(path + "/a.c"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/w"), ZOK);
+  ASSERT_TRUE(eventually([&] { return cache.children(path + "/a") == std::vector<std::string>{"w", "x"}; }));
+  ASSERT_TRUE(eventually([&] { return !cache.get(path + "/a.c"); }));
+  EXPECT_EQ(cache.children(path), (std::vector<std::string>{"a", "a-b", "a0", "b"}));
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+}
+
 TEST_F(CacheTest, AMissingRootIsLoadedWhenItAppearsAndTheDepthLimitHolds) {
   Heard heard;
   Session& session = sessions.add(servers);
