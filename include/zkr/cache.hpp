@@ -74,9 +74,10 @@ struct TreeCacheOptions {
   std::chrono::milliseconds missing_root_poll{500};
   // Events waiting for the callback past which each node's events merge into one with its latest
   // state (see above): with a slow callback the queue holds at most this many events plus one per
-  // node changed meanwhile (at most twice max_nodes: a node gone and one come), never without
-  // bound. 0: merge from the first waiting event (only the latest state of each node is told).
-  std::size_t max_pending_events = 10'000;
+  // node changed meanwhile (fewer than 2 x max_nodes: the nodes the callback was told of, and those
+  // cached now), never without bound. Each waiting event holds a copy of its node's data. 0: merge
+  // from the first waiting event (a callback is told the latest state of what changed while it ran).
+  std::size_t max_pending_events = 1'000;
 };
 
 // Cheap counters for an operator (TreeCache::metrics).
