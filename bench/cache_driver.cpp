@@ -4,7 +4,7 @@
 //   zkr_bench_cache CONNECT ROOT NODES
 //
 // Loads the tree under ROOT (NODES nodes below it, written by the script), prints
-// "LOADED <ms> <rss bytes added> <nodes cached>", then waits for a line on stdin, after which the
+// "LOADED <ms> <rss bytes added> <nodes cached> <heap bytes added>", then waits for a line on stdin, after which the
 // script updates each node once; prints "EVENTS <updates seen> <seconds from first to last>" once
 // it has seen NODES updates (or 60 s passed).
 #include <malloc.h>
@@ -32,6 +32,10 @@ long rss_bytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+// The bytes malloc has handed out and not had back, in every arena: what the cache holds, without
+// the allocator's free lists and page rounding that the resident size includes.
+long heap_bytes() { return static_cast<long>(mallinfo2().uordblks); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
   std::atomic<long> updates{0};
   std::atomic<Clock::rep> first{0}, last{0};
   const long rss_before = rss_bytes();
+  const long heap_before = heap_bytes();
   const auto start = Clock::now();
   zkr::TreeCache cache(session, argv[2], [&](const zkr::CacheEvent& event) {
     if (event.kind != zkr::CacheEvent::Kind::updated) return;
@@ -59,7 +64,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  std::printf("LOADED %.1f %ld %zu\n", load_ms, rss_bytes() - rss_before, cache.size());
+  const long rss_added = rss_bytes() - rss_before;
+  std::printf("LOADED %.1f %ld %zu %ld\n", load_ms, rss_added, cache.size(), heap_bytes() - heap_before);
   std::fflush(stdout);
   std::string line;
   std::getline(std::cin, line);

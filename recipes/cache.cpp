@@ -15,8 +15,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <list>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <unordered_map>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -39,7 +42,6 @@ std::string parent_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == 0 ? "/" : path.substr(0, slash);
 }
-std::string name_of(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 }  // namespace
 
@@ -57,13 +59,23 @@ std::string_view to_string(CacheEvent::Kind kind) noexcept {
 }
 
 struct TreeCache::State final : detail::SessionListener, std::enable_shared_from_this<State> {
+  enum class Watched { data, children };  // a node's two watches
+  // Kept small: a cached node costs its entry, its path and data, and its two watches (ours and the
+  // C client's records of them). Its children and its depth are read from the paths.
   struct Node {
     NodeData node;
-    std::vector<std::string> children;  // the cached children's names, sorted
-    std::uint64_t incarnation = 0;      // the read that added it: watches of another one are stale
-    int depth = 0;
-    bool data_watch = false;      // set, or being set by a read in flight
-    bool children_watch = false;  // likewise
+    std::uint64_t incarnation = 0;  // the read that added it: watches of another one are stale
+    std::uint32_t slot = 0;         // its place in `slots`
+    bool data_watch = false;        // set, or being set by a read in flight
+    bool children_watch = false;    // likewise
+    bool& watch_set(Watched watched) { return watched == Watched::data ? data_watch : children_watch; }
+  };
+  using NodeMap = std::map<std::string, Node, std::less<>>;
+  // What a read in flight and a watch carry to find their node again, rather than a copy of its
+  // path: a slot, taken when the node's first read is sent, and the incarnation of that read.
+  struct NodeRef {
+    std::uint64_t incarnation = 0;
+    std::uint32_t slot = 0;
   };
 
   State(std::shared_ptr<detail::SessionCore> session_core, std::string cached_root, Callback on_event,
@@ -99,100 +111,156 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     return false;
   }
 
-  // A node a listing (or the root) names that is not cached yet: read its data, with its watch.
-  void fetch_locked(const std::string& path, int depth) {
-    if (!can_read_locked()) return;
-    const std::uint64_t incarnation = next_incarnation++;
-    pending[path] = incarnation;
-    const std::uint64_t generation = core->generation_locked();
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_data(
-        generation, path,
-        [weak, path, depth, incarnation, generation, read_round](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_fetched_locked(path, depth, incarnation, rc, std::move(data), stat);
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        data_watch_for(path, incarnation, generation));
+  // A reply or a watch of the connection of `generation`: `handle(*self, args...)` runs with both
+  // locks held, unless the cache stopped or moved to another connection since; then the events it
+  // made are handed on.
+  template <typename Handle>
+  auto on_connection(std::uint64_t generation, Handle handle) {
+    return [weak = weak_from_this(), generation, handle = std::move(handle)](auto... args) {
+      auto self = weak.lock();
+      if (!self) return;
+      std::lock_guard lock(self->core->mutex());
+      std::lock_guard mirror(self->mirror_mutex);
+      if (self->ignore_locked(generation)) return;
+      handle(*self, std::move(args)...);
+      self->flush_events_locked();
+    };
   }
 
-  void on_fetched_locked(const std::string& path, int depth, std::uint64_t incarnation, zk_errc rc,
-                         std::string data, const NodeStat& stat) {
+  // Sends one read (`request`: get_data or get_children) of `path` on the current connection,
+  // counted in the open round; `handle(self, rc, reply, stat)` runs on its reply.
+  template <typename Request, typename Handle>
+  void read_locked(Request request, const std::string& path, detail::NodeWatch watch, Handle handle) {
+    const std::uint64_t generation = core->generation_locked();
+    const std::uint64_t read_round = begin_read_locked();
+    ((*core).*request)(generation, path,
+                       on_connection(generation,
+                                     [read_round, handle = std::move(handle)](State& self, zk_errc rc, auto reply,
+                                                                              NodeStat stat) {
+                                       handle(self, rc, std::move(reply), stat);
+                                       self.end_read_locked(read_round, rc);
+                                     }),
+                       std::move(watch));
+  }
+
+  // A node a listing (or the root) names that is not cached yet: read its data, with its watch.
+  void fetch_locked(const std::string& path) {
+    if (!can_read_locked()) return;
+    const NodeRef ref{next_incarnation++, take_slot_locked()};
+    auto [in_flight, inserted] = pending.try_emplace(path, ref);
+    if (!inserted) forget_fetch_locked(std::exchange(in_flight->second, ref));
+    read_locked(&detail::SessionCore::get_data, path, watch_for(Watched::data, ref, core->generation_locked()),
+                [path, ref](State& self, zk_errc rc, std::string data, NodeStat stat) {
+                  self.on_fetched_locked(path, ref, rc, std::move(data), stat);
+                });
+  }
+
+  void on_fetched_locked(const std::string& path, NodeRef ref, zk_errc rc, std::string data, const NodeStat& stat) {
     auto in_flight = pending.find(path);
-    if (in_flight == pending.end() || in_flight->second != incarnation) return;  // superseded
+    if (in_flight == pending.end() || in_flight->second.incarnation != ref.incarnation) return;  // superseded
     pending.erase(in_flight);
+    const auto discard = [&] { free_slots.push_back(ref.slot); };
     if (rc == zk_errc::no_node) {
+      discard();
       if (path == root) schedule_root_poll_locked();
       return;  // created and deleted before we read it: never told
     }
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
-    if (nodes.contains(path)) return;
-    Node* parent = nullptr;
-    if (path != root) {
-      auto found = nodes.find(parent_of(path));
-      if (found == nodes.end()) return;  // its parent went meanwhile
-      parent = &found->second;
+    if (rc != zk_errc::ok) {
+      discard();
+      return fail_unless_transient_locked(rc);
     }
-    if (nodes.size() >= options.max_nodes) return stop_locked(make_error_code(errc::cache_limit));
+    if (nodes.contains(path) || (path != root && !nodes.contains(parent_of(path)))) return discard();  // its parent went
+    if (nodes.size() >= options.max_nodes) {
+      discard();
+      return stop_locked(make_error_code(errc::cache_limit));
+    }
     if (!options.cache_data) data.clear();
-    Node& node = nodes[path];
+    auto added = nodes.try_emplace(path).first;
+    Node& node = added->second;
     node.node = NodeData{std::move(data), stat};
-    node.incarnation = incarnation;
-    node.depth = depth;
+    node.incarnation = ref.incarnation;
+    node.slot = ref.slot;
     node.data_watch = true;  // registered with the reply
+    slots[ref.slot] = added;
     counters.data_bytes += node.node.data.size();
-    if (parent) {
-      const std::string name = name_of(path);
-      parent->children.insert(std::lower_bound(parent->children.begin(), parent->children.end(), name), name);
-    }
     emit_locked(CacheEvent::Kind::added, path, node.node);
-    if (depth < options.max_depth) list_locked(path);
+    if (depth_of(path) < options.max_depth) reread_locked(Watched::children, added);
   }
 
-  // Reads a cached node's data again (after its data watch fired, or in a round).
-  void refresh_locked(const std::string& path) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || !can_read_locked()) return;
-    Node& node = found->second;
-    const std::uint64_t incarnation = node.incarnation;
-    const std::uint64_t generation = core->generation_locked();
-    detail::NodeWatch watch;
-    const bool watching = !node.data_watch;  // one data watch per node at a time
-    if (watching) {
-      node.data_watch = true;
-      watch = data_watch_for(path, incarnation, generation);
+  // A slot for a node whose first read is about to be sent; it is freed when the node leaves the
+  // cache or that read turns out not to add it.
+  std::uint32_t take_slot_locked() {
+    if (free_slots.empty()) {
+      slots.push_back(nodes.end());
+      return static_cast<std::uint32_t>(slots.size() - 1);
     }
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_data(
-        generation, path,
-        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::string data, NodeStat stat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_refreshed_locked(path, incarnation, watching, rc, std::move(data), stat);
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        std::move(watch));
+    const std::uint32_t slot = free_slots.back();
+    free_slots.pop_back();
+    return slot;
+  }
+  void forget_fetch_locked(NodeRef ref) { free_slots.push_back(ref.slot); }
+  NodeMap::iterator find_locked(NodeRef ref) {
+    if (ref.slot >= slots.size()) return nodes.end();
+    const auto found = slots[ref.slot];
+    return found != nodes.end() && found->second.incarnation == ref.incarnation ? found : nodes.end();
   }
 
-  void on_refreshed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
-                           std::string data, const NodeStat& stat) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || found->second.incarnation != incarnation) return;
+  // How far below the root a path is (0: the root).
+  int depth_of(std::string_view path) const {
+    const auto slashes = [](std::string_view of) { return std::count(of.begin(), of.end(), '/'); };
+    if (path == root) return 0;
+    return static_cast<int>(slashes(path) - (root == "/" ? 0 : slashes(root)));
+  }
+
+  // The names of a cached node's cached children, sorted. They are the map's keys that follow
+  // "path/" and hold no further slash; each child's subtree ("path/name/...") sorts as one block,
+  // ending before "path/name0" ('0' follows '/'), and is skipped at once.
+  std::vector<std::string> children_locked(std::string_view path) const {
+    std::vector<std::string> names;
+    const std::string prefix = subtree_prefix(std::string(path));
+    for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix);) {
+      const std::string_view rest = std::string_view(it->first).substr(prefix.size());
+      const auto slash = rest.find('/');
+      if (slash == std::string_view::npos) {
+        names.emplace_back(rest);
+        ++it;
+      } else {
+        it = nodes.lower_bound(prefix + std::string(rest.substr(0, slash)) + '0');
+      }
+    }
+    return names;
+  }
+
+  // Reads a cached node again, with the watch of that kind unless one is set (one data watch and one
+  // children watch per node at a time): its data after its data watch fired or in a round, its
+  // children likewise or once it was added. A listing brings the cache in line with it: new names
+  // are fetched, names gone are removed with their subtrees.
+  void reread_locked(Watched watched, NodeMap::iterator found) {
+    if (!can_read_locked()) return;
     Node& node = found->second;
-    if (watching && rc != zk_errc::ok) node.data_watch = false;  // the client registers it only with a reply
-    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
+    const NodeRef ref{node.incarnation, node.slot};
+    bool& watch_set = node.watch_set(watched);
+    const bool watching = !watch_set;
+    detail::NodeWatch watch;
+    if (watching) {
+      watch_set = true;
+      watch = watch_for(watched, ref, core->generation_locked());
+    }
+    auto handle = [watched, ref, watching](State& self, zk_errc rc, auto reply, NodeStat stat) {
+      auto read = self.find_locked(ref);
+      if (read == self.nodes.end()) return;
+      if (watching && rc != zk_errc::ok) read->second.watch_set(watched) = false;  // registered only with a reply
+      if (rc == zk_errc::no_node) return self.remove_subtree_locked(read->first);
+      if (rc != zk_errc::ok) return self.fail_unless_transient_locked(rc);
+      if constexpr (std::is_same_v<decltype(reply), std::string>) self.on_data_locked(read, std::move(reply), stat);
+      else self.on_children_locked(read, std::move(reply));
+    };
+    if (watched == Watched::data) read_locked(&detail::SessionCore::get_data, found->first, std::move(watch), handle);
+    else read_locked(&detail::SessionCore::get_children, found->first, std::move(watch), handle);
+  }
+
+  void on_data_locked(NodeMap::iterator found, std::string data, const NodeStat& stat) {
+    Node& node = found->second;
     if (stat.mzxid == node.node.stat.mzxid && stat.czxid == node.node.stat.czxid) {
       node.node.stat = stat;  // its children changed: same data
       return;
@@ -200,132 +268,78 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     if (!options.cache_data) data.clear();
     counters.data_bytes = counters.data_bytes - node.node.data.size() + data.size();
     node.node = NodeData{std::move(data), stat};
-    emit_locked(CacheEvent::Kind::updated, path, node.node);
+    emit_locked(CacheEvent::Kind::updated, found->first, node.node);
   }
 
-  // Lists a cached node's children (with its children watch, unless one is set) and brings the
-  // cache in line: new names are fetched, names gone are removed with their subtrees.
-  void list_locked(const std::string& path) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || !can_read_locked()) return;
-    Node& node = found->second;
-    const std::uint64_t incarnation = node.incarnation;
-    const std::uint64_t generation = core->generation_locked();
-    detail::NodeWatch watch;
-    const bool watching = !node.children_watch;
-    if (watching) {
-      node.children_watch = true;
-      watch = [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
-        auto self = weak.lock();
-        if (!self) return;
-        std::lock_guard lock(self->core->mutex());
-        std::lock_guard mirror(self->mirror_mutex);
-        if (self->ignore_locked(generation)) return;
-        auto watched = self->nodes.find(path);
-        if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
-        watched->second.children_watch = false;
-        if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
-        else self->list_locked(path);
-        self->flush_events_locked();
-      };
-    }
-    const std::uint64_t read_round = begin_read_locked();
-    std::weak_ptr<State> weak = weak_from_this();
-    core->get_children(
-        generation, path,
-        [weak, path, incarnation, generation, read_round, watching](zk_errc rc, std::vector<std::string> names,
-                                                                    NodeStat) {
-          auto self = weak.lock();
-          if (!self) return;
-          std::lock_guard lock(self->core->mutex());
-          std::lock_guard mirror(self->mirror_mutex);
-          if (self->ignore_locked(generation)) return;
-          self->on_listed_locked(path, incarnation, watching, rc, std::move(names));
-          self->end_read_locked(read_round, rc);
-          self->flush_events_locked();
-        },
-        std::move(watch));
-  }
-
-  void on_listed_locked(const std::string& path, std::uint64_t incarnation, bool watching, zk_errc rc,
-                        std::vector<std::string> names) {
-    auto found = nodes.find(path);
-    if (found == nodes.end() || found->second.incarnation != incarnation) return;
-    Node& node = found->second;
-    if (watching && rc != zk_errc::ok) node.children_watch = false;
-    if (rc == zk_errc::no_node) return remove_subtree_locked(path);
-    if (rc != zk_errc::ok) return fail_unless_transient_locked(rc);
+  void on_children_locked(NodeMap::iterator found, std::vector<std::string> names) {
+    const std::string path = found->first;  // `found` may go from here on (removals and fetches change the map)
     std::sort(names.begin(), names.end());
-    const int depth = node.depth + 1;
+    const std::vector<std::string> cached = children_locked(path);
     std::vector<std::string> gone;
-    std::set_difference(node.children.begin(), node.children.end(), names.begin(), names.end(),
-                        std::back_inserter(gone));
+    std::set_difference(cached.begin(), cached.end(), names.begin(), names.end(), std::back_inserter(gone));
     std::vector<std::string> fresh;
-    std::set_difference(names.begin(), names.end(), node.children.begin(), node.children.end(),
-                        std::back_inserter(fresh));
-    // `node` may move from here on (removals and fetches change the map).
+    std::set_difference(names.begin(), names.end(), cached.begin(), cached.end(), std::back_inserter(fresh));
     for (const auto& name : gone) remove_subtree_locked(child_path(path, name));
     // Fetches in flight for names this listing no longer shows are superseded.
     const std::string prefix = subtree_prefix(path);
     for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);) {
       const std::string name = it->first.substr(prefix.size());
       const bool direct_child = name.find('/') == std::string::npos && it->first != path;
-      if (direct_child && !std::binary_search(names.begin(), names.end(), name)) it = pending.erase(it);
-      else ++it;
+      if (direct_child && !std::binary_search(names.begin(), names.end(), name)) {
+        forget_fetch_locked(it->second);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
     }
     for (const auto& name : fresh) {
       const std::string child = child_path(path, name);
-      if (!pending.contains(child)) fetch_locked(child, depth);
+      if (!pending.contains(child)) fetch_locked(child);
       if (stopped) return;
     }
   }
 
-  // The data watch of one incarnation of a node.
-  detail::NodeWatch data_watch_for(const std::string& path, std::uint64_t incarnation, std::uint64_t generation) {
-    return [weak = weak_from_this(), path, incarnation, generation](NodeEvent event) {
-      auto self = weak.lock();
-      if (!self) return;
-      std::lock_guard lock(self->core->mutex());
-      std::lock_guard mirror(self->mirror_mutex);
-      if (self->ignore_locked(generation)) return;
-      auto watched = self->nodes.find(path);
-      if (watched == self->nodes.end() || watched->second.incarnation != incarnation) return;
-      watched->second.data_watch = false;
-      if (event == NodeEvent::deleted) self->remove_subtree_locked(path);
-      else self->refresh_locked(path);
-      self->flush_events_locked();
-    };
+  // The data or the children watch of one incarnation of a node: the node's next change reads it
+  // (or lists it) again, with a new watch; its deletion removes its subtree.
+  detail::NodeWatch watch_for(Watched watched, NodeRef ref, std::uint64_t generation) {
+    auto watch = on_connection(generation, [watched, slot = ref.slot, incarnation = ref.incarnation](
+                                               State& self, NodeEvent event) {
+      auto found = self.find_locked({incarnation, slot});
+      if (found == self.nodes.end()) return;
+      found->second.watch_set(watched) = false;
+      if (event == NodeEvent::deleted) self.remove_subtree_locked(found->first);
+      else self.reread_locked(watched, found);
+    });
+    // Two of these live as long as each cached node: within a 48-byte block of malloc's (a weak
+    // reference, the generation, the node's slot and incarnation, which watch).
+    static_assert(sizeof(watch) <= 40);
+    return watch;
   }
 
   bool ignore_locked(std::uint64_t generation) const { return stopped || generation != core->generation_locked(); }
 
   // Removes a node and everything under it: descendants first, deepest paths before their parents.
-  void remove_subtree_locked(const std::string& path) {
+  void remove_subtree_locked(std::string path) {  // a copy: the node's own key goes
     auto found = nodes.find(path);
     if (found == nodes.end()) return;
     const std::string prefix = subtree_prefix(path);
-    std::vector<std::string> doomed;
+    std::vector<NodeMap::iterator> doomed{found};
     for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix); ++it)
-      if (it->first != path) doomed.push_back(it->first);
-    doomed.push_back(path);
-    for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
-      auto node = nodes.find(*it);
+      if (it != found) doomed.push_back(it);
+    std::reverse(doomed.begin() + 1, doomed.end());
+    std::rotate(doomed.begin(), doomed.begin() + 1, doomed.end());  // the deepest first, the node last
+    for (auto node : doomed) {
       counters.data_bytes -= node->second.node.data.size();
-      emit_locked(CacheEvent::Kind::removed, *it, std::move(node->second.node));
+      slots[node->second.slot] = nodes.end();
+      free_slots.push_back(node->second.slot);
+      emit_locked(CacheEvent::Kind::removed, node->first, std::move(node->second.node));
       nodes.erase(node);
     }
-    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);)
+    for (auto it = pending.lower_bound(prefix); it != pending.end() && it->first.starts_with(prefix);) {
+      forget_fetch_locked(it->second);
       it = pending.erase(it);
-    if (path == root) {
-      schedule_root_poll_locked();
-      return;
     }
-    if (auto parent = nodes.find(parent_of(path)); parent != nodes.end()) {
-      auto& siblings = parent->second.children;
-      const std::string name = name_of(path);
-      auto at = std::lower_bound(siblings.begin(), siblings.end(), name);
-      if (at != siblings.end() && *at == name) siblings.erase(at);
-    }
+    if (path == root) schedule_root_poll_locked();
   }
 
   // ---- rounds: the initial load, and each read-again after a reconnection or a new session ----
@@ -335,16 +349,14 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     ++round;
     round_open = true;
     round_outstanding = 0;
-    pending.clear();  // fetches of the old connection: the listings below fetch again
+    // Fetches of the old connection: the listings below fetch again.
+    for (const auto& [path, ref] : std::exchange(pending, {})) forget_fetch_locked(ref);
     if (!nodes.contains(root)) {
-      fetch_locked(root, 0);
+      fetch_locked(root);
     } else {
-      std::vector<std::pair<std::string, int>> cached;
-      cached.reserve(nodes.size());
-      for (const auto& [path, node] : nodes) cached.emplace_back(path, node.depth);
-      for (const auto& [path, depth] : cached) {
-        refresh_locked(path);
-        if (depth < options.max_depth) list_locked(path);
+      for (auto it = nodes.begin(); it != nodes.end(); ++it) {  // sends reads, changes no entry
+        reread_locked(Watched::data, it);
+        if (depth_of(it->first) < options.max_depth) reread_locked(Watched::children, it);
       }
     }
     if (round_open && round_outstanding == 0) complete_round_locked();
@@ -392,7 +404,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
         again->root_poll_scheduled = false;
         if (ec || again->stopped) return;
         if (!again->nodes.contains(again->root) && !again->pending.contains(again->root)) {
-          if (again->core->usable_locked(again->core->generation_locked())) again->fetch_locked(again->root, 0);
+          if (again->core->usable_locked(again->core->generation_locked())) again->fetch_locked(again->root);
         }
         again->flush_events_locked();
       });
@@ -434,14 +446,76 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
       case CacheEvent::Kind::removed: ++counters.removed; break;
       default: break;
     }
-    if (callback) events.push_back(CacheEvent{kind, std::move(path), std::move(node)});
+    if (!callback) return;
+    std::lock_guard guard(delivery_mutex);
+    if (!delivery_stopped) enqueue_locked(CacheEvent{kind, std::move(path), std::move(node)});
   }
 
-  // Hands the events of one reply to the callback thread, in order.
+  // The queue of events not yet delivered (under delivery_mutex). Up to options.max_pending_events
+  // it holds every event; past it, a node's event merges into the one already waiting for that
+  // node, so that a callback that falls behind is told each node's latest state once:
+  //   added + updated = added (later data), updated + updated = updated (later data),
+  //   removed + added = updated (the callback never saw the node go), added + removed = nothing.
+  // A merge keeps the waiting event's place, which keeps a node's `added` before its children's;
+  // one that turns into `removed` goes to the end, after its descendants' removals. A `stale` on a
+  // waiting `resynchronised` drops both: the callback stays told `stale` until the next one.
+  void enqueue_locked(CacheEvent event) {
+    using Kind = CacheEvent::Kind;
+    const bool over = queue.size() >= options.max_pending_events;
+    if (over && event.kind == Kind::stale && waiting_resynchronised != queue.end()) {
+      queue.erase(std::exchange(waiting_resynchronised, queue.end()));
+      queue_coalesced += 2;
+      return;
+    }
+    auto latest = event.path.empty() ? latest_of.end() : latest_of.find(event.path);
+    if (over && latest != latest_of.end()) {
+      const auto waiting = latest->second;
+      const Kind before = waiting->kind, now = event.kind;
+      if (now == Kind::removed && before == Kind::added) {  // never told: the callback never hears of it
+        latest_of.erase(latest);
+        queue.erase(waiting);
+        queue_coalesced += 2;
+        return;
+      }
+      if (now == Kind::updated || (now == Kind::added && before == Kind::removed)) {
+        if (before == Kind::removed) waiting->kind = Kind::updated;
+        waiting->node = std::move(event.node);
+        ++queue_coalesced;
+        return;
+      }
+      if (now == Kind::removed) {  // on an `updated`: to the end, as `removed`
+        latest_of.erase(latest);
+        queue.erase(waiting);
+        ++queue_coalesced;
+      }
+    }
+    queue.push_back(std::move(event));
+    const auto added = std::prev(queue.end());
+    if (added->kind == Kind::resynchronised) waiting_resynchronised = added;
+    if (!added->path.empty()) latest_of.insert_or_assign(std::string_view(added->path), added);
+  }
+
+  CacheEvent dequeue_locked() {
+    CacheEvent event = std::move(queue.front());
+    if (waiting_resynchronised == queue.begin()) waiting_resynchronised = queue.end();
+    if (auto latest = latest_of.find(event.path); latest != latest_of.end() && latest->second == queue.begin())
+      latest_of.erase(latest);
+    queue.pop_front();
+    return event;
+  }
+
+  // Has the callback thread deliver the queue: one task of this cache at a time, which delivers the
+  // events waiting when it starts and posts itself again if more came meanwhile (so that the other
+  // callbacks of the session get their turn).
   void flush_events_locked() {
-    if (events.empty()) return;
-    core->post_callback([weak = weak_from_this(), batch = std::exchange(events, {})] {
-      if (auto self = weak.lock()) self->deliver(batch);
+    std::lock_guard guard(delivery_mutex);
+    post_delivery_locked();
+  }
+  void post_delivery_locked() {
+    if (queue.empty() || delivery_posted || delivery_stopped) return;
+    delivery_posted = true;
+    core->post_callback([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->deliver();
     });
   }
 
@@ -476,23 +550,27 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
 
   // ---- calling back (callback thread) ----
 
-  void deliver(const std::vector<CacheEvent>& batch) {
-    for (const auto& event : batch) {
-      {
-        std::lock_guard guard(delivery_mutex);
-        if (delivery_stopped) return;
-        delivering_on = std::this_thread::get_id();
-      }
+  void deliver() {
+    std::unique_lock guard(delivery_mutex);
+    for (std::size_t turn = queue.size(); turn > 0 && !queue.empty() && !delivery_stopped; --turn) {
+      const CacheEvent event = dequeue_locked();
+      delivering_on = std::this_thread::get_id();
+      guard.unlock();
       detail::SessionCore::run_user_callback([&] { callback(event); });
-      std::lock_guard guard(delivery_mutex);
+      guard.lock();
       delivering_on = {};
       delivered.notify_all();
     }
+    delivery_posted = false;
+    post_delivery_locked();
   }
 
   void stop_deliveries() {
     std::unique_lock guard(delivery_mutex);
     delivery_stopped = true;
+    queue.clear();
+    latest_of.clear();
+    waiting_resynchronised = queue.end();
     if (delivering_on == std::this_thread::get_id()) return;  // stopped from the callback itself
     delivered.wait(guard, [&] { return delivering_on == std::thread::id(); });
   }
@@ -506,28 +584,34 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   bool stopped = false;
   std::error_code failure;
   std::uint64_t next_incarnation = 1;
-  std::map<std::string, std::uint64_t, std::less<>> pending;  // fetches in flight: path -> incarnation
+  std::map<std::string, NodeRef, std::less<>> pending;  // fetches in flight: path -> the read's node
+  std::vector<NodeMap::iterator> slots;                  // by NodeRef::slot; nodes.end() if free
+  std::vector<std::uint32_t> free_slots;
   std::uint64_t round = 0;
   bool round_open = false;
   std::size_t round_outstanding = 0;
-  std::vector<CacheEvent> events;  // of the reply being handled
   bool root_poll_scheduled = false;
   std::unique_ptr<boost::asio::steady_timer> poll_timer;  // the worker thread's
 
   // Written under core->mutex() and mirror_mutex; the accessors read under mirror_mutex alone.
   mutable std::mutex mirror_mutex;
   mutable std::condition_variable initialized_changed;
-  std::map<std::string, Node, std::less<>> nodes;
+  NodeMap nodes;
   bool is_initialized = false;
   bool is_stale = false;
   CacheMetrics counters;
   std::vector<std::function<void(std::error_code)>> waiters;
 
-  // Under delivery_mutex.
-  std::mutex delivery_mutex;
+  // Under delivery_mutex (taken after the others).
+  mutable std::mutex delivery_mutex;
   std::condition_variable delivered;
   bool delivery_stopped = false;
   std::thread::id delivering_on;
+  std::list<CacheEvent> queue;  // not delivered yet (enqueue_locked)
+  std::unordered_map<std::string_view, std::list<CacheEvent>::iterator> latest_of;  // each path's last in `queue`
+  std::list<CacheEvent>::iterator waiting_resynchronised = queue.end();
+  bool delivery_posted = false;
+  std::uint64_t queue_coalesced = 0;
 };
 
 TreeCache::TreeCache(Session& session, std::string root, Callback callback, TreeCacheOptions options) {
@@ -572,9 +656,8 @@ std::optional<NodeData> TreeCache::get(std::string_view path) const {
 
 std::vector<std::string> TreeCache::children(std::string_view path) const {
   std::lock_guard mirror(state_->mirror_mutex);
-  auto found = state_->nodes.find(path);
-  if (found == state_->nodes.end()) return {};
-  return found->second.children;
+  if (!state_->nodes.contains(path)) return {};
+  return state_->children_locked(path);
 }
 
 std::map<std::string, NodeData> TreeCache::snapshot() const {
@@ -629,6 +712,9 @@ CacheMetrics TreeCache::metrics() const {
   std::lock_guard mirror(state_->mirror_mutex);
   CacheMetrics out = state_->counters;
   out.nodes = state_->nodes.size();
+  std::lock_guard guard(state_->delivery_mutex);
+  out.events_pending = state_->queue.size();
+  out.events_coalesced = state_->queue_coalesced;
   return out;
 }
 

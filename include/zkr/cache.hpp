@@ -17,6 +17,14 @@
 // change made and undone between two reads may be merged away (a node created and deleted before
 // the cache read it is never told), but the last state is never missed: once the writes stop, the
 // cache equals the server's tree.
+//
+// A slow callback: events wait for it in the cache's own queue, on the callback thread's side, so
+// the ZooKeeper completion thread never waits for it. Past TreeCacheOptions::max_pending_events
+// waiting events, each node's new event merges into the one already waiting for that node (its
+// latest state wins): the queue then grows only by one event per node that changed, and a callback
+// that catches up is still told every node's final state, in the order above. Nothing is dropped
+// without its later state taking its place, so what the callback was told still adds up to the
+// mirror; metrics() says how many events wait and how many were merged away.
 #pragma once
 
 #include <chrono>
@@ -64,17 +72,25 @@ struct TreeCacheOptions {
   // A missing root takes no watch (ZooKeeper sets a data watch only on a node that exists): the
   // cache looks for it again this often until it exists.
   std::chrono::milliseconds missing_root_poll{500};
+  // Events waiting for the callback past which each node's events merge into one with its latest
+  // state (see above): with a slow callback the queue holds at most this many events plus one per
+  // node changed meanwhile (fewer than 2 x max_nodes: the nodes the callback was told of, and those
+  // cached now), never without bound. Each waiting event holds a copy of its node's data. 0: merge
+  // from the first waiting event (a callback is told the latest state of what changed while it ran).
+  std::size_t max_pending_events = 1'000;
 };
 
 // Cheap counters for an operator (TreeCache::metrics).
 struct CacheMetrics {
   std::size_t nodes = 0;       // cached now
   std::size_t data_bytes = 0;  // sum of the cached nodes' data sizes
-  std::uint64_t added = 0, updated = 0, removed = 0;  // events told so far
+  std::uint64_t added = 0, updated = 0, removed = 0;  // changes seen so far (some may merge before told)
   std::uint64_t reads = 0;            // getData and getChildren requests sent
   std::uint64_t resynchronisations = 0;
   bool stale = false;
   bool initialized = false;
+  std::size_t events_pending = 0;      // waiting for the callback now
+  std::uint64_t events_coalesced = 0;  // merged into a later event of their node (max_pending_events)
 };
 
 class TreeCache {

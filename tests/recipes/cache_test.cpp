@@ -1,10 +1,12 @@
 // TreeCache and NodeCache on real servers: the initial load, ordered events under a writer, a
 // deleted subtree, a node created and deleted at once (no ghost), the depth limit and the node
 // limit, "stale" while the server is stopped and the differences told after its restart, a session
-// expired under the cache, and the node cache's created/changed/deleted.
+// expired under the cache, the node cache's created/changed/deleted, and a callback that blocks
+// while the tree changes (the events waiting for it stay bounded).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -134,6 +136,27 @@ TEST_F(CacheTest, LoadsTheTreeOnceParentsBeforeChildrenThenSaysInitialized) {
   EXPECT_FALSE(cache.stale());
   EXPECT_EQ(cache.metrics().nodes, 4u);
   EXPECT_EQ(cache.metrics().added, 4u);
+}
+
+// children() is read from the mirror's paths: a child's own subtree is skipped, and names that sort
+// between a child and its subtree ("a-b", "a.c" before "a/x") or right after it ("a0") are not.
+TEST_F(CacheTest, ChildrenAreEachCachedNodesDirectChildrenSorted) {
+  for (const char* node : {"", "/a", "/a/x", "/a/x/y", "/a-b", "/a.c", "/a0", "/b"})
+    ASSERT_EQ(raw.create(path + node), ZOK) << node;
+  Heard heard;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, heard.callback());
+  ASSERT_TRUE(loaded(cache, heard));
+  EXPECT_EQ(cache.children(path), (std::vector<std::string>{"a", "a-b", "a.c", "a0", "b"}));
+  EXPECT_EQ(cache.children(path + "/a"), std::vector<std::string>{"x"});
+  EXPECT_EQ(cache.children(path + "/a/x/y"), std::vector<std::string>{});
+  EXPECT_EQ(cache.children(path + "/absent"), std::vector<std::string>{});
+  ASSERT_EQ(raw.remove(path + "/a.c"), ZOK);
+  ASSERT_EQ(raw.create(path + "/a/w"), ZOK);
+  ASSERT_TRUE(eventually([&] { return cache.children(path + "/a") == std::vector<std::string>{"w", "x"}; }));
+  ASSERT_TRUE(eventually([&] { return !cache.get(path + "/a.c"); }));
+  EXPECT_EQ(cache.children(path), (std::vector<std::string>{"a", "a-b", "a0", "b"}));
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
 }
 
 TEST_F(CacheTest, AMissingRootIsLoadedWhenItAppearsAndTheDepthLimitHolds) {
@@ -280,6 +303,104 @@ TEST_F(CacheTest, NodeCacheTellsCreatedChangedAndDeleted) {
                                                      "updated " + path + " =two", "removed " + path}));
 }
 
+// A callback that blocks while every node changes many times, a subtree goes and a node is
+// deleted and made again: the events waiting for it stay within max_pending_events plus one per
+// node (each node's events merge into one with its latest state), and once it runs again, what it
+// was told adds up to the server's tree, in an order it could apply (a parent added before its
+// children, removed after them; each node's values in the order written). Without the bound, every
+// one of the ~300 changes waits.
+TEST_F(CacheTest, ASlowCallbackHasBoundedEventsWaitingAndIsStillToldTheFinalTree) {
+  constexpr int kNodes = 10, kWritesEach = 30;
+  constexpr std::size_t kMaxPending = 8;
+  ASSERT_EQ(raw.create(path), ZOK);
+  for (int i = 0; i < kNodes; ++i) ASSERT_EQ(raw.create(fmt::format("{}/n{}", path, i), "0"), ZOK);
+  ASSERT_EQ(raw.create(path + "/sub", "0"), ZOK);
+  ASSERT_EQ(raw.create(path + "/sub/x", "0"), ZOK);
+  std::mutex mutex;
+  std::condition_variable released;
+  bool hold = false;
+  std::size_t told_after_release = 0, blocked = 0;
+  std::map<std::string, std::string> told;  // the tree as the events tell it
+  std::map<std::string, int> last_value;
+  std::vector<std::string> misordered;
+  Session& session = sessions.add(servers);
+  TreeCache cache(
+      session, path,
+      [&](const CacheEvent& event) {
+        std::unique_lock guard(mutex);
+        if (hold) {
+          ++blocked;
+          released.wait_for(guard, testenv::scaled(30s), [&] { return !hold; });  // bounded
+        }
+        told_after_release += blocked > 0;
+        const std::string& at = event.path;
+        if (event.kind == Kind::removed) {
+          auto below = told.upper_bound(at + "/");
+          if (!told.contains(at) || (below != told.end() && below->first.starts_with(at + "/")))
+            misordered.push_back("removed " + at);
+          told.erase(at);
+          last_value.erase(at);
+        }
+        if (event.kind != Kind::added && event.kind != Kind::updated) return;
+        if ((event.kind == Kind::added) == told.contains(at) ||
+            (at != path && !told.contains(at.substr(0, at.rfind('/')))))
+          misordered.push_back(fmt::format("{} {}", to_string(event.kind), at));
+        const int value = event.node.data.empty() ? 0 : std::stoi(event.node.data);
+        if (last_value.contains(at) && value <= last_value[at]) misordered.push_back(at + " =" + event.node.data);
+        told[at] = event.node.data;
+        last_value[at] = value;
+      },
+      {.max_pending_events = kMaxPending});
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  {
+    std::lock_guard guard(mutex);
+    hold = true;
+  }
+  // The first event blocks the callback.
+  std::thread writer([&] {
+    RawClient own(servers);
+    for (int round = 1; round <= kWritesEach; ++round) {
+      const std::string value = std::to_string(round);
+      for (int i = 0; i < kNodes; ++i)
+        zoo_set(own.handle(), fmt::format("{}/n{}", path, i).c_str(), value.data(), static_cast<int>(value.size()), -1);
+      if (round < kWritesEach / 2) {  // the parent's change waits before the child's
+        zoo_set(own.handle(), (path + "/sub").c_str(), value.data(), static_cast<int>(value.size()), -1);
+        zoo_set(own.handle(), (path + "/sub/x").c_str(), value.data(), static_cast<int>(value.size()), -1);
+      }
+      if (round == kWritesEach / 2) {
+        own.create(path + "/late", value);
+        own.remove(path + "/n0");
+        own.remove(path + "/sub/x");
+        own.remove(path + "/sub");
+        own.remove(path + "/n1");
+        own.create(path + "/n1", value);
+      }
+    }
+  });
+  writer.join();
+  const auto expected = server_tree(raw, path);
+  ASSERT_TRUE(eventually([&] { return contents(cache.snapshot()) == expected; }));
+  // Every change has been read while the callback is still held: the queue is at its longest.
+  const CacheMetrics held = cache.metrics();
+  EXPECT_LE(held.events_pending, kMaxPending + 2 * (kNodes + 3)) << held.events_coalesced << " merged";
+  EXPECT_GT(held.events_coalesced, 0u);
+  {
+    std::lock_guard guard(mutex);
+    EXPECT_EQ(blocked, 1u);
+    hold = false;
+  }
+  released.notify_all();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard guard(mutex);
+    return told == expected;
+  })) << held.events_pending << " waited";
+  EXPECT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  std::lock_guard guard(mutex);
+  EXPECT_LE(told_after_release, kMaxPending + 2 * (kNodes + 3) + 1);
+  EXPECT_TRUE(misordered.empty()) << joined(misordered);
+}
+
 // The server stopped: the cache says stale; the tree changes before it can reconnect (its proxy
 // holds it off while another client writes); once through, the cache tells the differences and
 // says resynchronised.
@@ -332,6 +453,8 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   ASSERT_EQ(raw.create(path), ZOK);
   ASSERT_EQ(raw.create(path + "/stays", "s"), ZOK);
   ASSERT_EQ(raw.create(path + "/goes", "g"), ZOK);
+  ASSERT_EQ(raw.create(path + "/goes/child", "c"), ZOK);
+  ASSERT_EQ(raw.create(path + "/goes/child/grandchild", "gc"), ZOK);
   testenv::Proxy proxy(servers);
   Heard heard;
   Session& session = sessions.add(proxy.address(), 3000ms);
@@ -342,6 +465,8 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   auto id = detail::Internals::core(session)->client_id();
   proxy.blackhole();
   testenv::expire_session(servers, id.session_id, id.password);
+  ASSERT_EQ(raw.remove(path + "/goes/child/grandchild"), ZOK);
+  ASSERT_EQ(raw.remove(path + "/goes/child"), ZOK);
   ASSERT_EQ(raw.remove(path + "/goes"), ZOK);
   ASSERT_EQ(raw.create(path + "/new", "n"), ZOK);
   ASSERT_TRUE(eventually([&] { return cache.stale(); }, testenv::scaled(10s)));
@@ -350,6 +475,13 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
       << joined(heard.lines());
   EXPECT_NE(session.id(), old_session);
   EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+  // The subtree that went while the cache could not hear is removed as one, descendants first.
+  std::vector<std::string> removals;
+  for (const auto& line : heard.lines())
+    if (line.starts_with("removed")) removals.push_back(line);
+  EXPECT_EQ(removals, (std::vector<std::string>{"removed " + path + "/goes/child/grandchild",
+                                                "removed " + path + "/goes/child", "removed " + path + "/goes"}))
+      << joined(heard.lines());
   // The new session's watches work: a change after the resynchronisation is heard.
   set(path + "/stays", "changed");
   ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
