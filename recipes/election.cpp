@@ -16,6 +16,7 @@
 
 #include "acquisition.hpp"
 #include "internals.hpp"
+#include "path_check.hpp"
 #include "contender_queue.hpp"
 #include "peer_layout.hpp"
 #include "without_exceptions.hpp"
@@ -71,12 +72,6 @@ std::string_view to_string(LeadershipEvent event) noexcept {
 namespace {
 
 using Term = Leadership::Term;
-
-std::string checked_path(std::string path) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "election path", path, problem);
-  return path;
-}
 
 LockOptions lock_options(const ElectionOptions& options) {
   LockOptions out;
@@ -313,7 +308,7 @@ struct LeaderLatch::State : std::enable_shared_from_this<State> {
 };
 
 LeaderLatch::LeaderLatch(Session& session, std::string path, ElectionOptions options)
-    : state_(std::make_shared<State>(session, checked_path(std::move(path)), options)) {}
+    : state_(std::make_shared<State>(session, detail::valid_path(std::move(path), "election path"), options)) {}
 
 std::optional<LeaderLatch> LeaderLatch::make(Session& session, std::string path, ElectionOptions options,
                                              std::error_code& ec) noexcept {
@@ -586,7 +581,7 @@ struct LeaderSelector::State {
 
 LeaderSelector::LeaderSelector(Session& session, std::string path, LeadershipFunction function,
                                SelectorOptions options) {
-  path = checked_path(std::move(path));
+  path = detail::valid_path(std::move(path), "election path");
   if (!function)
     throw Error(make_error_code(errc::invalid_argument), "leader selector", path, "the leadership function is empty");
   state_ = std::make_shared<State>(session, std::move(path), std::move(function), options);

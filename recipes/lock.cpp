@@ -13,6 +13,7 @@
 
 #include "acquisition.hpp"
 #include "internals.hpp"
+#include "path_check.hpp"
 #include "contender_queue.hpp"
 #include "request_limits.hpp"
 #include "thread_holds.hpp"
@@ -94,22 +95,12 @@ std::string_view to_string(ReleaseOutcome outcome) {
 
 // ---- Lock ----
 
-namespace {
-
-std::string checked_path(std::string path) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "lock path", path, problem);
-  return path;
-}
-
-}  // namespace
-
 Lock::Lock(Session& session, std::string path, LockOptions options)
     : Lock(session, std::move(path), std::move(options), ContenderRole::exclusive) {}
 
 Lock::Lock(Session& session, std::string path, LockOptions options, ContenderRole role)
     : core_(detail::Internals::core(session)),
-      path_(checked_path(std::move(path))),
+      path_(detail::valid_path(std::move(path), "lock path")),
       options_(detail::checked_lock_options(*core_, path_, std::move(options), "lock")),
       role_(role),
       identity_(detail::ThreadHolds::new_lock_identity()) {}

@@ -6,15 +6,13 @@
 #include <zkr/session.hpp>
 
 #include "data_calls.hpp"
+#include "path_check.hpp"
 #include "without_exceptions.hpp"
 
 namespace zkr {
 namespace {
 
-void require_valid_path(std::string_view path, std::string_view operation) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), operation, path, problem);
-}
+using detail::require_valid_path;
 
 std::string_view kind_name(DataOp::Kind kind) {
   switch (kind) {
