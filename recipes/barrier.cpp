@@ -120,6 +120,10 @@ class NodeWait final : public detail::SessionListener, public std::enable_shared
   void finish_locked(std::error_code ec) {
     if (finished_) return;
     finished_ = true;
+    if (!ec) ++core_->barrier_passes;
+    else if (ec == errc::timed_out) ++core_->barrier_timeouts;
+    else if (ec == errc::cancelled) ++core_->barrier_cancellations;
+    else ++core_->barrier_failures;
     ++round_;
     if (attached_) {
       attached_ = false;

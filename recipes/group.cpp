@@ -278,6 +278,11 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   // ---- telling ----
 
   void set_state_locked(MembershipState next, std::optional<LossReason> reason, std::error_code error = {}) {
+    // Metrics: a join after a loss is a rejoin; leaving forgets the loss.
+    if (next == MembershipState::joined) ++(rejoining ? core->group_rejoins : core->group_joins);
+    if (next == MembershipState::lost) ++core->group_losses;
+    if (next == MembershipState::joined || next == MembershipState::left) rejoining = false;
+    if (next == MembershipState::lost) rejoining = true;
     state = next;
     state_changed.notify_all();
     settle_join_waiters_locked();
@@ -380,6 +385,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
 
   // Under core->mutex().
   MembershipState state = MembershipState::left;
+  bool rejoining = false;  // lost since the last join (for the metrics: the next join is a rejoin)
   bool wanted = false;  // join() was called and neither leave() nor a failure since
   bool creating = false;
   bool ended = false;
@@ -631,6 +637,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
       if (!published || told.stale) return;  // nothing fresh told yet, or stale told already
       next.members = told.members;           // the last known, marked stale
       next.stale = true;
+      ++core->group_views_stale;
     } else {
       if (!complete) return;
       next.stale = false;

@@ -306,6 +306,14 @@ std::string_view to_string(CounterLayout layout) noexcept {
   return "unknown";
 }
 
+std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_view data) noexcept {
+  try {
+    return decode(layout, data, "decode counter", {});
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 SharedCounter::SharedCounter(Session& session, std::string path, CounterOptions options)
     : core_(detail::Internals::core(session)), path_(std::move(path)), options_(options) {
   if (auto problem = path_problem(path_); !problem.empty())

@@ -123,6 +123,19 @@ std::vector<MetricFamily> metric_families(const SessionMetrics& m) {
       .sample({{"outcome", "applied"}}, m.counter_writes)
       .sample({{"outcome", "conflict"}}, m.counter_conflicts)
       .sample({{"outcome", "unknown"}}, m.counter_unknown_outcomes);
+  out.family("zkr_group_membership_changes_total", counter,
+             "Group members that joined, joined again on a new session after a loss (rejoined), or lost their node.")
+      .sample({{"change", "joined"}}, m.group_joins)
+      .sample({{"change", "rejoined"}}, m.group_rejoins)
+      .sample({{"change", "lost"}}, m.group_losses);
+  out.family("zkr_group_views_stale_total", counter, "Group views that went from fresh to stale (a drop, a session loss).")
+      .sample({}, m.group_views_stale);
+  out.family("zkr_barrier_waits_total", counter,
+             "Barrier waits (wait, enter, leave) by how they ended: passed, timeout, cancelled, error.")
+      .sample({{"outcome", "passed"}}, m.barrier_passes)
+      .sample({{"outcome", "timeout"}}, m.barrier_timeouts)
+      .sample({{"outcome", "cancelled"}}, m.barrier_cancellations)
+      .sample({{"outcome", "error"}}, m.barrier_failures);
 
   out.family("zkr_sessions_established_total", counter, "Sessions established, replacements included.")
       .sample({}, m.sessions_established);

@@ -897,6 +897,14 @@ SessionMetrics SessionCore::metrics() const {
   out.counter_writes = counter_writes;
   out.counter_conflicts = counter_conflicts;
   out.counter_unknown_outcomes = counter_unknown_outcomes;
+  out.group_joins = group_joins;
+  out.group_rejoins = group_rejoins;
+  out.group_losses = group_losses;
+  out.group_views_stale = group_views_stale;
+  out.barrier_passes = barrier_passes;
+  out.barrier_timeouts = barrier_timeouts;
+  out.barrier_cancellations = barrier_cancellations;
+  out.barrier_failures = barrier_failures;
   out.state = state();
   out.negotiated_timeout = negotiated_timeout();
   out.lead_time = lead_time();

@@ -175,6 +175,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::atomic<std::uint64_t> wakeups{0}, acquisitions{0}, acquire_timeouts{0},
       acquire_cancellations{0}, locks_lost{0};
   std::atomic<std::uint64_t> counter_writes{0}, counter_conflicts{0}, counter_unknown_outcomes{0};
+  std::atomic<std::uint64_t> group_joins{0}, group_rejoins{0}, group_losses{0}, group_views_stale{0};
+  std::atomic<std::uint64_t> barrier_passes{0}, barrier_timeouts{0}, barrier_cancellations{0}, barrier_failures{0};
   std::atomic<std::int64_t> total_wait_ns{0}, total_hold_ns{0};
   LockMetricsRegistry& lock_metrics() { return lock_metrics_; }
 

@@ -23,6 +23,9 @@
 //   // a TreeCache (or NodeCache::tree()): once its initial load is complete
 //   co_await zkr::asio::async_wait_initialized(cache, boost::asio::use_awaitable);
 //
+//   // a SharedCounter: the value, the value written, whether the compare-and-set wrote
+//   std::int64_t now = co_await zkr::asio::async_add(counter, 1, boost::asio::use_awaitable);
+//
 //   // callback, run through its associated executor (here a strand)
 //   zkr::asio::async_acquire(lock, boost::asio::bind_executor(strand,
 //       [](std::exception_ptr error, zkr::HeldLock held) { ... }));
@@ -45,6 +48,7 @@
 #include <string>
 #include <stop_token>
 #include <system_error>
+#include <thread>
 #include <concepts>
 #include <type_traits>
 #include <utility>
@@ -63,6 +67,7 @@
 #include <zkr/lock.hpp>
 #include <zkr/multi_lock.hpp>
 #include <zkr/semaphore.hpp>
+#include <zkr/shared_counter.hpp>
 
 namespace zkr::asio {
 
@@ -298,6 +303,62 @@ auto async_try_acquire_for(MultiLock& locks, std::chrono::nanoseconds timeout, C
       std::forward<CompletionToken>(token), locks.paths().front(), "acquire",
       [&locks, timeout, stop](MultiAcquireHandler done) {
         locks.async_acquire(std::max(timeout, std::chrono::nanoseconds::zero()), std::move(done), stop);
+      });
+}
+
+// ---- Shared counter (zkr/shared_counter.hpp) ----
+// Completion signature: void(std::exception_ptr, R): R the value read (async_get), the value
+// written (async_add), or whether the counter held `expected` and `desired` was written
+// (async_compare_and_set); the exception is a zkr::Error as the blocking forms throw
+// (errc::cancelled when stop is requested, errc::timed_out past CounterOptions::timeout,
+// zk_errc::connection_loss for an unknown outcome, errc::undecodable_data, ...).
+// A counter's operation is a read and conditional writes retried until one applies: each Asio form
+// runs the blocking one on a thread of its own (never the session's), with a copy of the counter,
+// so the SharedCounter may be destroyed while it is pending (the Session may not).
+namespace detail {
+template <typename Result, typename CompletionToken, typename Operation>
+auto async_counter_operation(CompletionToken&& token, const SharedCounter& counter, std::stop_token stop,
+                             Operation operation) {
+  return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, Result)>(
+      [](auto handler, SharedCounter target, std::stop_token stop_token, Operation run) {
+        using Handler = decltype(handler);
+        auto delivery = std::make_shared<Delivery<Handler, Result>>(std::move(handler));
+        std::thread([delivery, target = std::move(target), stop_token = std::move(stop_token),
+                     run = std::move(run)]() mutable {
+          Result result{};
+          try {
+            result = run(target, stop_token);
+          } catch (...) {
+            return delivery->deliver(std::current_exception(), Result{});
+          }
+          delivery->deliver(nullptr, result);
+        }).detach();
+      },
+      token, counter, std::move(stop), std::move(operation));
+}
+}  // namespace detail
+
+template <typename CompletionToken>
+auto async_get(const SharedCounter& counter, CompletionToken&& token, std::stop_token stop = {}) {
+  return detail::async_counter_operation<std::int64_t>(
+      std::forward<CompletionToken>(token), counter, std::move(stop),
+      [](SharedCounter& target, std::stop_token stop_token) { return target.get(std::move(stop_token)); });
+}
+
+template <typename CompletionToken>
+auto async_add(SharedCounter& counter, std::int64_t delta, CompletionToken&& token, std::stop_token stop = {}) {
+  return detail::async_counter_operation<std::int64_t>(
+      std::forward<CompletionToken>(token), counter, std::move(stop),
+      [delta](SharedCounter& target, std::stop_token stop_token) { return target.add(delta, std::move(stop_token)); });
+}
+
+template <typename CompletionToken>
+auto async_compare_and_set(SharedCounter& counter, std::int64_t expected, std::int64_t desired, CompletionToken&& token,
+                           std::stop_token stop = {}) {
+  return detail::async_counter_operation<bool>(
+      std::forward<CompletionToken>(token), counter, std::move(stop),
+      [expected, desired](SharedCounter& target, std::stop_token stop_token) {
+        return target.compare_and_set(expected, desired, std::move(stop_token));
       });
 }
 

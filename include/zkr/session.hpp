@@ -333,6 +333,18 @@ struct SessionMetrics {
   std::uint64_t counter_writes = 0;
   std::uint64_t counter_conflicts = 0;
   std::uint64_t counter_unknown_outcomes = 0;
+  // Group membership (zkr/group.hpp): members that joined (first join after join()), joined again
+  // on a new session after a loss (rejoin), lost their node; views that went from fresh to stale.
+  std::uint64_t group_joins = 0;
+  std::uint64_t group_rejoins = 0;
+  std::uint64_t group_losses = 0;
+  std::uint64_t group_views_stale = 0;
+  // Barrier waits (zkr/barrier.hpp: Barrier::wait, DoubleBarrier::enter and leave, and their async
+  // forms), by how they ended: passed, timed out, cancelled (stop requested), failed (an error).
+  std::uint64_t barrier_passes = 0;
+  std::uint64_t barrier_timeouts = 0;
+  std::uint64_t barrier_cancellations = 0;
+  std::uint64_t barrier_failures = 0;
   // The session at the time of the snapshot.
   SessionState state = SessionState::connecting;
   std::chrono::milliseconds negotiated_timeout{0};

@@ -52,6 +52,10 @@ enum class CounterLayout {
 };
 std::string_view to_string(CounterLayout layout) noexcept;  // "curator_atomic_long", ...
 
+// The value `data` holds in `layout` (empty data: 0), as the counter reads it; nullopt if it does
+// not decode in that layout. For tools that look at a node whose layout they do not know.
+std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_view data) noexcept;
+
 struct CounterOptions {
   CounterLayout layout = CounterLayout::curator_atomic_long;
   // For the counter node and the parents it creates.

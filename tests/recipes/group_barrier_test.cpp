@@ -18,11 +18,13 @@
 #include <zkr/barrier.hpp>
 #include <zkr/error.hpp>
 #include <zkr/group.hpp>
+#include <zkr/prometheus.hpp>
 
 #include "internals.hpp"
 #include "session_core.hpp"
 
 #include "recipe_test_support.hpp"
+#include "../unit/python_readers.hpp"
 
 namespace zkr::test {
 namespace {
@@ -159,6 +161,29 @@ TEST_F(GroupTest, DeletedNodeIsToldAndMadeAgain) {
   EXPECT_EQ(events.states(), (std::vector{MembershipState::joining, MembershipState::joined, MembershipState::lost,
                                            MembershipState::joined}));
   EXPECT_EQ(events.all()[2].reason, LossReason::node_deleted);
+}
+
+// The metrics an operator scrapes: a join, a loss (the node deleted by hand) and the rejoin; a
+// view that went stale when the connection dropped. Read by python3-prometheus-client's parser.
+TEST_F(GroupTest, MetricsCountJoinsLossesRejoinsAndStaleViews) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  Events events;
+  GroupMember member(session, path, "m", "data", {}, events.listener());
+  member.join();
+  GroupView view(session, path);
+  ASSERT_TRUE(view.wait_fresh(testenv::scaled(10s)));
+  ASSERT_EQ(raw.remove(path + "/m"), ZOK);
+  ASSERT_TRUE(eventually([&] { return events.states().size() == 4; }));  // joining, joined, lost, joined
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] { return session.metrics().group_views_stale == 1; }));
+  ASSERT_TRUE(view.wait_fresh(testenv::scaled(10s)));
+
+  const auto samples = read_exposition(prometheus_text(session));
+  EXPECT_EQ(sample_value(samples, "zkr_group_membership_changes_total", {{"change", "joined"}}), 1);
+  EXPECT_EQ(sample_value(samples, "zkr_group_membership_changes_total", {{"change", "lost"}}), 1);
+  EXPECT_EQ(sample_value(samples, "zkr_group_membership_changes_total", {{"change", "rejoined"}}), 1);
+  EXPECT_EQ(sample_value(samples, "zkr_group_views_stale_total", {}), 1);
 }
 
 TEST_F(GroupTest, AnIdHeldByAnotherLiveSessionIsRefusedAfterASessionTimeout) {
@@ -320,6 +345,28 @@ TEST_F(BarrierTest, WaitReturnsOnceRemovedAndGivesUpOnTimeoutAndStop) {
   EXPECT_TRUE(barrier.remove());
   EXPECT_TRUE(released.get());
   EXPECT_FALSE(barrier.remove());
+}
+
+// Each wait ends once and is counted by how: passed, timeout, cancelled.
+TEST_F(BarrierTest, MetricsCountWaitsByOutcome) {
+  Session& session = sessions.add(servers);
+  Barrier barrier(session, path + "/b");
+  EXPECT_TRUE(barrier.wait(0ns));  // not set: passes
+  barrier.set();
+  EXPECT_FALSE(barrier.wait(50ms));
+  std::stop_source stop;
+  stop.request_stop();
+  EXPECT_FALSE(barrier.wait(-1ns, stop.get_token()));
+  DoubleBarrier alone(session, path + "/d", 1);
+  EXPECT_TRUE(alone.enter(testenv::scaled(10s)));
+  EXPECT_TRUE(alone.leave(testenv::scaled(10s)));
+
+  const auto samples = read_exposition(prometheus_text(session));
+  EXPECT_EQ(sample_value(samples, "zkr_barrier_waits_total", {{"outcome", "passed"}}), 3);
+  EXPECT_EQ(sample_value(samples, "zkr_barrier_waits_total", {{"outcome", "timeout"}}), 1);
+  EXPECT_EQ(sample_value(samples, "zkr_barrier_waits_total", {{"outcome", "cancelled"}}), 1);
+  EXPECT_EQ(sample_value(samples, "zkr_barrier_waits_total", {{"outcome", "error"}}), 0);
+  EXPECT_TRUE(barrier.remove());
 }
 
 // N participants on N sessions: none returns from enter() before the last has entered, none from

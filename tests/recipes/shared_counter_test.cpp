@@ -10,6 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include <utility>  // before Boost.Asio: 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <zkr/asio.hpp>
 #include <zkr/error.hpp>
 #include <zkr/shared_counter.hpp>
 
@@ -367,6 +374,64 @@ TEST_F(SharedCounterTest, AddsCarryOnAcrossAServerRestartAndTheListenerResynchro
   EXPECT_TRUE(added.load());
   ASSERT_TRUE(eventually([&] { return updates.last_is(2, false); }, testenv::scaled(15s)));
   EXPECT_EQ(counter.get(), 2);
+}
+
+// The Asio forms: each completes once, through the handler's executor (here the io_context run on
+// this thread), as outstanding work of it; stop requested before or while an operation waits for
+// the connection ends it with errc::cancelled and writes nothing.
+TEST_F(SharedCounterTest, AsioFormsCompleteOnTheCallersExecutorAndStopCancelsThem) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 2000ms);
+  SharedCounter counter(session, path, {.layout = CounterLayout::kazoo});
+  boost::asio::io_context io;
+  const auto io_thread = std::this_thread::get_id();
+  std::vector<std::string> told;
+  const auto on_io = [&](auto handler) { return boost::asio::bind_executor(io, std::move(handler)); };
+  asio::async_add(counter, 5, on_io([&](std::exception_ptr error, std::int64_t written) {
+    EXPECT_FALSE(error);
+    EXPECT_EQ(std::this_thread::get_id(), io_thread);
+    told.push_back("added " + std::to_string(written));
+    asio::async_compare_and_set(counter, 5, 7, on_io([&](std::exception_ptr set_error, bool wrote) {
+      EXPECT_FALSE(set_error);
+      EXPECT_EQ(std::this_thread::get_id(), io_thread);
+      told.push_back(wrote ? "set" : "not set");
+      asio::async_get(counter, on_io([&](std::exception_ptr get_error, std::int64_t value) {
+        EXPECT_FALSE(get_error);
+        EXPECT_EQ(std::this_thread::get_id(), io_thread);
+        told.push_back("got " + std::to_string(value));
+      }));
+    }));
+  }));
+  io.run();  // returns once the three have completed: each was work of the io_context
+  EXPECT_EQ(told, (std::vector<std::string>{"added 5", "set", "got 7"}));
+  EXPECT_FALSE(asio::async_compare_and_set(counter, 5, 9, boost::asio::use_future).get());
+
+  std::stop_source stopped_before;
+  stopped_before.request_stop();
+  auto refused = asio::async_add(counter, 1, boost::asio::use_future, stopped_before.get_token());
+  try {
+    refused.get();
+    ADD_FAILURE() << "an add with stop requested completed";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), make_error_code(errc::cancelled));
+  }
+
+  proxy.blackhole();
+  ASSERT_TRUE(eventually([&] { return session.state() != SessionState::connected; }));
+  std::stop_source stop;
+  auto waiting = asio::async_add(counter, 1, boost::asio::use_future, stop.get_token());
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout) << "completed without a connection";
+  stop.request_stop();
+  ASSERT_EQ(waiting.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  try {
+    waiting.get();
+    ADD_FAILURE() << "a stopped add completed";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), make_error_code(errc::cancelled));
+  }
+  proxy.pass();
+  EXPECT_EQ(asio::async_get(counter, boost::asio::use_future).get(), 7);
+  EXPECT_EQ(raw_data(path), "7");
 }
 
 }  // namespace

@@ -152,5 +152,60 @@ TEST(ZklockReport, JsonVocabulary) {
             "2023-11-14T22:13:20.123456Z");
 }
 
+// recognise_recipe(): what another recipe's path is, by what is there; nothing guessed beyond it.
+ListedNode listed_child(std::string name, std::int64_t owner, std::string data = {}) {
+  ListedNode node{std::move(name), std::move(data), {}};
+  node.stat.ephemeral_owner = owner;
+  return node;
+}
+
+TEST(ZklockReport, RecipesAreRecognisedByWhatIsThere) {
+  const ListedNode path_node{};
+  zkr::PathListing existing;
+  existing.exists = true;
+  // Double barrier: UUID-named ephemeral participants (either form) and "ready".
+  const auto barrier = recognise_recipe(
+      path_node, {listed_child("0123456789abcdef0123456789abcdef", 7, "a"), listed_child("01234567-89ab-cdef-0123-456789abcdef", 8, "b"),
+                  listed_child("ready", 0)});
+  ASSERT_TRUE(barrier);
+  EXPECT_EQ(barrier->kind, RecipeReading::Kind::double_barrier);
+  EXPECT_TRUE(barrier->ready);
+  EXPECT_EQ(barrier->members.size(), 2u);
+  const auto only_ready = recognise_recipe(path_node, {listed_child("ready", 0)});
+  ASSERT_TRUE(only_ready);
+  EXPECT_EQ(only_ready->kind, RecipeReading::Kind::double_barrier);
+  EXPECT_TRUE(only_ready->members.empty());
+  // A persistent child among ephemeral ones: nothing is recognised (listed as not contenders).
+  EXPECT_FALSE(recognise_recipe(path_node, {listed_child("m", 7), listed_child("x", 0)}));
+  // Groups: ids from the name (curator), the data (kazoo Party), after the GUID (ShallowParty).
+  const auto party = recognise_recipe(path_node, {listed_child("0123456789abcdef0123456789abcdef__party__", 7, "id-1")});
+  ASSERT_TRUE(party);
+  EXPECT_EQ(party->group_layout, zkr::GroupLayout::kazoo_party);
+  EXPECT_EQ(party->members.at(0).id, "id-1");
+  const auto shallow = recognise_recipe(path_node, {listed_child("0123456789abcdef0123456789abcdef-id-2", 7, "id-2")});
+  ASSERT_TRUE(shallow);
+  EXPECT_EQ(shallow->group_layout, zkr::GroupLayout::kazoo_shallow_party);
+  EXPECT_EQ(shallow->members.at(0).id, "id-2");
+  // A member's data cannot forge a line or send control sequences to the terminal.
+  const auto group = recognise_recipe(path_node, {listed_child("b", 9, "x\n\x1b[31m"), listed_child("a", 8, "y")});
+  ASSERT_TRUE(group);
+  EXPECT_EQ(group->group_layout, zkr::GroupLayout::curator);
+  EXPECT_EQ(group->members.at(0).id, "a");  // sorted by id
+  const std::string text = format_listing_text("/g", existing, {}, std::nullopt, {}, group);
+  EXPECT_THAT(text, HasSubstr("/g: a group (curator layout), 2 members\n"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  // A childless node: empty, a counter (each layout that reads it), or data named as no counter's.
+  EXPECT_EQ(recognise_recipe(listed_child("", 0), {})->kind, RecipeReading::Kind::empty);
+  const auto eight = recognise_recipe(listed_child("", 0, std::string("\0\0\0\0\0\0\0\x05", 8)), {});
+  ASSERT_EQ(eight->counter.size(), 1u);
+  EXPECT_EQ(eight->counter[0].layout, zkr::CounterLayout::curator_atomic_long);
+  EXPECT_EQ(eight->counter[0].value, 5);
+  EXPECT_EQ(recognise_recipe(listed_child("", 0, "1234"), {})->counter.size(), 2u);
+  const auto other = recognise_recipe(listed_child("", 0, "\x1b]0;x"), {});
+  EXPECT_EQ(other->kind, RecipeReading::Kind::unrecognised);
+  EXPECT_EQ(format_listing_text("/c", existing, {}, std::nullopt, {}, other).find('\x1b'), std::string::npos);
+}
+
 }  // namespace
 }  // namespace zklock

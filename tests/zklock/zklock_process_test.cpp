@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,9 +26,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <zkr/barrier.hpp>
 #include <zkr/fence_gate.hpp>
+#include <zkr/group.hpp>
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
+#include <zkr/shared_counter.hpp>
 
 #include "process_tree.hpp"
 #include "testenv.hpp"
@@ -1207,6 +1211,122 @@ TEST_F(ZklockTest, DefaultOwnerNamesHostPidAndCommand) {
   auto holder = start_holder();
   const Outcome json = list({"--json"});
   EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"[^":]+:[0-9]+:sh -c echo )"));
+}
+
+// --list on the other recipes' paths: what is there is recognised and shown, never taken for a
+// free lock; what no recipe writes is named as such.
+
+class ZklockRecipeListTest : public ZklockTest {
+ protected:
+  void SetUp() override {
+    zkr::SessionOptions options;
+    options.servers = servers_;
+    options.session_timeout = scaled(4s);
+    session_ = std::make_unique<zkr::Session>(options);
+  }
+  std::unique_ptr<zkr::Session> session_;
+};
+
+TEST_F(ZklockRecipeListTest, ListShowsGroupMembersInEachLayout) {
+  zkr::GroupMember a(*session_, path_ + "/curator", "member-a", "data of a");
+  zkr::GroupMember b(*session_, path_ + "/curator", "member-b", "data of b");
+  zkr::GroupMember party(*session_, path_ + "/party", "kazoo-party-id", {}, {.layout = zkr::GroupLayout::kazoo_party});
+  zkr::GroupMember shallow(*session_, path_ + "/shallow", "shallow-id", {},
+                           {.layout = zkr::GroupLayout::kazoo_shallow_party});
+  for (auto* member : {&a, &b, &party, &shallow}) member->join();
+  const std::string session = zkr::session_id_text(session_->id());
+
+  const Outcome text = run_to_end(zklock({"--list", path_ + "/curator"}));
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr(path_ + "/curator: a group (curator layout), 2 members"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("member-a +" + session + " .*data of a +member-a"));
+  EXPECT_THAT(text.output, Not(HasSubstr("not a contender")));
+  EXPECT_THAT(text.output, Not(HasSubstr("free")));
+  const Outcome json = run_to_end(zklock({"--list", path_ + "/curator", "--json"}));
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr(R"("not_contenders":[],"recipe":{"kind":"group","layout":"curator","members":[)"
+                                     R"({"id":"member-a","data":"data of a","node":"member-a",)"));
+  EXPECT_THAT(json.output, HasSubstr(fmt::format(R"("session":"{}")", session)));
+
+  const Outcome kazoo = run_to_end(zklock({"--list", path_ + "/party", "--json"}));
+  EXPECT_THAT(kazoo.output, ::testing::ContainsRegex(
+                                R"("kind":"group","layout":"kazoo_party","members":\[\{"id":"kazoo-party-id","data":"kazoo-party-id","node":"[0-9a-f]{32}__party__")"));
+  const Outcome shallow_text = run_to_end(zklock({"--list", path_ + "/shallow"}));
+  EXPECT_THAT(shallow_text.output, HasSubstr(path_ + "/shallow: a group (kazoo_shallow_party layout), 1 member"));
+  EXPECT_THAT(shallow_text.output, ::testing::ContainsRegex("shallow-id +" + session));
+
+  a.leave();
+  b.leave();
+  ASSERT_TRUE(eventually([&] { return run_to_end(zklock({"--list", path_ + "/curator"})).output.find("free") !=
+                                      std::string::npos; }, 10s))
+      << "an empty group's container is a free path like any other";
+}
+
+TEST_F(ZklockRecipeListTest, ListShowsACountersValueAndLayout) {
+  const std::pair<zkr::CounterLayout, std::string> layouts[] = {
+      {zkr::CounterLayout::curator_atomic_long, "curator_atomic_long"},
+      {zkr::CounterLayout::curator_shared_count, "curator_shared_count"},
+      {zkr::CounterLayout::kazoo, "kazoo"}};
+  for (const auto& [layout, name] : layouts) {
+    const std::string path = path_ + "/" + name;
+    zkr::SharedCounter counter(*session_, path, {.layout = layout});
+    counter.add(-42);
+    const Outcome text = run_to_end(zklock({"--list", path}));
+    EXPECT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_THAT(text.output, HasSubstr(fmt::format("{}: a counter, -42 ({} layout)", path, name)));
+    EXPECT_THAT(text.output, HasSubstr("data version 0"));
+    const Outcome json = run_to_end(zklock({"--list", path, "--json"}));
+    EXPECT_THAT(json.output, HasSubstr(fmt::format(R"("recipe":{{"kind":"counter","data_version":0,"bytes":{},"values":[{{"layout":"{}","value":-42}}]}})",
+                                                   name == "kazoo" ? 3 : name == "curator_shared_count" ? 4 : 8, name)));
+  }
+  // Four digits are a kazoo counter's text and a SharedCount's four bytes alike: both are named.
+  const std::string ambiguous = path_ + "/ambiguous";
+  zkr::SharedCounter(*session_, ambiguous, {.layout = zkr::CounterLayout::kazoo}).set(1234);
+  EXPECT_THAT(run_to_end(zklock({"--list", ambiguous})).output,
+              HasSubstr("a counter, 825373492 (curator_shared_count layout) or 1234 (kazoo layout)"));
+  EXPECT_THAT(run_to_end(zklock({"--list", ambiguous})).output, HasSubstr("the layout cannot be told from the data"));
+  // Data no counter layout reads is named, not guessed.
+  const std::string other = path_ + "/other";
+  session_->create(other, "2.5");
+  const Outcome unknown = run_to_end(zklock({"--list", other}));
+  EXPECT_EQ(unknown.exit_code, 0) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr(other + ": no contender, no children; data \"2.5\" (3 bytes), which no counter layout reads"));
+  EXPECT_THAT(run_to_end(zklock({"--list", other, "--json"})).output,
+              HasSubstr(R"("recipe":{"kind":"unrecognised","data_version":0,"bytes":3})"));
+}
+
+TEST_F(ZklockRecipeListTest, ListShowsBarriersAndDoubleBarrierParticipants) {
+  zkr::Barrier barrier(*session_, path_ + "/barrier");
+  barrier.set();
+  // Its node looks like a free lock path's (ZooKeeper shows a client no difference between a
+  // container and a persistent node): both readings are said.
+  EXPECT_THAT(run_to_end(zklock({"--list", path_ + "/barrier"})).output,
+              HasSubstr(path_ + "/barrier: free (no holder, no waiters); read as a barrier: up"));
+  EXPECT_THAT(run_to_end(zklock({"--list", path_ + "/barrier", "--json"})).output,
+              HasSubstr(R"("recipe":{"kind":"empty","barrier":"up"})"));
+  barrier.remove();
+  const Outcome down = run_to_end(zklock({"--list", path_ + "/barrier"}));
+  EXPECT_EQ(down.exit_code, 66) << "a barrier that is down has no node";
+  EXPECT_THAT(down.output, HasSubstr(path_ + "/barrier: does not exist; read as a barrier: down"));
+  EXPECT_THAT(run_to_end(zklock({"--list", path_ + "/barrier", "--json"})).output,
+              HasSubstr(R"("exists":false,"contenders":[],"not_contenders":[],"recipe":{"kind":"missing","barrier":"down"})"));
+
+  const std::string doubled = path_ + "/double";
+  zkr::DoubleBarrier first(*session_, doubled, 2, "first-participant");
+  std::promise<std::error_code> entered;
+  first.async_enter(scaled(30s), [&](std::error_code ec) { entered.set_value(ec); });
+  ASSERT_TRUE(eventually([&] { return run_to_end(zklock({"--list", doubled})).output.find("1 participant") != std::string::npos; }, 10s));
+  const Outcome waiting = run_to_end(zklock({"--list", doubled}));
+  EXPECT_THAT(waiting.output, HasSubstr(doubled + ": a double barrier, 1 participant, not ready"));
+  EXPECT_THAT(waiting.output, HasSubstr("first-participant"));
+
+  zkr::DoubleBarrier second(*session_, doubled, 2, "second-participant");
+  ASSERT_TRUE(second.enter(scaled(30s)));
+  ASSERT_EQ(entered.get_future().get(), std::error_code());
+  EXPECT_THAT(run_to_end(zklock({"--list", doubled})).output, HasSubstr(doubled + ": a double barrier, 2 participants, ready"));
+  const Outcome json = run_to_end(zklock({"--list", doubled, "--json"}));
+  EXPECT_THAT(json.output, HasSubstr(R"("recipe":{"kind":"double_barrier","ready":true,"participants":[{"data":)"));
+  EXPECT_THAT(json.output, HasSubstr(R"("not_contenders":[])"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -591,7 +591,9 @@ each option is given at most once:
   -q, --quiet                   print nothing but fatal errors
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
                                 session, owner data, since when, and its last --once-per run;
-                                then exit (66 if LOCKPATH does not exist)
+                                on another recipe's path, a group's members, a counter's value
+                                and layout, a double barrier's participants, a barrier up or
+                                down; then exit (66 if LOCKPATH does not exist)
       --json                    with --list: print JSON instead of a table (numbers for
                                 "token" and "session_id", "observed": when it was read)
       --watch                   with --list: print the listing again each time the holders

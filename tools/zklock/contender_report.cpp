@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <ctime>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -184,17 +185,25 @@ std::string contenders_table(std::string_view path, const std::vector<zkr::Conte
   return out;
 }
 
+// Below, with the other recipes' readings.
+std::string recipe_text(std::string_view path, const RecipeReading& recipe);
+std::string recipe_json(const RecipeReading& recipe);
+
 }  // namespace
 
 std::string format_listing_text(std::string_view path, const zkr::PathListing& listing, std::string_view chroot,
-                                std::optional<int> slots, const std::vector<RunRecord>& last_runs) {
+                                std::optional<int> slots, const std::vector<RunRecord>& last_runs,
+                                const std::optional<RecipeReading>& recipe) {
   if (!listing.exists) {
-    if (chroot.empty()) return fmt::format("{}: does not exist\n", path);
-    return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing)\n", path, chroot);
+    const std::string barrier = recipe ? "; read as a barrier: down" : "";
+    if (chroot.empty()) return fmt::format("{}: does not exist{}\n", path, barrier);
+    return fmt::format("{}: does not exist (under the chroot {}, which may itself be missing){}\n", path, chroot,
+                       barrier);
   }
   const auto& contenders = listing.contenders;
   std::string out;
-  if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
+  if (contenders.empty() && recipe) out = recipe_text(path, *recipe);
+  else if (contenders.empty()) out = fmt::format("{}: free (no holder, no waiters){}\n", path, slots_note(slots));
   else out = contenders_table(path, contenders, slots);
   for (const auto& other : listing.not_contenders) out += fmt::format("not a contender: {}\n", printable(other));
   for (const auto& run : last_runs) {
@@ -219,7 +228,8 @@ std::string describe_holders(const std::vector<zkr::ContenderInfo>& contenders) 
 
 std::string format_listing_json(std::string_view path, const zkr::PathListing& listing, std::optional<int> slots,
                                 const std::vector<RunRecord>& last_runs,
-                                std::optional<std::chrono::system_clock::time_point> observed) {
+                                std::optional<std::chrono::system_clock::time_point> observed,
+                                const std::optional<RecipeReading>& recipe) {
   std::string out = observed ? fmt::format("{{\"observed\":{},", json_string(format_utc(*observed))) : "{";
   out += fmt::format("\"path\":{},\"exists\":{},{}\"contenders\":[", json_string(path),
                                 listing.exists ? "true" : "false",
@@ -237,6 +247,7 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
         json_string(role_name(contender.role, slots)), json_string(scheme_name(contender.scheme)));
   }
   out += fmt::format("],\"not_contenders\":{}", json_array(listing.not_contenders));
+  if (recipe) out += fmt::format(",\"recipe\":{}", recipe_json(*recipe));
   if (!last_runs.empty()) {
     const auto latest = std::max_element(last_runs.begin(), last_runs.end(), [](const auto& a, const auto& b) {
       return a.started_ms < b.started_ms;
@@ -248,5 +259,204 @@ std::string format_listing_json(std::string_view path, const zkr::PathListing& l
   out += "}\n";
   return out;
 }
+
+}  // namespace zklock
+
+// ---------------------------------------------------------------------------------------------
+// The other recipes' paths
+
+namespace zklock {
+
+namespace {
+
+// The server shows a client 0 as the owner of a container or TTL node, a session id otherwise.
+bool is_ephemeral(const zkr::NodeStat& stat) { return stat.ephemeral_owner != 0; }
+
+bool is_lower_hex(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// A participant's name: kazoo's uuid4().hex, or Curator's (and this library's) 8-4-4-4-12 form.
+bool is_uuid_name(std::string_view name) {
+  if (name.size() == 32) return is_lower_hex(name);
+  if (name.size() != 36) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash != (name[i] == '-') || (!dash && !is_lower_hex(name.substr(i, 1)))) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view kPartyNodeSuffix = "__party__";
+bool is_party_name(std::string_view name) {
+  return name.size() == 32 + kPartyNodeSuffix.size() && name.ends_with(kPartyNodeSuffix) && is_lower_hex(name.substr(0, 32));
+}
+bool is_shallow_party_name(std::string_view name) {
+  return name.size() > 33 && name[32] == '-' && is_lower_hex(name.substr(0, 32));
+}
+
+RecipeReading::Member member_of(const ListedNode& child, std::string id) {
+  return {std::move(id), child.data, child.name, child.stat.ephemeral_owner,
+          std::chrono::system_clock::time_point(std::chrono::milliseconds(child.stat.ctime_ms))};
+}
+
+std::optional<RecipeReading> recognise_childless(const ListedNode& node) {
+  RecipeReading reading;
+  reading.data = node.data;
+  reading.version = node.stat.version;
+  if (node.data.empty()) {
+    reading.kind = RecipeReading::Kind::empty;
+    return reading;
+  }
+  for (const auto layout :
+       {zkr::CounterLayout::curator_atomic_long, zkr::CounterLayout::curator_shared_count, zkr::CounterLayout::kazoo}) {
+    if (const auto value = zkr::decode_counter(layout, node.data)) reading.counter.push_back({layout, *value});
+  }
+  reading.kind = reading.counter.empty() ? RecipeReading::Kind::unrecognised : RecipeReading::Kind::counter;
+  return reading;
+}
+
+}  // namespace
+
+std::optional<RecipeReading> recognise_recipe(const ListedNode& node, const std::vector<ListedNode>& children) {
+  if (children.empty()) return recognise_childless(node);
+  const auto all = [&](auto predicate) { return std::all_of(children.begin(), children.end(), predicate); };
+  if (!all([](const ListedNode& child) { return child.name == "ready" || is_ephemeral(child.stat); })) return std::nullopt;
+  RecipeReading reading;
+  if (all([](const ListedNode& child) { return child.name == "ready" || is_uuid_name(child.name); })) {
+    reading.kind = RecipeReading::Kind::double_barrier;
+    for (const auto& child : children) {
+      if (child.name == "ready") reading.ready = true;
+      else reading.members.push_back(member_of(child, {}));
+    }
+    return reading;
+  }
+  if (!all([](const ListedNode& child) { return is_ephemeral(child.stat); })) return std::nullopt;
+  reading.kind = RecipeReading::Kind::group;
+  if (all([](const ListedNode& child) { return is_party_name(child.name); })) {
+    reading.group_layout = zkr::GroupLayout::kazoo_party;
+  } else if (all([](const ListedNode& child) { return is_shallow_party_name(child.name); })) {
+    reading.group_layout = zkr::GroupLayout::kazoo_shallow_party;
+  }
+  for (const auto& child : children) {
+    std::string id = reading.group_layout == zkr::GroupLayout::curator   ? child.name
+                     : reading.group_layout == zkr::GroupLayout::kazoo_party ? child.data
+                                                                          : child.name.substr(33);
+    reading.members.push_back(member_of(child, std::move(id)));
+  }
+  std::sort(reading.members.begin(), reading.members.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.id, a.node) < std::tie(b.id, b.node); });
+  return reading;
+}
+
+namespace {
+
+std::string aligned_rows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> widths(rows.front().size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t column = 0; column + 1 < row.size(); ++column)
+      widths[column] = std::max(widths[column], display_width(row[column]));
+  std::string out;
+  for (const auto& row : rows) {
+    for (std::size_t column = 0; column + 1 < row.size(); ++column)
+      out += row[column] + std::string(widths[column] - display_width(row[column]) + 1, ' ');
+    out += row.back() + '\n';
+  }
+  return out;
+}
+
+std::string members_table(const std::vector<RecipeReading::Member>& members, bool with_id) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"SESSION", "SINCE", "DATA", "NODE"});
+  if (with_id) rows.back().insert(rows.back().begin(), "ID");
+  for (const auto& member : members) {
+    rows.push_back({zkr::session_id_text(member.session_id), format_utc(member.since), printable(member.data),
+                    printable(member.node)});
+    if (with_id) rows.back().insert(rows.back().begin(), printable(member.id));
+  }
+  return aligned_rows(rows);
+}
+
+std::string plural(std::size_t count, std::string_view noun) {
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
+}
+
+// The data as a line may show it: text if it is printable, else its bytes in hex.
+std::string data_shown(std::string_view data) {
+  const bool text = std::all_of(data.begin(), data.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (text) return fmt::format("\"{}\"", data);
+  std::string hex;
+  for (unsigned char c : data) hex += fmt::format("{:02x}", c);
+  return "0x" + hex;
+}
+
+std::string recipe_text(std::string_view path, const RecipeReading& recipe) {
+  using Kind = RecipeReading::Kind;
+  switch (recipe.kind) {
+    case Kind::group:
+      return fmt::format("{}: a group ({} layout), {}\n", path, zkr::to_string(recipe.group_layout),
+                         plural(recipe.members.size(), "member")) +
+             (recipe.members.empty() ? "" : members_table(recipe.members, true));
+    case Kind::double_barrier:
+      return fmt::format("{}: a double barrier, {}, {}\n", path, plural(recipe.members.size(), "participant"),
+                         recipe.ready ? "ready (all had entered)" : "not ready") +
+             (recipe.members.empty() ? "" : members_table(recipe.members, false));
+    case Kind::empty: return fmt::format("{}: free (no holder, no waiters); read as a barrier: up\n", path);
+    case Kind::missing: return fmt::format("{}: does not exist; read as a barrier: down\n", path);
+    case Kind::counter: {
+      std::string values;
+      for (std::size_t i = 0; i < recipe.counter.size(); ++i)
+        values += fmt::format("{}{} ({} layout)", i ? " or " : "", recipe.counter[i].value,
+                              zkr::to_string(recipe.counter[i].layout));
+      return fmt::format("{}: a counter, {}; data {} ({}), data version {}{}\n", path, values,
+                         escape_for_terminal(data_shown(recipe.data)), plural(recipe.data.size(), "byte"),
+                         recipe.version, recipe.counter.size() > 1 ? "; the layout cannot be told from the data" : "");
+    }
+    case Kind::unrecognised:
+      return fmt::format("{}: no contender, no children; data {} ({}), which no counter layout reads\n", path,
+                         escape_for_terminal(data_shown(recipe.data)), plural(recipe.data.size(), "byte"));
+  }
+  return {};
+}
+
+std::string members_json(const std::vector<RecipeReading::Member>& members, bool with_id) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const auto& member = members[i];
+    out += fmt::format("{}{{{}\"data\":{},\"node\":{},{},\"since\":{}}}", i ? "," : "",
+                       with_id ? fmt::format("\"id\":{},", json_string(member.id)) : std::string(),
+                       json_string(member.data), json_string(member.node), json_session_fields(member.session_id),
+                       json_string(format_utc(member.since)));
+  }
+  return out + "]";
+}
+
+std::string recipe_json(const RecipeReading& recipe) {
+  using Kind = RecipeReading::Kind;
+  switch (recipe.kind) {
+    case Kind::group:
+      return fmt::format("{{\"kind\":\"group\",\"layout\":{},\"members\":{}}}",
+                         json_string(zkr::to_string(recipe.group_layout)), members_json(recipe.members, true));
+    case Kind::double_barrier:
+      return fmt::format("{{\"kind\":\"double_barrier\",\"ready\":{},\"participants\":{}}}",
+                         recipe.ready ? "true" : "false", members_json(recipe.members, false));
+    case Kind::empty: return "{\"kind\":\"empty\",\"barrier\":\"up\"}";
+    case Kind::missing: return "{\"kind\":\"missing\",\"barrier\":\"down\"}";
+    case Kind::counter: {
+      std::string values;
+      for (std::size_t i = 0; i < recipe.counter.size(); ++i)
+        values += fmt::format("{}{{\"layout\":{},\"value\":{}}}", i ? "," : "",
+                              json_string(zkr::to_string(recipe.counter[i].layout)), recipe.counter[i].value);
+      return fmt::format("{{\"kind\":\"counter\",\"data_version\":{},\"bytes\":{},\"values\":[{}]}}", recipe.version,
+                         recipe.data.size(), values);
+    }
+    case Kind::unrecognised:
+      return fmt::format("{{\"kind\":\"unrecognised\",\"data_version\":{},\"bytes\":{}}}", recipe.version,
+                         recipe.data.size());
+  }
+  return "null";
+}
+
+}  // namespace
 
 }  // namespace zklock

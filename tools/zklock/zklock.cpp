@@ -95,12 +95,14 @@ class Zklock {
     std::optional<int> slots;
     std::vector<RunRecord> last_runs;
     std::chrono::system_clock::time_point observed;  // when it was read
+    std::optional<RecipeReading> recipe;              // another recipe's path (no contender there)
   };
   Listing read_listing();           // fails (exits) on an error
   Listing read_listing_or_throw();  // throws zkr::Error
   bool passing_outage(const std::error_code& code) const;
   std::string format_listing(const Listing& listing) const;
   std::vector<RunRecord> read_last_runs(zkr::PathListing& listing);
+  std::optional<RecipeReading> read_recipe(zkr::PathListing& listing);
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -579,7 +581,37 @@ Zklock::Listing Zklock::read_listing_or_throw() {
   listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
   listing.last_runs = read_last_runs(listing.contenders);
+  if (!listing.slots) listing.recipe = read_recipe(listing.contenders);
   return listing;
+}
+
+// A path with no contender may be another recipe's: its node and its children's are read, and
+// recognise_recipe() says what they are. Children it recognises are no longer listed as "not a
+// contender". A node removed in between is read as gone.
+std::optional<RecipeReading> Zklock::read_recipe(zkr::PathListing& listing) {
+  if (!listing.exists) {
+    RecipeReading missing;
+    missing.kind = RecipeReading::Kind::missing;
+    return missing;
+  }
+  if (!listing.contenders.empty()) return std::nullopt;
+  const auto read = [&](const std::string& path) -> std::optional<zkr::NodeData> {
+    try {
+      return session_->get(path);
+    } catch (const zkr::Error& error) {
+      if (error.code() == zkr::zk_errc::no_node) return std::nullopt;
+      throw;
+    }
+  };
+  const auto own = read(options_.lock_path);
+  if (!own) return std::nullopt;
+  std::vector<ListedNode> children;
+  for (const auto& name : listing.not_contenders) {
+    if (auto child = read(options_.lock_path + "/" + name)) children.push_back({name, std::move(child->data), child->stat});
+  }
+  auto recipe = recognise_recipe({{}, own->data, own->stat}, children);
+  if (recipe) listing.not_contenders.clear();  // every child is a member or participant (or "ready")
+  return recipe;
 }
 
 Zklock::Listing Zklock::read_listing() {
@@ -602,13 +634,13 @@ bool Zklock::passing_outage(const std::error_code& code) const {
 std::string Zklock::format_listing(const Listing& listing) const {
   if (options_.json) {
     return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_runs,
-                               listing.observed);
+                               listing.observed, listing.recipe);
   }
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
   return (options_.watch ? fmt::format("observed {}\n", format_utc(listing.observed)) : std::string()) +
          format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
-                             listing.last_runs);
+                             listing.last_runs, listing.recipe);
 }
 
 void print_report(const std::string& report) {
@@ -666,6 +698,7 @@ int Zklock::watch_list() {
       std::string holders = listing->contenders.exists ? "exists" : "missing";
       for (const auto& contender : listing->contenders.contenders)
         if (contender.holds) holders += "\n" + contender.node;
+      if (listing->recipe) holders += "\n" + format_listing_json(options_.lock_path, {}, {}, {}, {}, listing->recipe);
       if (holders != shown_holders) {
         print_report(format_listing(*listing));
         shown_holders = std::move(holders);
@@ -705,7 +738,7 @@ int Zklock::break_lock() {
   }
   // As --list says it: a path that does not exist is not one without a holder (a typo, a chroot).
   if (!listing.exists) {
-    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, {}, std::chrono::system_clock::now()});
+    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, {}, std::chrono::system_clock::now(), std::nullopt});
     while (!missing.empty() && missing.back() == '\n') missing.pop_back();
     say("{}, nothing to break", missing);
     return exit_code::no_such_path;
