@@ -15,6 +15,7 @@
 #include "node_steps.hpp"
 #include "session_core.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace {
@@ -184,8 +185,7 @@ bool wait_for_result(const std::string& path, const char* operation, Start start
 
 Barrier::Barrier(Session& session, std::string path, NodeAcl acl)
     : session_(&session), path_(std::move(path)), acl_(acl) {
-  if (auto problem = path_problem(path_); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "barrier", path_, problem);
+  detail::require_valid_path(path_, "barrier");
 }
 
 std::optional<Barrier> Barrier::make(Session& session, std::string path, NodeAcl acl, std::error_code& ec) noexcept {
@@ -267,8 +267,7 @@ struct DoubleBarrier::State : std::enable_shared_from_this<State> {
 };
 
 DoubleBarrier::DoubleBarrier(Session& session, std::string path, int participants, std::string data) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "double barrier", path, problem);
+  detail::require_valid_path(path, "double barrier");
   if (participants < 1)
     throw Error(make_error_code(errc::invalid_argument), "double barrier", path, "participants must be at least 1");
   state_ = std::make_shared<State>();

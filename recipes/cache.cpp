@@ -28,6 +28,7 @@
 #include "internals.hpp"
 #include "session_core.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace {
@@ -615,8 +616,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
 };
 
 TreeCache::TreeCache(Session& session, std::string root, Callback callback, TreeCacheOptions options) {
-  if (auto problem = path_problem(root); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "cache", root, problem);
+  detail::require_valid_path(root, "cache");
   if (options.max_depth < 0)
     throw Error(make_error_code(errc::invalid_argument), "cache", root, "max_depth is negative");
   if (options.max_nodes == 0) throw Error(make_error_code(errc::invalid_argument), "cache", root, "max_nodes is 0");

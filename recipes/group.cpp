@@ -21,6 +21,7 @@
 #include "session_core.hpp"
 #include "watched_read.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace {
@@ -408,8 +409,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
 
 GroupMember::GroupMember(Session& session, std::string path, std::string member_id, std::string data,
                          GroupMemberOptions options, MembershipListener listener) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "join group", path, problem);
+  detail::require_valid_path(path, "join group");
   if (auto problem = id_problem(options.layout, member_id, data); !problem.empty())
     throw Error(make_error_code(errc::invalid_argument), "join group", path, problem);
   state_ = std::make_shared<State>(detail::Internals::core(session), std::move(path), std::move(member_id),
@@ -718,8 +718,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
 };
 
 GroupView::GroupView(Session& session, std::string path, GroupLayout layout, Callback callback) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "view group", path, problem);
+  detail::require_valid_path(path, "view group");
   state_ = std::make_shared<State>(detail::Internals::core(session), std::move(path), layout, std::move(callback));
   std::lock_guard lock(state_->core->mutex());
   if (state_->core->ended()) {

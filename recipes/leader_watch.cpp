@@ -13,6 +13,7 @@
 #include "session_core.hpp"
 #include "watched_read.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 
@@ -116,8 +117,7 @@ struct LeaderWatch::State final : detail::SessionListener, std::enable_shared_fr
 };
 
 LeaderWatch::LeaderWatch(Session& session, std::string path, Callback callback) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "watch leader of", path, problem);
+  detail::require_valid_path(path, "watch leader of");
   if (!callback) throw Error(make_error_code(errc::invalid_argument), "watch leader of", path, "the callback is empty");
   state_ = std::make_shared<State>(detail::Internals::core(session), std::move(path), std::move(callback));
   std::lock_guard lock(state_->core->mutex());

@@ -12,6 +12,7 @@
 #include "contender_queue.hpp"
 #include "log.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace detail {
@@ -36,8 +37,7 @@ struct Listing {
 
 // Who is under `path`, and what else is. Throws Error.
 PathListing list_path(const std::shared_ptr<SessionCore>& core, const std::string& path, int max_holders) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "list contenders of", path, problem);
+  detail::require_valid_path(path, "list contenders of");
   const auto wait = core->options().connect_timeout;
   if (!core->wait_connected(wait))
     throw Error(make_error_code(core->ended() ? errc::session_closed : errc::connect_timeout),
@@ -142,8 +142,7 @@ PathListing list_lock_path(Session& session, std::string_view path, int max_hold
 }
 
 bool break_holder(Session& session, std::string_view path, const ContenderInfo& holder) {
-  if (auto problem = path_problem(path); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "break the holder of", path, problem);
+  detail::require_valid_path(path, "break the holder of");
   if (holder.node.find('/') != std::string::npos || !parse_contender_name(holder.node))
     throw Error(make_error_code(errc::invalid_argument), "break the holder of", path,
                 fmt::format("'{}' is not a contender node's name", holder.node));

@@ -18,6 +18,7 @@
 #include "internals.hpp"
 #include "thread_holds.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 
@@ -360,8 +361,7 @@ std::vector<std::string> checked_paths(std::vector<std::string> paths) {
   if (paths.empty())
     throw Error(make_error_code(errc::invalid_argument), "multi-lock", {}, "no paths: give at least one");
   for (const auto& path : paths)
-    if (auto problem = path_problem(path); !problem.empty())
-      throw Error(make_error_code(errc::invalid_path), "multi-lock path", path, problem);
+    detail::require_valid_path(path, "multi-lock path");
   std::sort(paths.begin(), paths.end());
   if (auto twice = std::adjacent_find(paths.begin(), paths.end()); twice != paths.end())
     throw Error(make_error_code(errc::invalid_argument), "multi-lock", *twice,

@@ -16,6 +16,7 @@
 #include "peer_semaphore.hpp"
 #include "request_limits.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace {
@@ -43,8 +44,7 @@ std::optional<int> parse_limit(std::string_view data) { return detail::semaphore
 
 Semaphore::Semaphore(Session& session, std::string path, int max_leases, SemaphoreOptions options)
     : core_(detail::Internals::core(session)), path_(std::move(path)), max_leases_(max_leases), options_(std::move(options)) {
-  if (auto problem = path_problem(path_); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "semaphore path", path_, problem);
+  detail::require_valid_path(path_, "semaphore path");
   if (max_leases_ < 1)
     throw Error(make_error_code(errc::invalid_argument), "semaphore path", path_,
                 fmt::format("max_leases must be at least 1, not {}", max_leases_));
@@ -170,8 +170,7 @@ std::string_view to_string(SemaphoreLayout layout) noexcept {
 
 std::optional<int> Semaphore::recorded_limit(Session& session, std::string_view path) {
   const std::string node(path);
-  if (auto problem = path_problem(node); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "read semaphore limit of", node, problem);
+  detail::require_valid_path(node, "read semaphore limit of");
   const auto& core = detail::Internals::core(session);
   const auto wait = core->options().connect_timeout;
   if (!core->wait_connected(wait))

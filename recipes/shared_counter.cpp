@@ -16,6 +16,7 @@
 #include "session_core.hpp"
 #include "watched_read.hpp"
 #include "without_exceptions.hpp"
+#include "path_check.hpp"
 
 namespace zkr {
 namespace {
@@ -316,8 +317,7 @@ std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_vie
 
 SharedCounter::SharedCounter(Session& session, std::string path, CounterOptions options)
     : core_(detail::Internals::core(session)), path_(std::move(path)), options_(options) {
-  if (auto problem = path_problem(path_); !problem.empty())
-    throw Error(make_error_code(errc::invalid_path), "counter path", path_, problem);
+  detail::require_valid_path(path_, "counter path");
   if (to_string(options_.layout) == "unknown")
     throw Error(make_error_code(errc::invalid_argument), "counter path", path_,
                 fmt::format("unknown layout {}", static_cast<int>(options_.layout)));
