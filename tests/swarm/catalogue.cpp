@@ -603,9 +603,8 @@ void Swarm::check_catalogue_step() {
   });
 }
 
-// Once quiet (no fault active): the views list the live members; waits on a barrier that is down
-// have passed.
-std::string Swarm::catalogue_problem() {
+// Once quiet (no fault active): the views list the live members.
+std::string Swarm::group_problem() {
   if (!catalogue_) return {};
   auto& c = *catalogue_;
   std::set<std::string> expected;
@@ -629,6 +628,13 @@ std::string Swarm::catalogue_problem() {
                          want.empty() ? " nobody" : want);
     }
   }
+  return {};
+}
+
+// Once quiet: every wait on a healthy session has passed a barrier that is down and stayed down.
+std::string Swarm::barrier_problem() {
+  if (!catalogue_) return {};
+  auto& c = *catalogue_;
   if (c.barrier_up == false)
     for (const auto& wait : c.barrier_waits)
       if (wait->forever && healthy(wait->slot) && slots_[static_cast<std::size_t>(wait->slot)]->epoch == wait->epoch &&

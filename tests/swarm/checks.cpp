@@ -62,7 +62,8 @@ void Swarm::check_step() {
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
   eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
-  eventually("catalogue", world_.slack() / 2, [&] { return catalogue_problem(); });
+  eventually("group", world_.slack() / 2, [&] { return group_problem(); });
+  eventually("barrier", world_.slack() / 2, [&] { return barrier_problem(); });
 }
 
 // For what reaches the test a moment after the library acts: `problem` is asked again, once the

@@ -429,7 +429,7 @@ void Swarm::end_phase() {
       }
       fail("hang", pending_.empty() ? "" : std::string(resource(pending_.front()->resource).name),
            fmt::format("after everything was released and healed, {} acquisition(s) never ended:{}{}", pending_.size(),
-                       waits, catalogue_waits()));
+                       waits, catalogue_waits().empty() ? "" : "\n  and of the catalogue's:" + catalogue_waits()));
       return;
     }
     std::this_thread::sleep_for(10ms);

@@ -263,7 +263,8 @@ class Swarm {
   std::optional<Op> catalogue_op_for_step() const;  // the generator's: every few steps
   void harvest_catalogue();
   void check_catalogue_step();      // after every step, faults or not
-  std::string catalogue_problem();  // once quiet: the group views, the barrier's waiters
+  std::string group_problem();    // once quiet: the group views
+  std::string barrier_problem();  // once quiet: the barrier's waiters
   bool end_catalogue();             // end phase: lets go of everything; true while waits remain
   std::string catalogue_waits() const;
   void stop_catalogue();  // teardown
