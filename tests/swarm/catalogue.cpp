@@ -690,10 +690,18 @@ bool Swarm::end_catalogue() {
                      [](const auto& each) { return each.second.phase != Catalogue::Phase::idle; });
 }
 
-std::string Swarm::catalogue_waits() const {
+std::string Swarm::catalogue_waits() {
   if (!catalogue_) return {};
   std::string out;
-  for (const auto& pending : catalogue_->multi_pending) out += "\n    " + pending->what;
+  for (const auto& pending : catalogue_->multi_pending) {
+    out += "\n    " + pending->what + "; on the server:";
+    for (int index = 0; index < 3; ++index)
+      if (std::count(pending->paths.begin(), pending->paths.end(), resource(index).path))
+        for (const auto& node : world_.children(resource(index).path))
+          out += fmt::format(" {}/{} (session {}{})", resource(index).path, node.name,
+                             session_id_text(node.ephemeral_owner),
+                             world_.session_alive(node.ephemeral_owner) ? "" : ", gone");
+  }
   for (const auto& wait : catalogue_->barrier_waits) out += "\n    " + wait->what;
   for (const auto& [key, p] : catalogue_->participants)
     if (p.phase != Catalogue::Phase::idle) out += "\n    " + p.what;

@@ -266,7 +266,7 @@ class Swarm {
   std::string group_problem();    // once quiet: the group views
   std::string barrier_problem();  // once quiet: the barrier's waiters
   bool end_catalogue();             // end phase: lets go of everything; true while waits remain
-  std::string catalogue_waits() const;
+  std::string catalogue_waits();  // for a report: what still waits, and the nodes on its paths
   void stop_catalogue();  // teardown
   // check_exclusion's: the paths held by multi-locks not lost; the metrics' and watch counts'.
   void multi_lock_holders(
