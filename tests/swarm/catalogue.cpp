@@ -122,6 +122,15 @@ struct Swarm::Catalogue {
     std::string what;
   };
   std::vector<std::unique_ptr<BarrierWait>> barrier_waits;
+  struct BarrierChange {
+    bool setting = false;
+    int sequence = 0;
+    bool was_up = false;  // remove: the node was there
+    CatalogueRecord record;
+    std::string what;
+  };
+  int barrier_changes = 0;
+  std::vector<std::shared_ptr<BarrierChange>> barrier_pending;
 
   // ---- the double barrier ----
   enum class Phase { idle, entering, entered, leaving };
@@ -312,30 +321,33 @@ bool Swarm::catalogue_op(const Op& op) {
     }
     case OpKind::barrier_set:
     case OpKind::barrier_remove: {
-      const bool setting = op.kind == OpKind::barrier_set;
-      auto ec = std::make_shared<std::error_code>();
-      auto was_up = std::make_shared<bool>(false);
-      on_actor(
-          "barrier",
-          [s, setting, ec, was_up] {
-            Barrier barrier(*s, kBarrierPath);
-            if (setting) barrier.set(*ec);
-            else *was_up = barrier.remove(*ec);
-          },
-          slack * 2);
-      if (*ec) {
-        // Unknown outcome (a lost reply), or not done: the model no longer knows.
-        if (*ec == errc::internal_error || *ec == condition::bad_input)
-          fail("exception", "barrier", fmt::format("{}: {}", what, ec->message()));
-        c.barrier_up.reset();
-        ++c.barrier_unknown;
-      } else if (setting) {
-        c.barrier_up = true;
-        ++c.barrier_sets;
-      } else {
-        c.barrier_up = false;
-        if (*was_up) ++c.barrier_removals;
-      }
+      // Posted, not waited for: a call on a suspended session waits for the connection. Until it
+      // ends the model does not know whether the barrier is up.
+      auto change = std::make_shared<Catalogue::BarrierChange>();
+      change->setting = op.kind == OpKind::barrier_set;
+      change->sequence = ++c.barrier_changes;
+      change->what = what;
+      c.barrier_up.reset();
+      ++c.barrier_unknown;
+      c.barrier_pending.push_back(change);
+      actor.post([s, change](std::stop_token) {
+        std::error_code ec;
+        bool was_up = false;
+        std::string unexpected;
+        try {
+          Barrier barrier(*s, kBarrierPath);
+          if (change->setting) barrier.set(ec);
+          else was_up = barrier.remove(ec);
+        } catch (const std::exception& e) {
+          unexpected = e.what();
+        }
+        std::lock_guard lock(change->record.mutex);
+        change->was_up = was_up;
+        change->record.unexpected = std::move(unexpected);
+        change->record.ec = ec;
+        change->record.done = true;
+      });
+      settle_after(op.actor);
       return true;
     }
     case OpKind::barrier_wait: {
@@ -473,6 +485,27 @@ void Swarm::harvest_catalogue() {
       count(fmt::format("group joins: {}", made.join->ec ? made.join->ec.message() : "joined"));
       made.join.reset();
     }
+  // Sets and removes that ended: the latest one that succeeded tells the model again.
+  for (auto it = c.barrier_pending.begin(); it != c.barrier_pending.end() && !failed();) {
+    auto& change = **it;
+    if (!change.record.finished()) {
+      ++it;
+      continue;
+    }
+    std::lock_guard lock(change.record.mutex);
+    const auto ec = change.record.ec;
+    trace("  outcome of {}: {}", change.what, ec ? ec.message() : "ok");
+    if (!change.record.unexpected.empty())
+      fail("exception", "barrier", fmt::format("{}: threw {}", change.what, change.record.unexpected));
+    unexpected("barrier", change.what, ec);
+    count(fmt::format("barrier {}: {}", change.setting ? "sets" : "removes", ec ? ec.message() : "ok"));
+    if (!ec) {
+      if (change.setting) ++c.barrier_sets;
+      else if (change.was_up) ++c.barrier_removals;
+      if (change.sequence == c.barrier_changes) c.barrier_up = change.setting;
+    }
+    it = c.barrier_pending.erase(it);
+  }
   // Barrier waits that ended.
   const int faults_now = static_cast<int>(faults_on_.size() + restarts_.size()) + counts_["faults: break"];
   for (auto it = c.barrier_waits.begin(); it != c.barrier_waits.end() && !failed();) {
@@ -663,7 +696,7 @@ bool Swarm::end_catalogue() {
       std::lock_guard lock(hold.box->mutex);
       hold.box->held.release();
     }
-  if (c.barrier_up != false) {
+  if (c.barrier_up != false && c.barrier_pending.empty()) {
     for (int slot = 0; slot < config_.sessions; ++slot) {
       if (!healthy(slot)) continue;
       std::error_code ec;
@@ -685,7 +718,7 @@ bool Swarm::end_catalogue() {
       p.barrier->async_leave(-1ns, [record](std::error_code ec) { record->finish(ec); });
     }
   }
-  return !c.multi_pending.empty() || !c.barrier_waits.empty() ||
+  return !c.multi_pending.empty() || !c.barrier_waits.empty() || !c.barrier_pending.empty() ||
          std::any_of(c.participants.begin(), c.participants.end(),
                      [](const auto& each) { return each.second.phase != Catalogue::Phase::idle; });
 }
@@ -703,6 +736,7 @@ std::string Swarm::catalogue_waits() {
                              world_.session_alive(node.ephemeral_owner) ? "" : ", gone");
   }
   for (const auto& wait : catalogue_->barrier_waits) out += "\n    " + wait->what;
+  for (const auto& change : catalogue_->barrier_pending) out += "\n    " + change->what;
   for (const auto& [key, p] : catalogue_->participants)
     if (p.phase != Catalogue::Phase::idle) out += "\n    " + p.what;
   return out;
