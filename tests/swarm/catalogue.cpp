@@ -46,6 +46,14 @@ std::vector<std::string> catalogue_multi_paths(int subset) {
   return paths;
 }
 
+// Faults injected so far (each counted as "faults: <kind>").
+int catalogue_faults_so_far(const std::map<std::string, int>& counts) {
+  int n = 0;
+  for (const auto& [what, times] : counts)
+    if (what.rfind("faults: ", 0) == 0) n += times;
+  return n;
+}
+
 // What a callback reports back (an async acquisition, join or wait).
 struct CatalogueRecord {
   std::mutex mutex;
@@ -365,7 +373,7 @@ bool Swarm::catalogue_op(const Op& op) {
       wait->sets_at_start = c.barrier_sets;
       wait->removals_at_start = c.barrier_removals;
       wait->unknown_at_start = c.barrier_unknown;
-      wait->faults_at_start = static_cast<int>(faults_on_.size() + restarts_.size()) + counts_["faults: break"];
+      wait->faults_at_start = catalogue_faults_so_far(counts_);
       wait->healthy_at_start = healthy(op.session);
       wait->what = what;
       auto record = wait->record;
@@ -510,7 +518,7 @@ void Swarm::harvest_catalogue() {
     it = c.barrier_pending.erase(it);
   }
   // Barrier waits that ended.
-  const int faults_now = static_cast<int>(faults_on_.size() + restarts_.size()) + counts_["faults: break"];
+  const int faults_now = catalogue_faults_so_far(counts_);
   for (auto it = c.barrier_waits.begin(); it != c.barrier_waits.end() && !failed();) {
     auto& wait = **it;
     if (!wait.record->finished()) {
