@@ -427,9 +427,10 @@ void Swarm::end_phase() {
         waits += fmt::format("\n    {} (started at step {}, {}); on the server:{}", pending->what, pending->step,
                              pending->held_back ? "held back by a batch" : "sent", nodes.empty() ? " nothing" : nodes);
       }
+      const auto catalogue = catalogue_waits();
       fail("hang", pending_.empty() ? "" : std::string(resource(pending_.front()->resource).name),
            fmt::format("after everything was released and healed, {} acquisition(s) never ended:{}{}", pending_.size(),
-                       waits, catalogue_waits().empty() ? "" : "\n  and of the catalogue's:" + catalogue_waits()));
+                       waits, catalogue.empty() ? "" : "\n  and of the catalogue's:" + catalogue));
       return;
     }
     std::this_thread::sleep_for(10ms);
