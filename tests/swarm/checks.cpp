@@ -56,10 +56,14 @@ void Swarm::check_step() {
   check_watch_count();
   if (failed()) return;
   check_losses_told();
+  if (failed()) return;
+  check_catalogue_step();
   if (failed() || world_.faults_active()) return;
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
   eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
+  eventually("group", world_.slack() / 2, [&] { return group_problem(); });
+  eventually("barrier", world_.slack() / 2, [&] { return barrier_problem(); });
 }
 
 // For what reaches the test a moment after the library acts: `problem` is asked again, once the
@@ -116,6 +120,9 @@ void Swarm::check_exclusion() {
       }
     }
   }
+  multi_lock_holders([&](const std::string& path, const std::string& node, FencingToken token) {
+    by_path[path].push_back({node, token, world_.exists(node)});
+  });
   for (const auto& [path, holders] : by_path) {
     const auto& r = *std::find_if(resources().begin(), resources().end(), [&](const Resource& each) { return each.path == path; });
     std::vector<std::string> alive;
@@ -152,6 +159,7 @@ void Swarm::check_watch_count() {
         contenders += pending->slot == slot->slot && resource(pending->resource).path == r.path;
       for (const auto& hold : holds_)
         contenders += hold.slot == slot->slot && !hold.released && resource(hold.resource).path == r.path;
+      contenders += multi_lock_contenders(slot->slot, r.path);
       const std::size_t most = kBase + 2 * contenders;
       std::vector<std::string> paths{r.path};
       for (const auto& node : world_.children(r.path)) paths.push_back(r.path + "/" + node.name);
@@ -319,7 +327,10 @@ std::string Swarm::metrics_problem(bool final) {
         ++waiting[resource(pending->resource).path];
     const auto where = fmt::format("session s{} (metrics labels {})", slot.slot, to_string(labels));
     if (labels == MetricsLabels::off) {
-      if (!slot.used_elections && metrics.acquisitions != grants_total) {
+      const bool used_multi_lock = std::any_of(resources().begin(), resources().end(), [&](const Resource& r) {
+        return multi_lock_used(slot.slot, slot.epoch, r.path);
+      });
+      if (!slot.used_elections && !used_multi_lock && metrics.acquisitions != grants_total) {
         return fmt::format("{}: SessionMetrics::acquisitions is {}, the test saw {} grants", where,
                            metrics.acquisitions, grants_total);
       }
@@ -345,6 +356,7 @@ std::string Swarm::metrics_problem(bool final) {
     }
     for (const auto& r : resources()) {
       if (!is_acquirable(r.kind) || r.kind == ResourceKind::write_lock) continue;  // rw: one path, one series
+      if (multi_lock_used(slot.slot, slot.epoch, r.path)) continue;  // not modelled (catalogue.cpp)
       const auto& want = expected[r.path];
       LockMetrics got;
       for (const auto& series : metrics.locks)

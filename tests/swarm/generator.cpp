@@ -28,6 +28,7 @@ int weighted(Random& random, std::initializer_list<int> weights) {
 
 Op Swarm::next_op() {
   if (auto add = counter_op_for_step()) return *add;  // before any draw: the other steps stay the seed's
+  if (auto other = catalogue_op_for_step()) return *other;  // so too multi-locks, groups, barriers
   auto pick = [&](int n) { return n <= 0 ? 0 : static_cast<int>(random_() % static_cast<std::uint64_t>(n)); };
   auto chance = [&](int percent) { return pick(100) < percent; };
   std::vector<int> idle;

@@ -56,6 +56,17 @@ constexpr std::array<OpInfo, kOpKindCount> kTable{{
     {OpKind::fault_break, "fault_break", F::fault},
     {OpKind::fault_restart, "fault_restart", F::fault},
     {OpKind::counter_add, "counter_add", F::counter},
+    {OpKind::multi_acquire, "multi_acquire", F::catalogue},
+    {OpKind::multi_release, "multi_release", F::catalogue},
+    {OpKind::group_join, "group_join", F::catalogue},
+    {OpKind::group_leave, "group_leave", F::catalogue},
+    {OpKind::view_start, "view_start", F::catalogue},
+    {OpKind::view_stop, "view_stop", F::catalogue},
+    {OpKind::barrier_set, "barrier_set", F::catalogue},
+    {OpKind::barrier_remove, "barrier_remove", F::catalogue},
+    {OpKind::barrier_wait, "barrier_wait", F::catalogue},
+    {OpKind::double_enter, "double_enter", F::catalogue},
+    {OpKind::double_leave, "double_leave", F::catalogue},
 }};
 
 constexpr bool table_in_order() {

@@ -76,11 +76,23 @@ enum class OpKind : std::uint8_t {
   fault_restart,        // the server restarts (real servers only)
   // The shared counter (arg: the delta less one, 0-3), on the actor's thread.
   counter_add,  // SharedCounter::add(delta, stop, ec) on the session's counter
+  // The rest of the catalogue (catalogue.cpp), posted every few steps like counter_add.
+  multi_acquire,   // MultiLock::async_acquire over two or three of lock0-lock2 (arg: paths, timeout class)
+  multi_release,   // HeldMultiLock::release of the actor's newest multi-lock hold
+  group_join,      // GroupMember (arg: which of the session's members) joins
+  group_leave,     // ... leaves
+  view_start,      // a GroupView of the group on the session (one per session)
+  view_stop,
+  barrier_set,     // Barrier::set on the swarm's barrier
+  barrier_remove,  // Barrier::remove
+  barrier_wait,    // Barrier::async_wait (arg: timeout class)
+  double_enter,    // DoubleBarrier::async_enter of the actor's participant on the session
+  double_leave,    // DoubleBarrier::async_leave of a participant that entered
 };
 
-inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::counter_add) + 1;
+inline constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::double_leave) + 1;
 
-enum class OpFamily { acquisition, hold, election, batch, control, session, fault, counter };
+enum class OpFamily { acquisition, hold, election, batch, control, session, fault, counter, catalogue };
 
 struct OpInfo {
   OpKind kind;

@@ -163,6 +163,7 @@ bool Swarm::step(const Op& op) {
     case OpFamily::session: return session_op(op);
     case OpFamily::fault: return fault_op(op);
     case OpFamily::counter: return counter_op(op);
+    case OpFamily::catalogue: return catalogue_op(op);
   }
   return false;
 }
@@ -296,6 +297,7 @@ void Swarm::harvest() {
       if (other.node == grant.node && other.release_on_loss && !other.destroyed) let_go(other);
   }
   harvest_elections();
+  harvest_catalogue();
 }
 
 void Swarm::note_loss(Grant& grant, LossReason reason) {
@@ -415,7 +417,8 @@ void Swarm::end_phase() {
     if (failed()) return;
     const bool holds_left =
         std::any_of(holds_.begin(), holds_.end(), [](const Hold& h) { return !h.released && !h.destroyed; });
-    if (pending_.empty() && !holds_left) break;
+    const bool catalogue_left = end_catalogue();
+    if (pending_.empty() && !holds_left && !catalogue_left) break;
     if (Clock::now() > deadline) {
       std::string waits;
       for (const auto& pending : pending_) {
@@ -424,9 +427,10 @@ void Swarm::end_phase() {
         waits += fmt::format("\n    {} (started at step {}, {}); on the server:{}", pending->what, pending->step,
                              pending->held_back ? "held back by a batch" : "sent", nodes.empty() ? " nothing" : nodes);
       }
+      const auto catalogue = catalogue_waits();
       fail("hang", pending_.empty() ? "" : std::string(resource(pending_.front()->resource).name),
-           fmt::format("after everything was released and healed, {} acquisition(s) never ended:{}", pending_.size(),
-                       waits));
+           fmt::format("after everything was released and healed, {} acquisition(s) never ended:{}{}", pending_.size(),
+                       waits, catalogue.empty() ? "" : "\n  and of the catalogue's:" + catalogue));
       return;
     }
     std::this_thread::sleep_for(10ms);
@@ -439,6 +443,7 @@ void Swarm::end_phase() {
 void Swarm::teardown() {
   for (auto& actor : actors_) actor->actor.cancel();
   for (auto& pending : pending_) pending->stop.request_stop();
+  stop_catalogue();
   for (auto& actor : actors_) {
     if (!actor->batch) continue;
     actor->batch->send();  // from the driver: its actor may be the one stuck
@@ -465,11 +470,13 @@ void Swarm::teardown() {
     for (auto& actor : actors_) keep_for_process(std::move(actor));
     for (auto& hold : holds_) keep_for_process(std::move(hold.box));
     for (auto& pending : pending_) keep_for_process(std::move(pending));
+    keep_for_process(std::move(catalogue_));
     slots_.clear();
     actors_.clear();
   }
   for (auto& actor : actors_) actor->batch.reset();
   holds_.clear();
+  catalogue_.reset();
   grants_.clear();
   pending_.clear();
   for (auto& slot : slots_) {

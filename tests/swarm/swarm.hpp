@@ -256,6 +256,24 @@ class Swarm {
   std::vector<std::shared_ptr<CounterAdd>> counter_adds_;
   std::string counter_path_;  // one of this run's own: a real server outlives the run
 
+  // ---- multi-locks, group membership, barriers (catalogue.cpp) ----
+  struct Catalogue;
+  std::shared_ptr<Catalogue> catalogue_;
+  bool catalogue_op(const Op& op);
+  std::optional<Op> catalogue_op_for_step() const;  // the generator's: every few steps
+  void harvest_catalogue();
+  void check_catalogue_step();      // after every step, faults or not
+  std::string group_problem();    // once quiet: the group views
+  std::string barrier_problem();  // once quiet: the barrier's waiters
+  bool end_catalogue();             // end phase: lets go of everything; true while waits remain
+  std::string catalogue_waits();  // for a report: what still waits, and the nodes on its paths
+  void stop_catalogue();  // teardown
+  // check_exclusion's: the paths held by multi-locks not lost; the metrics' and watch counts'.
+  void multi_lock_holders(
+      const std::function<void(const std::string& path, const std::string& node, FencingToken token)>& add);
+  bool multi_lock_used(int slot, int epoch, const std::string& path) const;
+  std::size_t multi_lock_contenders(int slot, const std::string& path) const;
+
   // ---- generation (generator.cpp) ----
   Op next_op();
 
