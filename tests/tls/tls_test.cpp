@@ -2,7 +2,11 @@
 // (SessionOptions::tls, src/tls_relay.cpp). The shared TLS server (fixture zk_tls_start) requires
 // client certificates (ssl.clientAuth=need) and has no plain port; its certificates are made at
 // start by testenv/zkenv.py --tls.
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -106,6 +110,41 @@ std::set<std::string> own_listening_sockets() {
     if (state == "0A" && own.contains(inode)) listening.insert(local);  // 0A: LISTEN
   }
   return listening;
+}
+
+// The relay's port of a session made by `make_session` (the listening socket it added).
+template <typename MakeSession>
+std::pair<std::unique_ptr<Session>, int> session_and_relay_port(MakeSession make_session) {
+  const auto before = own_listening_sockets();
+  auto session = make_session();
+  std::set<std::string> relay_ports;
+  for (const auto& local : own_listening_sockets())
+    if (!before.contains(local)) relay_ports.insert(local);
+  if (relay_ports.size() != 1) return {std::move(session), -1};
+  return {std::move(session), std::stoi(relay_ports.begin()->substr(9), nullptr, 16)};
+}
+
+// A socket of this process (not the session's C client) connects to the relay's port and waits,
+// sending nothing: whether the relay closed it unanswered within `within`. (A relay that carried
+// it would have opened a TLS connection to the server for it and kept it open.)
+bool relay_closes_a_socket_of_this_process(int port, std::chrono::milliseconds within) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool closed = false;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    pollfd ready{fd, POLLIN, 0};
+    if (::poll(&ready, 1, static_cast<int>(within.count())) == 1) {
+      char byte;
+      const ssize_t n = ::recv(fd, &byte, 1, 0);
+      closed = n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+  }
+  ::close(fd);
+  return closed;
 }
 
 int thread_count() {
@@ -220,6 +259,21 @@ TEST(Tls, OnlyThisProcessMayUseTheRelay) {
   EXPECT_EQ(session.state(), SessionState::connected);
 }
 
+TEST(Tls, TheRelayServesOnlyTheSessionsOwnClientNotAnotherSocketOfTheProcess) {
+  const auto& server = tls_server();
+  auto [session, port] = session_and_relay_port(
+      [&] { return std::make_unique<Session>(tls_options(server.connect_string, client_tls(server.tls_dir))); });
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(relay_closes_a_socket_of_this_process(port, testenv::scaled(3s)))
+      << "the relay carried a second connection while its client's one lives";
+  // The client's own connection goes on meanwhile.
+  EXPECT_EQ(session->state(), SessionState::connected);
+  const std::string path = testenv::unique_path();
+  Lock lock(*session, path);
+  HeldLock held = lock.acquire();
+  EXPECT_EQ(session->children(path).size(), 1u);
+}
+
 TEST(Tls, NoRelayThreadOrPortIsLeftAfterClose) {
   const auto& server = tls_server();
   { Session warm_up(tls_options(server.connect_string, client_tls(server.tls_dir))); }  // one-time C client threads
@@ -245,7 +299,9 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   // Long enough for a JVM restart on a loaded machine; only the reconnect is waited for.
   SessionOptions options = tls_options(cluster.connect_string(), client_tls(cluster.state_dir() / "tls"));
   options.session_timeout = testenv::scaled(10s);
-  Session session(options);
+  auto [made, port] = session_and_relay_port([&] { return std::make_unique<Session>(options); });
+  ASSERT_GT(port, 0);
+  Session& session = *made;
   const auto id = session.id();
   Lock lock(session, testenv::unique_path());
   HeldLock held = lock.acquire();
@@ -263,6 +319,9 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   set_log_sink({});
   EXPECT_EQ(session.id(), id);
   EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session.children(lock.path()).size(), 1u);
+  // The reconnection is the client's own: another socket of the process is still refused.
+  EXPECT_TRUE(relay_closes_a_socket_of_this_process(port, testenv::scaled(3s)));
   EXPECT_EQ(session.children(lock.path()).size(), 1u);
   std::lock_guard lock_of_lines(log_mutex);
   ASSERT_FALSE(log_lines.empty());
