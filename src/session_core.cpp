@@ -248,12 +248,22 @@ void SessionCore::open_connection_locked() {
   std::weak_ptr<SessionCore> self = weak_from_this();
   const std::uint64_t generation = generation_;
   std::error_code ec;
-  connection_ = connection_factory_(
+  // Through TLS, the relay serves this handle's connections while the handle lives (until its
+  // close, retired or not): the admission goes with the handle.
+  std::shared_ptr<void> admission = tls_relay_ ? tls_relay_->admit_client_handle() : nullptr;
+  std::unique_ptr<ZooKeeperConnection> made = connection_factory_(
       tls_relay_ ? tls_relay_->client_connect_string() : options_.servers, options_.session_timeout,
       [self, generation](ConnectionEvent event) {
         if (auto core = self.lock()) core->on_connection_event(generation, event);
       },
       ec);
+  if (made && admission)
+    connection_ = std::shared_ptr<ZooKeeperConnection>(made.release(), [admission](ZooKeeperConnection* handle) mutable {
+      delete handle;
+      admission.reset();
+    });
+  else
+    connection_ = std::move(made);
   if (connection_) connection_->set_host_resolution_interval(options_.host_resolution_interval);
   if (!connection_) {
     const std::string unresolvable = describe_unresolvable_hosts(options_.servers);

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,8 @@
 #include <fmt/format.h>
 
 #include <zkr/names.hpp>
+
+#include "log.hpp"
 
 namespace zkr::detail {
 namespace {
@@ -120,15 +123,32 @@ std::string proc_net_tcp_endpoint(const tcp::endpoint& endpoint) {
   return fmt::format("{:08X}:{:04X}", network_order, endpoint.port());
 }
 
-// Whether the other end of an accepted loopback connection is a socket open in this process: its
-// connection (client end -> relay end) is found in /proc/self/net/tcp, and that socket's inode
-// among /proc/self/fd. A connection from another process, or another user, is refused.
-bool peer_is_this_process(const tcp::socket& accepted) {
+// The inodes of the sockets open in this process ("socket:[inode]" among /proc/self/fd).
+std::set<std::string> sockets_open_in_this_process() {
+  std::set<std::string> inodes;
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (!fds) return inodes;
+  while (const dirent* entry = ::readdir(fds)) {
+    if (entry->d_name[0] == '.') continue;
+    char target[64];
+    const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+    const ssize_t length = ::readlink(link.c_str(), target, sizeof target);
+    const std::string_view text(target, length > 0 ? static_cast<std::size_t>(length) : 0);
+    if (text.starts_with("socket:[") && text.ends_with(']')) inodes.emplace(text.substr(8, text.size() - 9));
+  }
+  ::closedir(fds);
+  return inodes;
+}
+
+// The inode of the socket at the other end of an accepted loopback connection: its connection
+// (client end -> relay end) as /proc/self/net/tcp lists it; "" when not found. Whether that
+// socket is one of this process's is for sockets_open_in_this_process to say.
+std::string peer_socket_inode(const tcp::socket& accepted) {
   boost::system::error_code ec;
   const auto relay_end = accepted.local_endpoint(ec);
-  if (ec) return false;
+  if (ec) return {};
   const auto client_end = accepted.remote_endpoint(ec);
-  if (ec || !client_end.address().is_v4()) return false;
+  if (ec || !client_end.address().is_v4()) return {};
   const std::string local = proc_net_tcp_endpoint(client_end), remote = proc_net_tcp_endpoint(relay_end);
   std::ifstream table("/proc/self/net/tcp");
   std::string line, inode;
@@ -137,26 +157,9 @@ bool peer_is_this_process(const tcp::socket& accepted) {
     std::istringstream fields(line);
     std::string slot, local_address, remote_address, state, queues, timer, retransmits, uid, timeout;
     fields >> slot >> local_address >> remote_address >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
-    if (local_address == local && remote_address == remote) break;
-    inode.clear();
+    if (local_address == local && remote_address == remote) return inode == "0" ? std::string() : inode;
   }
-  if (inode.empty() || inode == "0") return false;
-  const std::string wanted = "socket:[" + inode + "]";
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (!fds) return false;
-  bool found = false;
-  while (const dirent* entry = ::readdir(fds)) {
-    if (entry->d_name[0] == '.') continue;
-    char target[64];
-    const std::string link = std::string("/proc/self/fd/") + entry->d_name;
-    const ssize_t length = ::readlink(link.c_str(), target, sizeof target);
-    if (length > 0 && std::string_view(target, static_cast<std::size_t>(length)) == wanted) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(fds);
-  return found;
+  return {};
 }
 
 // Every relay's addresses of the process, for name_real_servers: relay address -> real server.
@@ -185,6 +188,8 @@ struct Endpoint {
   bool last_failed = false;   // the latest connection to it ended in a TLS failure
 };
 
+class Connection;
+
 }  // namespace
 
 struct TlsRelay::Impl {
@@ -199,8 +204,13 @@ struct TlsRelay::Impl {
   std::chrono::milliseconds handshake_timeout{};
   FailureHandler on_failure;
   std::thread thread;
+  // The C client handles that may connect through the relay (admit_client_handle), and the
+  // connections it serves (relay thread only).
+  std::shared_ptr<std::atomic<int>> client_handles = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::weak_ptr<Connection>> served;
 
   void accept(Endpoint& endpoint);
+  bool admit(const std::set<std::string>& open_sockets);
   void report(Endpoint& endpoint, TlsFailure failure);
 };
 
@@ -209,9 +219,22 @@ namespace {
 // One connection of the C client, carried to one server.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(TlsRelay::Impl& relay, Endpoint& endpoint, tcp::socket client)
-      : relay_(relay), endpoint_(endpoint), client_(std::move(client)), server_(relay.io, relay.ssl),
-        resolver_(relay.io), deadline_(relay.io) {}
+  Connection(TlsRelay::Impl& relay, Endpoint& endpoint, tcp::socket client, std::string client_inode)
+      : relay_(relay), endpoint_(endpoint), client_(std::move(client)), client_inode_(std::move(client_inode)),
+        server_(relay.io, relay.ssl), resolver_(relay.io), deadline_(relay.io) {}
+
+  const std::string& client_inode() const { return client_inode_; }
+  bool stopped() const { return stopped_; }
+
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    boost::system::error_code ignored;
+    deadline_.cancel();
+    resolver_.cancel();
+    client_.close(ignored);
+    server_.lowest_layer().close(ignored);
+  }
 
   void start() {
     deadline_.expires_after(relay_.handshake_timeout);
@@ -288,19 +311,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  void stop() {
-    if (stopped_) return;
-    stopped_ = true;
-    boost::system::error_code ignored;
-    deadline_.cancel();
-    resolver_.cancel();
-    client_.close(ignored);
-    server_.lowest_layer().close(ignored);
-  }
-
   TlsRelay::Impl& relay_;
   Endpoint& endpoint_;
   tcp::socket client_;
+  const std::string client_inode_;  // the C client's end of client_
   asio::ssl::stream<tcp::socket> server_;
   tcp::resolver resolver_;
   asio::steady_timer deadline_;
@@ -318,17 +332,48 @@ void check_readable(const std::filesystem::path& path, std::string_view what) {
 
 }  // namespace
 
+// Which connections are the C client's own. The C client connects by itself, silently: a failed
+// attempt to one server and the next attempt to another give no event, so the session cannot
+// announce each connect to the relay, and counting state events would fall behind. What can be
+// counted is handles: a handle of the C client (zookeeper_init, flags 0: no read-only probing)
+// has at most one socket, and closes it before it opens the next. So the relay serves, over all
+// its ports, at most one connection per handle the session holds (admit_client_handle), and a
+// connection counts until the process no longer has its client end open; another socket of this
+// process that connects while every handle has its connection is closed unread. (Between two of
+// a handle's connections a socket of this process could take its place and the handle would be
+// refused until that one closes: only code in this process can, which can read the key anyway.)
+// A socket of another process is never served: the process boundary is what keeps another local
+// user from borrowing our certificate.
+bool TlsRelay::Impl::admit(const std::set<std::string>& open_sockets) {
+  std::erase_if(served, [&](const std::weak_ptr<Connection>& weak) {
+    const auto connection = weak.lock();
+    if (!connection || connection->stopped()) return true;
+    if (open_sockets.contains(connection->client_inode())) return false;
+    connection->stop();  // its client closed it and moved on; the end of stream is still on its way
+    return true;
+  });
+  return static_cast<int>(served.size()) < client_handles->load();
+}
+
 void TlsRelay::Impl::accept(Endpoint& endpoint) {
   endpoint.acceptor.async_accept([this, &endpoint](boost::system::error_code ec, tcp::socket client) {
     if (ec == asio::error::operation_aborted || !endpoint.acceptor.is_open()) return;
-    // Only our own C client: another process on this machine must not reach the ensemble with our
-    // certificate. Anything else is closed unread.
     if (!ec) {
       close_on_exec(client.native_handle());
       boost::system::error_code ignored;
       client.set_option(tcp::no_delay(true), ignored);  // as the C client sets on its end
+      // Only our own C client's connections are carried (see admit); anything else is closed unread.
+      const std::string peer = peer_socket_inode(client);
+      const auto open_sockets = sockets_open_in_this_process();
+      if (!peer.empty() && open_sockets.contains(peer) && admit(open_sockets)) {
+        auto connection = std::make_shared<Connection>(*this, endpoint, std::move(client), peer);
+        served.push_back(connection);
+        connection->start();
+      } else {
+        log(LogLevel::warning, "the TLS relay for {} refused a connection that is not its session's client's",
+            endpoint.server);
+      }
     }
-    if (!ec && peer_is_this_process(client)) std::make_shared<Connection>(*this, endpoint, std::move(client))->start();
     accept(endpoint);
   });
 }
@@ -422,6 +467,12 @@ TlsRelay::~TlsRelay() {
     if (impl_->thread.get_id() == std::this_thread::get_id()) impl_->thread.detach();
     else impl_->thread.join();
   }
+}
+
+std::shared_ptr<void> TlsRelay::admit_client_handle() {
+  auto handles = impl_->client_handles;
+  handles->fetch_add(1);
+  return std::shared_ptr<void>(handles.get(), [handles](void*) { handles->fetch_sub(1); });
 }
 
 const std::string& TlsRelay::client_connect_string() const { return impl_->client_connect_string; }

@@ -4,9 +4,10 @@
 // server over TLS. Nothing else changes for the client: reconnection and server rotation work as
 // without TLS, and a TLS failure looks to it like a server that closed the connection.
 //
-// Only this process's own client is served: an accepted connection whose other end is not a
-// socket open in this process is closed at once (another local user cannot borrow our
-// certificate). No OpenSSL or Boost type leaves this file pair.
+// Only the session's own C client is served: a connection whose other end is not a socket open in
+// this process is closed at once (another local user cannot borrow our certificate), and so is one
+// beyond the one connection each of the session's C client handles may have (see
+// TlsRelay::Impl::admit). No OpenSSL or Boost type leaves this file pair.
 #pragma once
 
 #include <chrono>
@@ -41,6 +42,11 @@ class TlsRelay {
   ~TlsRelay();  // closes every port and connection and joins the relay's thread
   TlsRelay(const TlsRelay&) = delete;
   TlsRelay& operator=(const TlsRelay&) = delete;
+
+  // Lets one more C client handle connect through the relay, for as long as the result lives:
+  // take it before the handle is made (zookeeper_init connects at once), drop it once the handle
+  // is closed. The relay serves one connection at a time per handle admitted.
+  std::shared_ptr<void> admit_client_handle();
 
   // The connect string for the C client: "127.0.0.1:port,...[/chroot]".
   const std::string& client_connect_string() const;

@@ -2,7 +2,11 @@
 // (SessionOptions::tls, src/tls_relay.cpp). The shared TLS server (fixture zk_tls_start) requires
 // client certificates (ssl.clientAuth=need) and has no plain port; its certificates are made at
 // start by testenv/zkenv.py --tls.
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -83,8 +87,9 @@ void expect_refused(SessionOptions options, errc expected, const std::string& se
 
 std::string port_of(const std::string& address) { return address.substr(address.rfind(':') + 1); }
 
-// The inodes of this process's sockets that listen (TCP, IPv4), from /proc/self/net/tcp and fds.
-std::set<std::string> own_listening_sockets() {
+// This process's TCP sockets (IPv4) in `state` ("0A" listen, "01" established), as
+// /proc/self/net/tcp writes their ends: {local, remote}.
+std::set<std::pair<std::string, std::string>> own_tcp_sockets(std::string_view wanted_state) {
   std::set<std::string> own;
   if (DIR* fds = ::opendir("/proc/self/fd")) {
     while (const dirent* entry = ::readdir(fds)) {
@@ -95,7 +100,7 @@ std::set<std::string> own_listening_sockets() {
     }
     ::closedir(fds);
   }
-  std::set<std::string> listening;
+  std::set<std::pair<std::string, std::string>> sockets;
   std::ifstream table("/proc/self/net/tcp");
   std::string line;
   std::getline(table, line);
@@ -103,9 +108,63 @@ std::set<std::string> own_listening_sockets() {
     std::istringstream fields(line);
     std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
     fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
-    if (state == "0A" && own.contains(inode)) listening.insert(local);  // 0A: LISTEN
+    if (state == wanted_state && own.contains(inode)) sockets.emplace(local, remote);
   }
+  return sockets;
+}
+
+// The local addresses of this process's listening sockets.
+std::set<std::string> own_listening_sockets() {
+  std::set<std::string> listening;
+  for (const auto& [local, remote] : own_tcp_sockets("0A")) listening.insert(local);
   return listening;
+}
+
+// The server of `cluster` this process has a connection to (its relay's, for the only session
+// on `cluster`), or -1.
+int connected_server(const testenv::Cluster& cluster) {
+  const auto established = own_tcp_sockets("01");
+  for (int index = 0; index < cluster.size(); ++index) {
+    const std::string address = fmt::format("0100007F:{:04X}", std::stoi(port_of(cluster.server_address(index))));
+    for (const auto& [local, remote] : established)
+      if (remote == address) return index;
+  }
+  return -1;
+}
+
+// The relay's port of a session made by `make_session` (the listening socket it added).
+template <typename MakeSession>
+std::pair<std::unique_ptr<Session>, int> session_and_relay_port(MakeSession make_session) {
+  const auto before = own_listening_sockets();
+  auto session = make_session();
+  std::set<std::string> relay_ports;
+  for (const auto& local : own_listening_sockets())
+    if (!before.contains(local)) relay_ports.insert(local);
+  if (relay_ports.size() != 1) return {std::move(session), -1};
+  return {std::move(session), std::stoi(relay_ports.begin()->substr(9), nullptr, 16)};
+}
+
+// A socket of this process (not the session's C client) connects to the relay's port and waits,
+// sending nothing: whether the relay closed it unanswered within `within`. (A relay that carried
+// it would have opened a TLS connection to the server for it and kept it open.)
+bool relay_closes_a_socket_of_this_process(int port, std::chrono::milliseconds within) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool closed = false;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    pollfd ready{fd, POLLIN, 0};
+    if (::poll(&ready, 1, static_cast<int>(within.count())) == 1) {
+      char byte;
+      const ssize_t n = ::recv(fd, &byte, 1, 0);
+      closed = n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+  }
+  ::close(fd);
+  return closed;
 }
 
 int thread_count() {
@@ -220,6 +279,21 @@ TEST(Tls, OnlyThisProcessMayUseTheRelay) {
   EXPECT_EQ(session.state(), SessionState::connected);
 }
 
+TEST(Tls, TheRelayServesOnlyTheSessionsOwnClientNotAnotherSocketOfTheProcess) {
+  const auto& server = tls_server();
+  auto [session, port] = session_and_relay_port(
+      [&] { return std::make_unique<Session>(tls_options(server.connect_string, client_tls(server.tls_dir))); });
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(relay_closes_a_socket_of_this_process(port, testenv::scaled(3s)))
+      << "the relay carried a second connection while its client's one lives";
+  // The client's own connection goes on meanwhile.
+  EXPECT_EQ(session->state(), SessionState::connected);
+  const std::string path = testenv::unique_path();
+  Lock lock(*session, path);
+  HeldLock held = lock.acquire();
+  EXPECT_EQ(session->children(path).size(), 1u);
+}
+
 TEST(Tls, NoRelayThreadOrPortIsLeftAfterClose) {
   const auto& server = tls_server();
   { Session warm_up(tls_options(server.connect_string, client_tls(server.tls_dir))); }  // one-time C client threads
@@ -245,7 +319,9 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   // Long enough for a JVM restart on a loaded machine; only the reconnect is waited for.
   SessionOptions options = tls_options(cluster.connect_string(), client_tls(cluster.state_dir() / "tls"));
   options.session_timeout = testenv::scaled(10s);
-  Session session(options);
+  auto [made, port] = session_and_relay_port([&] { return std::make_unique<Session>(options); });
+  ASSERT_GT(port, 0);
+  Session& session = *made;
   const auto id = session.id();
   Lock lock(session, testenv::unique_path());
   HeldLock held = lock.acquire();
@@ -263,6 +339,9 @@ TEST(Tls, ASessionSurvivesItsServerRestartingThroughTheRelay) {
   set_log_sink({});
   EXPECT_EQ(session.id(), id);
   EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session.children(lock.path()).size(), 1u);
+  // The reconnection is the client's own: another socket of the process is still refused.
+  EXPECT_TRUE(relay_closes_a_socket_of_this_process(port, testenv::scaled(3s)));
   EXPECT_EQ(session.children(lock.path()).size(), 1u);
   std::lock_guard lock_of_lines(log_mutex);
   ASSERT_FALSE(log_lines.empty());
@@ -286,6 +365,44 @@ TEST(Tls, ABlackholedHolderIsToldLostBeforeAnyoneElseIsGranted) {
   Session holder(holder_options);
   Session waiter(tls_options(server.connect_string, client_tls(server.tls_dir)));
   expect_blackholed_holder_told_lost_first(holder, waiter, proxy, testenv::unique_path());
+}
+
+// A lock through TLS on a 3-server ensemble; the server the session is on is killed (the leader
+// or not): the C client moves to another server through the relay's port for it. The lock is kept
+// (same session, node still there), or lost and the holder told, as without TLS.
+TEST(Tls, OnAnEnsembleTheSessionMovesToAnotherServerThroughTheRelay) {
+  // Tick 200 ms: sessions up to 4 s (20 ticks), room for an election when the leader is killed.
+  testenv::Cluster cluster({.servers = 3, .tick_ms = 200, .tls = true, .tls_client_auth = "need"});
+  SessionOptions options = tls_options(cluster.connect_string(), client_tls(cluster.state_dir() / "tls"));
+  options.session_timeout = 4000ms;
+  options.ensemble_tick_time = 200ms;
+  Session session(options);
+  const auto id = session.id();
+  const std::string path = testenv::unique_path();
+  Lock lock(session, path);
+  HeldLock held = lock.acquire();
+  const FencingToken first = held.token();
+  const int on = connected_server(cluster);
+  ASSERT_GE(on, 0) << "no connection of the relay to a server of the ensemble";
+
+  cluster.kill(on);
+  ASSERT_TRUE(eventually([&] {
+    const int now_on = connected_server(cluster);
+    return session.state() == SessionState::connected && now_on >= 0 && now_on != on;
+  }, testenv::scaled(20s))) << to_string(session.state()) << ", on server " << connected_server(cluster);
+  RecordProperty("lock", held.lost() ? "lost and told" : "kept");
+  if (!held.lost()) {
+    EXPECT_EQ(session.id(), id);
+    const auto children = session.children(path);
+    ASSERT_EQ(children.size(), 1u);
+    EXPECT_EQ(path + "/" + children.front(), held.node_path());
+  } else {
+    EXPECT_EQ(held.loss_reason(), LossReason::session_lost);
+  }
+  held.release();
+  // The lock works on the server the session moved to.
+  HeldLock again = lock.acquire();
+  EXPECT_GT(again.token(), first);
 }
 
 struct ZklockRun {
