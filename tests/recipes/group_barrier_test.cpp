@@ -169,7 +169,7 @@ TEST_F(GroupTest, MetricsCountJoinsLossesRejoinsAndStaleViews) {
   testenv::Proxy proxy(servers);
   Session& session = sessions.add(proxy.address(), 4000ms);
   Events events;
-  GroupMember member(session, path, "m", "data", {}, events.listener());
+  GroupMember member(session, path, "m", "data", {}, events.callback());
   member.join();
   GroupView view(session, path);
   ASSERT_TRUE(view.wait_fresh(testenv::scaled(10s)));
