@@ -106,7 +106,8 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
   // keeps its session's handle open (the server may still have its node, see SessionCore), and
   // with it every node of that session - among them our own waiting node on a later path, left
   // behind when the session was replaced. Our new node on that path would queue behind it until
-  // the old session expired. succeed_locked takes an empty place again, as it does a lost one.
+  // that session's close timer (a session timeout later). succeed_locked takes an empty place
+  // again, as it does a lost one.
   void keep_locked(std::size_t index, std::shared_ptr<Contender> contender) {
     contender->on_lost([self = weak_from_this(), index, granted = std::weak_ptr<Contender>(contender)](LossReason) {
       auto acquisition = self.lock();
