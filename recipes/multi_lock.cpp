@@ -102,6 +102,25 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
     lock.lock();
   }
 
+  // A path held while the acquisition goes on is let go of as soon as it is lost: a lost grant
+  // keeps its session's handle open (the server may still have its node, see SessionCore), and
+  // with it every node of that session - among them our own waiting node on a later path, left
+  // behind when the session was replaced. Our new node on that path would queue behind it until
+  // that session's close timer (a session timeout later). succeed_locked takes an empty place
+  // again, as it does a lost one.
+  void keep_locked(std::size_t index, std::shared_ptr<Contender> contender) {
+    contender->on_lost([self = weak_from_this(), index, granted = std::weak_ptr<Contender>(contender)](LossReason) {
+      auto acquisition = self.lock();
+      if (!acquisition) return;
+      std::lock_guard lock(acquisition->mutex_);
+      auto& held = acquisition->held_;
+      // Only while it is still ours: once the acquisition ends, its grants (if any) are the caller's.
+      if (index >= held.size() || !held[index] || held[index] != granted.lock()) return;
+      std::exchange(held[index], nullptr)->release();
+    });
+    held_[index] = std::move(contender);
+  }
+
   void tried(std::size_t index, std::error_code ec, std::shared_ptr<Contender> contender) {
     std::unique_lock lock(mutex_);
     tried_[index - tried_from_] = {ec, ec ? nullptr : std::move(contender)};
@@ -114,7 +133,7 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
     std::size_t first_refused = paths_.size();
     for (std::size_t i = tried_from_; i < paths_.size(); ++i) {
       auto& [ec, contender] = tried_[i - tried_from_];
-      if (first_refused == paths_.size() && !ec) held_[i] = std::move(contender);
+      if (first_refused == paths_.size() && !ec) keep_locked(i, std::move(contender));
       else if (first_refused == paths_.size()) first_refused = i;
       else if (contender) contender->release();
     }
@@ -141,7 +160,7 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
         [self = shared_from_this(), index](std::error_code ec, const std::shared_ptr<Contender>& contender) {
           std::unique_lock lock(self->mutex_);
           if (ec) return self->fail_locked(ec, index);
-          self->held_[index] = contender;
+          self->keep_locked(index, contender);
           self->next_ = index + 1;
           if (self->next_ == self->paths_.size()) return self->succeed_locked(lock);
           self->try_round_locked(lock);
@@ -150,9 +169,9 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
   }
 
   void succeed_locked(std::unique_lock<std::mutex>& lock) {
-    // A path held since an earlier round may have been lost meanwhile (its session, say): take it
-    // again, and, to keep the order, every path after it.
-    const auto lost = std::find_if(held_.begin(), held_.end(), [](const auto& c) { return c && c->lost(); });
+    // A path held since an earlier round may have been lost meanwhile (its session, say; then
+    // keep_locked let go of it already): take it again, and, to keep the order, every path after it.
+    const auto lost = std::find_if(held_.begin(), held_.end(), [](const auto& c) { return !c || c->lost(); });
     if (lost == held_.end()) return finish_locked({}, {});
     const auto from = static_cast<std::size_t>(lost - held_.begin());
     release_from_locked(from);

@@ -3,6 +3,7 @@
 // path losing the whole, and nothing left behind when it gives up part-way.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <list>
@@ -257,6 +258,46 @@ TEST_F(MultiLockTest, PathLostWhileWaitingIsTakenAgain) {
   EXPECT_EQ(raw.children(a).size(), 1u);
   EXPECT_EQ(raw.children(b).size(), 1u);
   EXPECT_EQ(held->locks()[0].session_id(), held->locks()[1].session_id());
+}
+
+// A session that loses on disconnect holds a and waits for b when its connection drops. Its grant
+// on a, lost with the session, is let go of at once: a lost grant keeps the old session's handle
+// open (see SessionCore), and the acquisition kept it until its own end - the old handle
+// reconnected and kept the old session, with its own old waiting node on b, alive until the
+// session's close timer, and the wait on the replacement session queued behind that node (the
+// swarm's seed 31). The proxy sees the old handle: it is closed now. (A handle closed before it
+// reconnects leaves its session to expire on the server, as after a plain Lock's loss.)
+TEST_F(MultiLockTest, ConnectionDropWhileWaitingLetsGoOfTheOldSession) {
+  testenv::Proxy proxy(servers);
+  Session& other = sessions.add(servers);
+  // Long enough that only a close, not the old handle's own timers, ends its connection here.
+  auto options = session_options(proxy.address(), std::min<std::chrono::milliseconds>(testenv::scaled(30s), 60s));
+  options.loss_policy = LossPolicy::on_disconnect;
+  Session session(options);
+  HeldLock held_b = hold_elsewhere(other, b);
+  MultiLock locks(session, {a, b});
+  std::stop_source stop;
+  auto waiting = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    locks.try_acquire_for(testenv::scaled(30s), stop.get_token(), ec);
+    return ec;
+  });
+  ASSERT_TRUE(eventually([&] { return raw.children(a).size() == 1 && raw.children(b).size() == 2; }));
+  const auto old_session = detail::Internals::core(session)->client_id().session_id;
+  ASSERT_EQ(proxy.connections(), 1);
+  proxy.reset();
+  ASSERT_TRUE(eventually([&] {
+    return session.state() == SessionState::connected &&
+           detail::Internals::core(session)->client_id().session_id != old_session;
+  }));
+  // The wait goes on on the replacement session (whose node on b is there).
+  EXPECT_TRUE(eventually([&] { return raw.children(b).size() >= 2; }));
+  // Once the old handle had time to reconnect (the new one did), only the new one is left.
+  EXPECT_TRUE(eventually([&] { return proxy.connections() == 1; }, testenv::scaled(5s)));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(proxy.connections(), 1) << "the old session's handle is still open";
+  stop.request_stop();
+  EXPECT_EQ(waiting.get(), errc::cancelled);
 }
 
 // A bounded wait ends by its timeout even when the round's creates get no answer (a cut link):

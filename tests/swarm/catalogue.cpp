@@ -239,9 +239,6 @@ bool Swarm::catalogue_op(const Op& op) {
 
   switch (op.kind) {
     case OpKind::multi_acquire: {
-      if (config_.excluded(Exclusion::multi_lock_on_disconnect) &&
-          config_.loss_policy[static_cast<std::size_t>(op.session)] == LossPolicy::on_disconnect)
-        return false;
       const int subset = op.arg & 3;
       auto& multi = c.multi_locks[{op.session, slot.epoch, subset}];
       if (!multi) multi = std::make_unique<MultiLock>(*s, catalogue_multi_paths(subset));

@@ -62,7 +62,6 @@ constexpr std::pair<Exclusion, std::string_view> kExclusionNames[] = {
     {Exclusion::peer_semaphore_in_batch, "peer_semaphore_in_batch"},
     {Exclusion::peer_semaphore_metrics, "peer_semaphore_metrics"},
     {Exclusion::fenced_released_hold, "fenced_released_hold"},
-    {Exclusion::multi_lock_on_disconnect, "multi_lock_on_disconnect"},
 };
 }  // namespace
 

@@ -53,7 +53,6 @@ enum class Exclusion {
   peer_semaphore_in_batch,  // a Curator- or kazoo-layout semaphore on a thread with an open batch
   peer_semaphore_metrics,   // metrics of sessions that used a Curator- or kazoo-layout semaphore
   fenced_released_hold,     // a fenced commit from a released hold whose grant has other holds
-  multi_lock_on_disconnect,  // multi-locks on a session that loses on disconnect (README: open)
 };
 std::string_view to_string(Exclusion exclusion);
 // Throws std::invalid_argument naming an unknown entry.
