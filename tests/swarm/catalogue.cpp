@@ -479,7 +479,10 @@ void Swarm::harvest_catalogue() {
           for (std::size_t j = 0; j < other.paths.size(); ++j)
             if (other.paths[j] == hold.paths[i]) below(other.nodes[j], other.tokens[j], other.observed_event);
       }
-      held.on_lost([box = pending.box](LossReason) { box->told = true; });
+      // Weakly: the callback is kept by the hold, which the box owns.
+      held.on_lost([box = std::weak_ptr<MultiBox>(pending.box)](LossReason) {
+        if (auto alive = box.lock()) alive->told = true;
+      });
       count("multi-lock grants");
       c.multi_holds.push_back(std::move(hold));
     }
