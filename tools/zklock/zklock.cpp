@@ -581,7 +581,8 @@ Zklock::Listing Zklock::read_listing_or_throw() {
   listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
   listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
   listing.last_runs = read_last_runs(listing.contenders);
-  if (!listing.slots) listing.recipe = read_recipe(listing.contenders);
+  // A semaphore's path, or a lock path with its once-per record, is not another recipe's.
+  if (!listing.slots && listing.last_runs.empty()) listing.recipe = read_recipe(listing.contenders);
   return listing;
 }
 
