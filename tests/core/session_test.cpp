@@ -90,10 +90,11 @@ TEST(Session, ANonZooKeeperEndpointIsRefusedWithinTheConnectTimeout) {
     EXPECT_NE(std::string(e.what()).find("ZooKeeper server?"), std::string::npos) << e.what();
     EXPECT_NE(e.detail().find("ZooKeeper server?"), std::string::npos) << e.detail();
   }
-  // The connect timeout, within a tenth: not the seconds a handle to a non-ZooKeeper service can
-  // take to close (it kept its connection open, as web servers do).
+  // The connect timeout, with a second of slack for a busy machine (a run of the whole suite on
+  // 2 cores took 3.4 s): not the further seconds a handle to a non-ZooKeeper service can take to
+  // close (it kept its connection open, as web servers do: 8 s in all before it was fixed).
   const auto elapsed = std::chrono::steady_clock::now() - started;
-  EXPECT_LT(elapsed, testenv::scaled(3300ms)) << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms";
+  EXPECT_LT(elapsed, testenv::scaled(4000ms)) << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms";
 }
 
 // A timeout says why, host by host: here one refuses connections (nothing listens there) and one
