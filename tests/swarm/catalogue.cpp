@@ -14,6 +14,7 @@
 //     once it is down (and stays down), every wait on a healthy session passes.
 //   - double barrier: an enter() passes only once N participants were in at once.
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -68,6 +69,11 @@ struct CatalogueRecord {
   bool finished() {
     std::lock_guard lock(mutex);
     return done;
+  }
+  // The outcome, once finished.
+  std::optional<std::error_code> outcome() {
+    std::lock_guard lock(mutex);
+    return done ? std::optional(ec) : std::nullopt;
   }
 };
 
@@ -429,15 +435,12 @@ void Swarm::harvest_catalogue() {
   // Multi-lock acquisitions that ended.
   for (auto it = c.multi_pending.begin(); it != c.multi_pending.end() && !failed();) {
     auto& pending = **it;
-    if (!pending.record->finished()) {
+    const auto outcome = pending.record->outcome();
+    if (!outcome) {
       ++it;
       continue;
     }
-    std::error_code ec;
-    {
-      std::lock_guard lock(pending.record->mutex);
-      ec = pending.record->ec;
-    }
+    const std::error_code ec = *outcome;
     trace("  outcome of step {} (multi_acquire): {}", pending.step, ec ? ec.message() : "granted");
     unexpected("multi-lock", pending.what, ec);
     std::lock_guard lock(pending.box->mutex);
@@ -521,15 +524,12 @@ void Swarm::harvest_catalogue() {
   const int faults_now = catalogue_faults_so_far(counts_);
   for (auto it = c.barrier_waits.begin(); it != c.barrier_waits.end() && !failed();) {
     auto& wait = **it;
-    if (!wait.record->finished()) {
+    const auto outcome = wait.record->outcome();
+    if (!outcome) {
       ++it;
       continue;
     }
-    std::error_code ec;
-    {
-      std::lock_guard lock(wait.record->mutex);
-      ec = wait.record->ec;
-    }
+    const std::error_code ec = *outcome;
     trace("  outcome of step {} (barrier_wait): {}", wait.step, ec ? ec.message() : "passed");
     unexpected("barrier", wait.what, ec);
     count(fmt::format("barrier waits: {}", ec ? ec.message() : "passed"));
@@ -549,12 +549,9 @@ void Swarm::harvest_catalogue() {
   for (auto& [key, p] : c.participants) {
     if (failed()) return;
     if (p.phase == Catalogue::Phase::entering) p.most_present = std::max(p.most_present, present);
-    if (!p.record || !p.record->finished()) continue;
-    std::error_code ec;
-    {
-      std::lock_guard lock(p.record->mutex);
-      ec = p.record->ec;
-    }
+    const auto outcome = p.record ? p.record->outcome() : std::nullopt;
+    if (!outcome) continue;
+    const std::error_code ec = *outcome;
     p.record.reset();
     unexpected("double-barrier", p.what, ec);
     trace("  outcome of {}: {}", p.what, ec ? ec.message() : "passed");
