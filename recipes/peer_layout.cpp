@@ -7,11 +7,6 @@
 #include <zkr/error.hpp>
 
 namespace zkr::detail {
-namespace {
-
-bool is_lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
-
-}  // namespace
 
 PeerNode node_kind(ContenderScheme naming, ContenderRole role) {
   if (naming == ContenderScheme::kazoo) return role == ContenderRole::read ? PeerNode::kazoo_read_lock : PeerNode::kazoo_lock;
@@ -29,7 +24,7 @@ PeerNode classify_child(std::string_view child) {
   // Curator's semaphore keeps its mutex and its leases in two persistent children of the path.
   if (child == "locks" || child == "leases") return PeerNode::curator_semaphore;
   // kazoo's semaphore names each lease by a bare uuid4().hex, with no sequence.
-  if (child.size() == 32 && std::all_of(child.begin(), child.end(), is_lower_hex)) return PeerNode::kazoo_semaphore;
+  if (is_kazoo_id(child)) return PeerNode::kazoo_semaphore;
   return PeerNode::unknown;
 }
 

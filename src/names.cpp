@@ -253,22 +253,6 @@ constexpr std::string_view kProtectedPrefix = "_c_";
 constexpr std::size_t kUuidLength = 36;
 constexpr std::size_t kKazooIdLength = 32;
 
-bool is_lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
-
-// "0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f", as Java's and Boost's UUID to-string write it.
-bool is_uuid(std::string_view text) {
-  if (text.size() != kUuidLength) return false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const bool dash_here = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash_here ? text[i] != '-' : !is_lower_hex(text[i])) return false;
-  }
-  return true;
-}
-
-bool is_kazoo_id(std::string_view text) {
-  return text.size() == kKazooIdLength && std::all_of(text.begin(), text.end(), is_lower_hex);
-}
-
 // The server appends its signed 32-bit counter formatted "%010d": "0000000042", "-000000005",
 // "-2147483648". Anything else (other widths, a '+', out of range) is not one.
 std::optional<std::int32_t> parse_sequence(std::string_view suffix) {
@@ -340,6 +324,24 @@ std::string default_owner_data() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   return fmt::format("{}:{}", host[0] ? host : "unknown-host", getpid());
+}
+
+namespace {
+bool is_lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+}  // namespace
+
+// As Java's and Boost's UUID to-string write it.
+bool is_uuid(std::string_view text) noexcept {
+  if (text.size() != kUuidLength) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool dash_here = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash_here ? text[i] != '-' : !is_lower_hex(text[i])) return false;
+  }
+  return true;
+}
+
+bool is_kazoo_id(std::string_view text) noexcept {
+  return text.size() == kKazooIdLength && std::all_of(text.begin(), text.end(), is_lower_hex);
 }
 
 }  // namespace zkr

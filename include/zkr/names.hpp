@@ -52,6 +52,12 @@ struct ContenderName {
 // ("report-lock-0000000000", "block-0000000000") is not a contender: never a holder, never waited for.
 std::optional<ContenderName> parse_contender_name(std::string_view child);
 
+// The ids the peers write into node names: a UUID as Curator and this library write it
+// ("0f8e0c6a-3a3e-4c4e-9c1d-2a5b6c7d8e9f", lowercase 8-4-4-4-12), and kazoo's (uuid4().hex: 32
+// lowercase hex digits).
+bool is_uuid(std::string_view text) noexcept;
+bool is_kazoo_id(std::string_view text) noexcept;
+
 // Sorts into queue order: creation order, by the numeric sequence (never as text), read across the
 // counter's wrap from 2^31-1 to -2^31 as long as the contenders lie within 2^31 of each other (see
 // docs/recipes.md, "Sequence numbers"). Stable among equal sequences.

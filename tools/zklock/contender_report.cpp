@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <zkr/names.hpp>
+
 #include "json_vocabulary.hpp"
 
 namespace zklock {
@@ -272,27 +274,15 @@ namespace {
 // The server shows a client 0 as the owner of a container or TTL node, a session id otherwise.
 bool is_ephemeral(const zkr::NodeStat& stat) { return stat.ephemeral_owner != 0; }
 
-bool is_lower_hex(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 // A participant's name: kazoo's uuid4().hex, or Curator's (and this library's) 8-4-4-4-12 form.
-bool is_uuid_name(std::string_view name) {
-  if (name.size() == 32) return is_lower_hex(name);
-  if (name.size() != 36) return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash != (name[i] == '-') || (!dash && !is_lower_hex(name.substr(i, 1)))) return false;
-  }
-  return true;
-}
+bool is_uuid_name(std::string_view name) { return zkr::is_kazoo_id(name) || zkr::is_uuid(name); }
 
 constexpr std::string_view kPartyNodeSuffix = "__party__";
 bool is_party_name(std::string_view name) {
-  return name.size() == 32 + kPartyNodeSuffix.size() && name.ends_with(kPartyNodeSuffix) && is_lower_hex(name.substr(0, 32));
+  return name.size() == 32 + kPartyNodeSuffix.size() && name.ends_with(kPartyNodeSuffix) && zkr::is_kazoo_id(name.substr(0, 32));
 }
 bool is_shallow_party_name(std::string_view name) {
-  return name.size() > 33 && name[32] == '-' && is_lower_hex(name.substr(0, 32));
+  return name.size() > 33 && name[32] == '-' && zkr::is_kazoo_id(name.substr(0, 32));
 }
 
 RecipeReading::Member member_of(const ListedNode& child, std::string id) {
