@@ -324,11 +324,11 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
     auto found = nodes.find(path);
     if (found == nodes.end()) return;
     const std::string prefix = subtree_prefix(path);
-    std::vector<NodeMap::iterator> doomed{found};
+    std::vector<NodeMap::iterator> doomed;
     for (auto it = nodes.lower_bound(prefix); it != nodes.end() && it->first.starts_with(prefix); ++it)
       if (it != found) doomed.push_back(it);
-    std::reverse(doomed.begin() + 1, doomed.end());
-    std::rotate(doomed.begin(), doomed.begin() + 1, doomed.end());  // the deepest first, the node last
+    std::reverse(doomed.begin(), doomed.end());  // a child sorts after its parent: the deepest first
+    doomed.push_back(found);                     // the node last
     for (auto node : doomed) {
       counters.data_bytes -= node->second.node.data.size();
       slots[node->second.slot] = nodes.end();
