@@ -66,6 +66,15 @@ class Acquisition {
   Acquisition(const std::shared_ptr<SessionCore>& core, std::string_view operation, std::string_view path,
               Start start)
       : core_(core), operation_(operation), path_(path), start_(std::move(start)) {}
+  // An acquisition whose `make` owns all it reads (copies, not the recipe's `this`), so that it can
+  // be made later: start() lets the session's start window hold it back (SessionCore::StartSlot)
+  // when it waits without a deadline or stop token.
+  static Acquisition may_wait_to_start(const std::shared_ptr<SessionCore>& core, std::string_view operation,
+                                       std::string_view path, MakeRequest make) {
+    Acquisition acquisition(core, operation, path, std::move(make));
+    acquisition.may_wait_to_start_ = true;
+    return acquisition;
+  }
 
   // Until granted. Throws Error (errc::cancelled when stopped).
   std::shared_ptr<Contender> wait(std::stop_token stop) const;
@@ -76,8 +85,9 @@ class Acquisition {
                                      std::error_code& ec) const noexcept;
   // The outcome runs `done` on the session's callback thread (with null when there is no grant);
   // `refusal`, if given, holds the words of a refusal by then.
+  // Consumes the acquisition (what it was made with may be kept for later: see may_wait_to_start).
   void start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop,
-             std::shared_ptr<RefusalDetail> refusal = nullptr) const;
+             std::shared_ptr<RefusalDetail> refusal = nullptr) &&;
 
  private:
   std::pair<std::error_code, std::shared_ptr<Contender>> run(std::chrono::nanoseconds timeout, std::stop_token stop,
@@ -88,6 +98,7 @@ class Acquisition {
   std::string_view path_;
   MakeRequest make_;
   Start start_;  // instead of make_
+  bool may_wait_to_start_ = false;
 };
 
 }  // namespace zkr::detail

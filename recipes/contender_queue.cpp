@@ -82,11 +82,22 @@ void Contender::set_phase_locked(Phase next) {
     const auto hold = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - granted_at_);
     counted_.hold_ended(hold);
   }
+  // The start window's slot is given back once the first answers are in: when the contender waits
+  // on a watch, holds, or ends. Every contender ends in `finished` (finish_locked), so no slot is
+  // kept by one that is gone.
+  const bool starting = next == Phase::waiting_for_session || next == Phase::creating ||
+                        next == Phase::recovering || next == Phase::checking;
+  if (start_slot_ && !starting) {
+    start_slot_ = false;
+    core_->release_start_slot_locked();
+  }
   phase_ = next;
 }
 
 Contender::Contender(StartKey, std::shared_ptr<SessionCore> core, ContenderRequest request)
-    : core_(std::move(core)), acquiring_(std::make_unique<Acquiring>(std::move(request))) {}
+    : core_(std::move(core)),
+      acquiring_(std::make_unique<Acquiring>(std::move(request))),
+      start_slot_(acquiring_->request.holds_start_slot) {}
 
 Contender::Acquiring& Contender::acquiring() const {
   if (kStateChecks && !acquiring_) state_check_failed("contender phase", to_string(phase_), "acquisition step");
@@ -95,6 +106,8 @@ Contender::Acquiring& Contender::acquiring() const {
 
 Contender::~Contender() {
   if (!completed_) counted_.abandoned();  // never decided, and no longer waiting
+  // A slot kept by a contender that is gone would shrink the session's start window for good.
+  if (kStateChecks && start_slot_) state_check_failed("start window slot", to_string(phase_), "destroyed");
 }
 
 std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, ContenderRequest request) {
@@ -117,6 +130,11 @@ std::shared_ptr<Contender> Contender::start(std::shared_ptr<SessionCore> core, C
   contender->arm_timeout();
   contender->begin_locked();
   return contender;
+}
+
+std::shared_ptr<Hold> Contender::spare_hold(const std::shared_ptr<Contender>& self) {
+  if (self->spare_hold_taken_.exchange(true)) return nullptr;
+  return std::shared_ptr<Hold>(self, &self->spare_hold_);
 }
 
 LogContext Contender::log_context_locked() const {

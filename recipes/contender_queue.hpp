@@ -34,6 +34,7 @@
 #include "log.hpp"
 #include "queue_policy.hpp"
 #include "session_core.hpp"
+#include "thread_holds.hpp"
 
 namespace zkr::detail {
 
@@ -93,6 +94,10 @@ struct ContenderRequest {
   // and a peer layout's internal lock is a step that the semaphore's acquisition waits on.
   bool batchable = false;
 
+  // Whether the contender holds a slot of the session's start window (SessionCore::StartSlot),
+  // which it gives back once its first answers are in (Contender::set_phase_locked).
+  bool holds_start_slot = false;
+
   // How the metrics count this contender (acquisition_count.hpp): unset, as an acquisition of its
   // own under its parent's path; a recipe that builds one acquisition of several contenders gives
   // each the part it plays.
@@ -137,6 +142,10 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::stop_token lost_token() const;
   void on_lost(std::function<void(LossReason)> callback);
   const std::shared_ptr<SessionCore>& core() const { return core_; }
+  // The hold of the first grant object made for us without one (an async acquisition's HeldLock,
+  // typically), kept inside the contender so that it costs no allocation of its own; null to
+  // every later caller, who makes its own. `self` is this contender, which the hold keeps alive.
+  static std::shared_ptr<Hold> spare_hold(const std::shared_ptr<Contender>& self);
   // What a write fenced by this grant checks: our node, on the session generation that owns it.
   // Empty unless held; then `refusal` says why ("released", "lost (node_deleted)", ...).
   struct FenceCheck {
@@ -226,6 +235,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   // Everything below is guarded by core_->mutex().
   Phase phase_ = Phase::waiting_for_session;
   Retry retry_ = Retry::none;
+  bool start_slot_ = false;     // a slot of the start window is ours (ContenderRequest::holds_start_slot)
   bool abandon_ = false;        // no longer wanted: delete the node once it is known
   bool completed_ = false;      // on_done has run
   std::uint64_t generation_ = 0;  // the session generation our node belongs to
@@ -265,6 +275,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::unique_ptr<boost::asio::steady_timer> timeout_timer_;
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
   AcquisitionCount counted_;  // what the metrics count us as (set in start)
+  Hold spare_hold_{false};
+  std::atomic<bool> spare_hold_taken_{false};
 };
 
 template <typename Body>

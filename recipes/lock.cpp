@@ -44,7 +44,9 @@ using LetGo = detail::ThreadHolds::LetGo;
 
 HeldLock::HeldLock(detail::Passkey, std::shared_ptr<detail::Contender> contender, std::shared_ptr<detail::Hold> hold)
     : Grant(std::move(contender)) {
-  if (contender_) hold_ = hold ? std::move(hold) : std::make_shared<detail::Hold>(false);
+  if (!contender_) return;
+  hold_ = hold ? std::move(hold) : detail::Contender::spare_hold(contender_);
+  if (!hold_) hold_ = std::make_shared<detail::Hold>(false);
 }
 
 // The hold moves with the HeldLock; a moved one binds no thread (recipes/thread_holds.hpp).
@@ -232,7 +234,14 @@ HeldLock Lock::acquire(std::stop_token stop) {
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  acquisition().start(
+  // The request may be made after this returns (the session's start window may hold it back), by
+  // when this Lock may be gone: what it reads is copied.
+  auto acquisition = detail::Acquisition::may_wait_to_start(
+      core(), "acquire lock", path_,
+      [path = path_, options = options_, role = role_](std::chrono::nanoseconds wait, auto refusal) {
+        return detail::one_holder_request(path, options, role, wait, std::move(refusal));
+      });
+  std::move(acquisition).start(
       timeout,
       [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
         handler(ec, contender ? HeldLock(detail::Internals::key(), contender) : HeldLock{});

@@ -395,6 +395,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       auto connection = std::move(connection_);
       ++generation_;
       for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
+      refuse_queued_starts_locked();
       close_in_background(std::move(connection));
       break;
     }
@@ -637,6 +638,62 @@ bool SessionCore::open_batch_locked() {
   batch_ = std::make_unique<AcquisitionBatchState>();
   batch_->owner = std::this_thread::get_id();
   return true;
+}
+
+SessionCore::StartSlot SessionCore::take_start_slot_locked() {
+  const std::size_t limit = options_.max_starting_acquisitions;
+  if (limit == 0 || ended() || batch_open_here_locked()) return StartSlot::not_counted;
+  // In order: none starts ahead of those already waiting.
+  if (!queued_starts_.empty() || starting_ >= limit) return StartSlot::full;
+  ++starting_;
+  return StartSlot::taken;
+}
+
+void SessionCore::queue_start_locked(std::unique_ptr<PendingStart> start) {
+  queued_starts_.push_back(std::move(start));
+}
+
+void SessionCore::release_start_slot_locked() {
+  --starting_;
+  if (queued_starts_.empty() || admission_posted_ || ended()) return;
+  // Admitting starts a contender, which takes this mutex: on the worker, not here.
+  admission_posted_ = true;
+  post_to_worker([weak = weak_from_this()] {
+    if (auto core = weak.lock()) core->admit_queued_starts();
+  });
+}
+
+void SessionCore::admit_queued_starts() {
+  std::vector<std::unique_ptr<PendingStart>> admitted;
+  {
+    std::lock_guard lock(mutex_);
+    admission_posted_ = false;
+    const std::size_t limit = options_.max_starting_acquisitions;
+    while (!queued_starts_.empty() && !ended() && (limit == 0 || starting_ < limit)) {
+      admitted.push_back(std::move(queued_starts_.front()));
+      queued_starts_.pop_front();
+      ++starting_;
+    }
+  }
+  for (auto& start : admitted) {
+    try {
+      start->admit();
+    } catch (const std::exception& e) {
+      // Out of memory past the point where the acquisition could still be told: its slot stays
+      // taken, the others are admitted all the same.
+      log(LogLevel::error, "starting a held-back acquisition failed: {}", e.what());
+    }
+  }
+}
+
+void SessionCore::refuse_queued_starts_locked() {
+  if (queued_starts_.empty()) return;
+  auto refused = std::make_shared<std::deque<std::unique_ptr<PendingStart>>>(std::move(queued_starts_));
+  queued_starts_.clear();
+  post_callback([refused, why = end_reason_] {
+    for (auto& start : *refused) start->refuse(why);
+    refused->clear();
+  });
 }
 
 bool SessionCore::batch_open_here_locked() const {
@@ -969,6 +1026,7 @@ void SessionCore::end_session_for_listeners() {
     ++generation_;
     if (state_ != SessionState::auth_failed) set_state_locked(SessionState::closed);
     for (const auto& listener : snapshot_listeners_locked()) listener->on_session_ended(end_reason_);
+    refuse_queued_starts_locked();
     ending_listeners = snapshot_listeners_locked();
     for (const auto& listener : ending_listeners) detach(listener.get());
   }

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <list>
 #include <memory>
@@ -73,6 +74,16 @@ class SessionListener {
   std::shared_ptr<SessionListener> attached_self_;  // the session's strong reference while attached
   SessionListener* previous_attached_ = nullptr;
   SessionListener* next_attached_ = nullptr;
+};
+
+// An acquisition held back by the start window (SessionOptions::max_starting_acquisitions).
+class PendingStart {
+ public:
+  virtual ~PendingStart() = default;
+  // A slot is taken for it: start it (outside the session mutex, on the worker thread).
+  virtual void admit() = 0;
+  // The session ended before it was admitted: report `why` (on the callback thread).
+  virtual void refuse(std::error_code why) = 0;
 };
 
 class SessionCore : public std::enable_shared_from_this<SessionCore> {
@@ -151,6 +162,16 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
                               std::string data, NodeAcl acl, CreateCallback done);
   void get_children_in_batch_locked(std::uint64_t generation, std::string path, ChildrenCallback done,
                                     NodeWatch watch);
+
+  // The start window. An acquisition that may be held back asks for a slot: `taken` (it starts
+  // now and gives the slot back with release_start_slot_locked once its first answers are in),
+  // `not_counted` (no window applies: none configured, the session has ended, or an
+  // AcquisitionBatch is open on this thread), or `full` (queue it with queue_start_locked; it is
+  // admitted in order as slots come free, or refused when the session ends).
+  enum class StartSlot { taken, not_counted, full };
+  StartSlot take_start_slot_locked();
+  void queue_start_locked(std::unique_ptr<PendingStart> start);
+  void release_start_slot_locked();
 
   // ---- listeners (caller holds mutex()) ----
   void attach(std::shared_ptr<SessionListener> listener);
@@ -267,6 +288,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     std::vector<Listing> listings;
   };
   std::unique_ptr<AcquisitionBatchState> batch_;
+
+  void admit_queued_starts();
+  void refuse_queued_starts_locked();
+  std::size_t starting_ = 0;  // slots of the start window taken
+  std::deque<std::unique_ptr<PendingStart>> queued_starts_;
+  bool admission_posted_ = false;  // admit_queued_starts is on its way to the worker
 
   // metrics (under mutex_ or atomic)
   SessionMetrics session_metrics_;

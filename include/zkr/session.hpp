@@ -271,6 +271,14 @@ struct SessionOptions {
   LockPathLabels metrics_path_labels;
   // TLS to every server of `servers` (see TlsOptions); empty: plain text.
   std::optional<TlsOptions> tls;
+  // How many asynchronous acquisitions of locks and read/write locks the session starts at once:
+  // those whose node's create, or first listing, is still unanswered. Past it, an async_acquire that
+  // waits without a deadline or stop token waits in the session's memory, in order and without a
+  // request to the server, until one of those is answered; a burst of thousands then costs the
+  // memory of this many in flight, not of all (docs/SCALING.md). Acquisitions with a deadline or a
+  // stop token, blocking ones, and those of an AcquisitionBatch are never held back (and may start
+  // ahead of held-back ones). Zero: no limit.
+  std::size_t max_starting_acquisitions = 128;
 };
 
 // The shortest session timeout that can give `lead_time` (as SessionOptions::safety_margin) on an
