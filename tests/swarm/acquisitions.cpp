@@ -123,6 +123,7 @@ bool Swarm::acquire(const Op& op) {
   // Held back by the open batch: the lock's acquisitions (semaphores go out at once).
   pending->held_back = !blocking && is_lock_like(r.kind) && batch_here;
   pending->release_in_handler = !blocking && variant(op);
+  pending->unstoppable = !blocking && unstoppable(op);
   predict(*pending, op);
 
   // The recipe object, made on first use.
@@ -164,7 +165,7 @@ bool Swarm::acquire(const Op& op) {
   } else {
     const auto timeout = async_timeout(op);
     auto handler = record_into(outcome, recorded.release_in_handler);
-    auto token = recorded.stop.get_token();
+    auto token = recorded.unstoppable ? std::stop_token() : recorded.stop.get_token();
     actor.actor.post([lock, semaphore, timeout, handler, token](std::stop_token) {
       try {
         if (lock) lock->async_acquire(timeout, handler, token);
@@ -613,7 +614,7 @@ bool Swarm::control_op(const Op& op) {
     }
     if (op.arg != 0)
       for (auto& pending : pending_)
-        if (pending->actor == op.actor && !pending->blocking) {
+        if (pending->actor == op.actor && !pending->blocking && !pending->unstoppable) {
           pending->stop.request_stop();
           pending->stop_requested = any = true;
         }

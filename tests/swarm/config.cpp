@@ -96,6 +96,7 @@ std::set<Exclusion> exclusions_from_text(std::string_view text) {
 SessionOptions SwarmConfig::session_options(int slot) const {
   SessionOptions options;
   options.loss_policy = loss_policy.at(static_cast<std::size_t>(slot));
+  options.max_starting_acquisitions = start_window.at(static_cast<std::size_t>(slot));
   switch (metrics_labels.at(static_cast<std::size_t>(slot))) {
     case MetricsLabels::off: break;
     case MetricsLabels::prefix: options.metrics_path_labels.paths = {std::string(kRoot) + "/"}; break;
@@ -110,9 +111,9 @@ SessionOptions SwarmConfig::session_options(int slot) const {
 std::string SwarmConfig::describe() const {
   std::string sessions_text;
   for (int slot = 0; slot < sessions; ++slot)
-    sessions_text += fmt::format(" s{}({}, metrics {})", slot,
+    sessions_text += fmt::format(" s{}({}, metrics {}, start window {})", slot,
                                  loss_policy[slot] == LossPolicy::on_disconnect ? "on_disconnect" : "at_deadline",
-                                 to_string(metrics_labels[slot]));
+                                 to_string(metrics_labels[slot]), start_window[slot]);
   std::string excluded;
   for (auto exclusion : exclusions) excluded += fmt::format(" {}", to_string(exclusion));
   return fmt::format("seed {} ({} world), {} actors, sessions:{}; selector auto_requeue {}{}", seed,
@@ -132,6 +133,11 @@ SwarmConfig config_for_seed(std::uint64_t seed, WorldKind world, std::set<Exclus
   for (int slot = 0; slot < config.sessions; ++slot)
     config.metrics_labels.push_back(static_cast<MetricsLabels>(random() % 3));
   config.selector_auto_requeue = random() % 4 != 0;
+  // Drawn last, so that the draws above stay each seed's. Slot 0 starts one acquisition at a time,
+  // slot 1 has the default window, slot 2 one of: none, one, two, the default.
+  const std::size_t default_window = SessionOptions().max_starting_acquisitions;
+  const std::size_t windows[] = {0, 1, 2, default_window};
+  config.start_window = {1, default_window, windows[random() % 4]};
   return config;
 }
 

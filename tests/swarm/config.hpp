@@ -67,6 +67,7 @@ struct SwarmConfig {
   int actors = 4;
   std::vector<LossPolicy> loss_policy;       // per session slot
   std::vector<MetricsLabels> metrics_labels;  // per session slot
+  std::vector<std::size_t> start_window;      // per session slot: SessionOptions::max_starting_acquisitions
   bool selector_auto_requeue = true;
   std::set<Exclusion> exclusions;
 

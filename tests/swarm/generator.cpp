@@ -73,6 +73,7 @@ Op Swarm::next_op() {
                                          OpKind::async_acquire}[static_cast<std::size_t>(weighted(random_, {18, 14, 20, 10, 38}))];
       const int size = weighted(random_, {55, 15, 18, 12});
       op.arg = size | (pick(4) << 2) | ((chance(15) ? 1 : 0) << 4);
+      if (op.kind == OpKind::async_acquire && timeout_class(op) == 0 && chance(50)) op.arg |= 1 << 5;
       return op;
     }
     case 1: {  // a hold

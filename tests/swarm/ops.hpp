@@ -27,7 +27,8 @@ enum class OpKind : std::uint8_t {
   try_acquire,         // try_acquire(): never waits
   try_acquire_for,     // try_acquire_for(timeout, stop), the throwing form
   try_acquire_for_ec,  // try_acquire_for(timeout, stop, ec), the form that never throws
-  async_acquire,       // async_acquire(timeout, handler, stop); variant: the handler drops what it got
+  async_acquire,       // async_acquire(timeout, handler, stop); variant: the handler drops what it got;
+                       //   unstoppable: for ever without a stop token (the start window's)
   // Holds (arg: which hold, newest first; move: to which actor; variant).
   release,
   release_and_confirm,
@@ -117,6 +118,9 @@ struct Op {
 inline int size_class(const Op& op) { return op.arg & 3; }
 inline int timeout_class(const Op& op) { return (op.arg >> 2) & 3; }
 inline bool variant(const Op& op) { return ((op.arg >> 4) & 1) != 0; }
+// An async acquisition that waits for ever without a stop token (bit 5): one the session's start
+// window may hold back (SessionOptions::max_starting_acquisitions); a cancel cannot reach it.
+inline bool unstoppable(const Op& op) { return ((op.arg >> 5) & 1) != 0 && timeout_class(op) == 0; }
 // Holds: rank (0 = newest), destination actor (move), variant.
 inline int rank(const Op& op) { return op.arg & 7; }
 inline int destination(const Op& op) { return (op.arg >> 3) & 7; }

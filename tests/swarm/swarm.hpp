@@ -147,6 +147,7 @@ struct Pending {
   bool held_back = false;  // in an open AcquisitionBatch: goes out with send()
   bool release_in_handler = false;
   bool stop_requested = false;
+  bool unstoppable = false;  // async without a stop token: a cancel does not reach it
   std::optional<Clock::time_point> prompt_by;  // must have ended by then
   std::string expectation;                     // why (for messages)
   std::string expected_node;                   // a reentrant acquisition: the grant it reenters
