@@ -45,6 +45,7 @@ struct DriverArgs {
   int trials = 3;           // loss: blackhole trials
   std::string samples_file; // optional: every latency sample, one per line, in microseconds
   std::string tls_dir;      // ours: TLS through the session's relay, with DIR's ca.pem, client.pem, client.key
+  int start_window = -1;    // ours: SessionOptions::max_starting_acquisitions (negative: the default)
 };
 
 // Parses the shared command line; exits with a message naming the bad option on error.
@@ -68,7 +69,9 @@ inline DriverArgs parse_driver_args(std::string driver, int argc, char** argv) {
       ("session-timeout-ms", po::value(&args.session_timeout_ms), "requested session timeout")
       ("trials", po::value(&args.trials), "blackhole trials (loss)")
       ("samples", po::value(&args.samples_file), "write every latency sample (us) to this file")
-      ("tls-dir", po::value(&args.tls_dir), "ours: TLS with DIR/ca.pem, DIR/client.pem, DIR/client.key");
+      ("tls-dir", po::value(&args.tls_dir), "ours: TLS with DIR/ca.pem, DIR/client.pem, DIR/client.key")
+      ("start-window", po::value(&args.start_window),
+       "ours: SessionOptions::max_starting_acquisitions (0: none; default: the library's)");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);

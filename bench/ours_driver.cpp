@@ -41,6 +41,7 @@ zkr::SessionOptions session_options(const DriverArgs& args, const std::string& s
   options.servers = servers;
   options.session_timeout = std::chrono::milliseconds(args.session_timeout_ms);
   options.connect_timeout = 20s;
+  if (args.start_window >= 0) options.max_starting_acquisitions = static_cast<std::size_t>(args.start_window);
   if (!args.tls_dir.empty()) {
     const std::filesystem::path dir = args.tls_dir;
     options.tls = zkr::TlsOptions{dir / "ca.pem", dir / "client.pem", dir / "client.key"};
