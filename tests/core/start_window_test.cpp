@@ -76,19 +76,25 @@ class StartWindowTest : public ServerTest {
     const SessionMetrics metrics = session.metrics();
     return metrics.requests_sent - metrics.heartbeats_sent;
   }
+  // Asks for every lock of `made` at once, waiting for ever, with replies slowed to a round trip of
+  // 60 ms so that none comes back meanwhile; returns the requests the session sent by then.
+  std::uint64_t burst(testenv::Proxy& proxy, Session& session, const std::vector<std::unique_ptr<Lock>>& made,
+                      Answers& answers) {
+    proxy.set_latency(30ms);
+    const auto before = requests(session);
+    for (std::size_t i = 0; i < made.size(); ++i) made[i]->async_acquire(-1ns, answers.handler(i));
+    return requests(session) - before;
+  }
 };
 
 TEST_F(StartWindowTest, ABurstSendsOnlyTheWindowAtOnceAndGrantsEveryLockInOrder) {
   testenv::Proxy proxy(servers);
   auto session = session_with_window(proxy, 4);
   auto made = locks(*session, 40);
-  // Replies take a round trip of 60 ms: none can come back while the burst is asked for.
-  proxy.set_latency(30ms);
   Answers answers(made.size());
   const auto before = requests(*session);
-  for (std::size_t i = 0; i < made.size(); ++i) made[i]->async_acquire(-1ns, answers.handler(i));
   // Four acquisitions started: each a create and a listing.
-  EXPECT_EQ(requests(*session) - before, 8u);
+  EXPECT_EQ(burst(proxy, *session, made, answers), 8u);
   ASSERT_TRUE(answers.wait_for(made.size())) << answers.answered() << " of 40 answered";
   for (std::size_t i = 0; i < made.size(); ++i) {
     EXPECT_FALSE(answers.errors[i]) << i << ": " << answers.errors[i].message();
@@ -105,11 +111,8 @@ TEST_F(StartWindowTest, ZeroMeansNoWindow) {
   testenv::Proxy proxy(servers);
   auto session = session_with_window(proxy, 0);
   auto made = locks(*session, 20);
-  proxy.set_latency(30ms);
   Answers answers(made.size());
-  const auto before = requests(*session);
-  for (std::size_t i = 0; i < made.size(); ++i) made[i]->async_acquire(-1ns, answers.handler(i));
-  EXPECT_EQ(requests(*session) - before, 40u);
+  EXPECT_EQ(burst(proxy, *session, made, answers), 40u);
   ASSERT_TRUE(answers.wait_for(made.size()));
   for (std::size_t i = 0; i < made.size(); ++i) EXPECT_FALSE(answers.errors[i]) << i;
 }
@@ -176,9 +179,8 @@ TEST_F(StartWindowTest, HeldBackAcquisitionsAreAnsweredWhenTheSessionClosesAndLe
   testenv::Proxy proxy(servers);
   auto session = session_with_window(proxy, 2);
   auto made = locks(*session, 12);
-  proxy.set_latency(100ms);
   Answers answers(made.size());
-  for (std::size_t i = 0; i < made.size(); ++i) made[i]->async_acquire(-1ns, answers.handler(i));
+  burst(proxy, *session, made, answers);
   session->close();
   ASSERT_TRUE(answers.wait_for(made.size(), testenv::scaled(10s))) << answers.answered() << " of 12";
   for (std::size_t i = 2; i < made.size(); ++i)
