@@ -135,9 +135,15 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
 
   void on_created(std::uint64_t attempt, std::uint64_t generation, zk_errc rc) {
     std::lock_guard lock(core->mutex());
+    // A create that met connection trouble may have taken effect all the same.
+    if (is_connection_trouble(rc) && core->generation_locked() == generation) {
+      doubtful_create = node_path;
+      doubtful_generation = generation;
+    }
     if (attempt != attempts) {
-      // Left (or superseded) meanwhile: a node that was made anyway goes.
+      // Left (or superseded) meanwhile: a node that was made anyway goes, and one that may have been.
       if (rc == zk_errc::ok && !wanted && core->usable_locked(generation)) remove_locked(generation, node_path);
+      if (!wanted) remove_doubtful_locked();
       return;
     }
     creating = false;
@@ -190,6 +196,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
 
   void joined_locked(std::uint64_t generation) {
     taken_since.reset();
+    doubtful_create.clear();  // the node is ours, and known
     own_sessions.insert(core->session_id());
     joined_generation = generation;
     set_state_locked(MembershipState::joined, {});
@@ -247,7 +254,33 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     taken_since.reset();
     if (state == MembershipState::joined && joined_generation == core->generation_locked())
       remove_locked(joined_generation, node_path);
+    remove_doubtful_locked();
     if (was_member || state != MembershipState::left) set_state_locked(MembershipState::left, LossReason::session_closed);
+  }
+
+  // A create of ours whose reply was lost (doubtful_create) may have made our node: once no longer
+  // wanted, it goes if it is there and our session's (another session's node of the same name is
+  // left alone). Retried on reconnection while the session lives; a new session has no such node.
+  void remove_doubtful_locked() {
+    if (doubtful_create.empty() || wanted) return;
+    const std::uint64_t generation = doubtful_generation;
+    if (core->generation_locked() != generation) {
+      doubtful_create.clear();
+      return;
+    }
+    if (!core->usable_locked(generation)) return;  // on_reconnected comes back here
+    std::weak_ptr<State> weak = weak_from_this();
+    auto checked = [generation, node = doubtful_create](const auto& self, zk_errc rc, NodeStat stat) {
+      if (self->doubtful_create != node || self->doubtful_generation != generation || self->wanted) return;
+      if (is_connection_trouble(rc)) {
+        if (self->core->usable_locked(generation)) self->remove_doubtful_locked();
+        return;
+      }
+      self->doubtful_create.clear();
+      if (rc == zk_errc::ok && stat.ephemeral_owner == self->core->session_id()) self->remove_locked(generation, node);
+      else self->detach_if_idle_locked();
+    };
+    core->exists(generation, doubtful_create, detail::when_alive_locked(weak, checked));
   }
 
   // Deleted until done: retried on reconnection while the session lives (it takes the node along
@@ -270,7 +303,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   }
 
   void detach_if_idle_locked() {
-    if (destroyed && pending_removal.empty() && attached) {
+    if (destroyed && pending_removal.empty() && doubtful_create.empty() && attached) {
       attached = false;
       core->detach(this);
     }
@@ -297,10 +330,12 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   // ---- SessionListener (under core->mutex()) ----
   void on_reconnected(std::uint64_t generation) override {
     if (!pending_removal.empty() && removal_generation == generation) remove_locked(generation, pending_removal);
+    remove_doubtful_locked();
     create_locked();
   }
   void on_new_session(std::uint64_t) override {
     pending_removal.clear();  // went with the old session
+    doubtful_create.clear();
     detach_if_idle_locked();
     create_locked();
   }
@@ -315,6 +350,7 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
     ++attempts;
     failure = why ? why : make_error_code(errc::session_closed);
     pending_removal.clear();
+    doubtful_create.clear();
     if (state != MembershipState::left) set_state_locked(MembershipState::left, LossReason::session_closed);
     state_changed.notify_all();
     if (attached) {
@@ -399,6 +435,8 @@ struct GroupMember::State final : detail::SessionListener, std::enable_shared_fr
   std::string node_path;
   std::string pending_removal;
   std::uint64_t removal_generation = 0;
+  std::string doubtful_create;  // a create's node whose reply met connection trouble (see remove_doubtful_locked)
+  std::uint64_t doubtful_generation = 0;
   std::optional<std::chrono::steady_clock::time_point> taken_since;
   std::set<std::int64_t> own_sessions;  // the sessions this member was joined on
   std::error_code failure;

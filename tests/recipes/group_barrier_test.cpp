@@ -279,6 +279,32 @@ TEST_F(GroupTest, LostCreateRepliesAreRecognisedAsOwnNodes) {
   for (const auto* node : {"/g", "/d", ""}) raw.remove(path + node);  // ours, made by hand
 }
 
+// A member that leaves while its create's outcome is unknown (the create took effect, its reply
+// was lost with the connection) leaves no node behind once the connection is back: the session
+// lives on, and would keep the node until it ends.
+TEST_F(GroupTest, ALeaveWhileTheCreatesOutcomeIsUnknownLeavesNoNode) {
+  testenv::Proxy proxy(servers);
+  Session& session = sessions.add(proxy.address(), 4000ms);
+  raw.create(path.substr(0, path.rfind('/')));
+  ASSERT_EQ(raw.create(path), ZOK);
+  ASSERT_EQ(raw.create(path + "/g"), ZOK);
+  GroupMember member(session, path + "/g", "m", "d");
+  // Slow enough that the reconnection (two round trips) comes well after the leave below.
+  proxy.set_latency(200ms);
+  proxy.drop_next_reply();
+  std::promise<std::error_code> joined;
+  member.async_join(-1ns, [&](std::error_code ec) { joined.set_value(ec); });
+  ASSERT_TRUE(eventually([&] { return proxy.dropped_replies() == 1; }));
+  member.leave();
+  EXPECT_EQ(joined.get_future().get(), make_error_code(errc::cancelled));
+  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
+  EXPECT_TRUE(eventually([&] { return raw.children(path + "/g").empty(); }))
+      << "left behind: " << raw.children(path + "/g").size() << " node(s), owner "
+      << raw.stat(path + "/g/m").ephemeralOwner << ", our session " << session.id();
+  EXPECT_EQ(member.state(), MembershipState::left);
+  raw.remove(path + "/g");
+}
+
 // A connection drop on a session that survives: stale, then fresh again on the same session.
 TEST_F(GroupTest, DroppedConnectionMakesTheViewStaleUntilItIsBack) {
   testenv::Proxy proxy(servers);
