@@ -153,8 +153,14 @@ void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_t
       case SessionCore::StartSlot::not_counted: break;
     }
   }
-  start_async(core_, made_request(core_, make_, timeout, std::move(refusal), counted, holds_slot), std::move(done),
-              std::move(stop));
+  ContenderRequest request;
+  try {
+    request = made_request(core_, make_, timeout, std::move(refusal), counted, holds_slot);
+  } catch (...) {
+    counted.abandoned();  // the caller hears of it from the exception
+    throw;
+  }
+  start_async(core_, std::move(request), std::move(done), std::move(stop));
 }
 
 }  // namespace zkr::detail

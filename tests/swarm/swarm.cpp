@@ -84,9 +84,10 @@ std::string describe(const Op& op) {
   switch (what.family) {
     case OpFamily::acquisition: {
       const auto& r = resource(op.resource);
-      on = fmt::format(" {} {}{}, owner data class {}, timeout class {}{}", r.name, r.path,
+      on = fmt::format(" {} {}{}, owner data class {}, timeout class {}{}{}", r.name, r.path,
                        r.reentrant ? " (reentrant)" : "", size_class(op), timeout_class(op),
-                       variant(op) ? ", handler drops the grant" : "");
+                       variant(op) ? ", handler drops the grant" : "",
+                       op.kind == OpKind::async_acquire && unstoppable(op) ? ", no stop token" : "");
       break;
     }
     case OpFamily::hold:
