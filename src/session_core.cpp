@@ -668,8 +668,8 @@ void SessionCore::admit_queued_starts() {
   {
     std::lock_guard lock(mutex_);
     admission_posted_ = false;
-    const std::size_t limit = options_.max_starting_acquisitions;
-    while (!queued_starts_.empty() && !ended() && (limit == 0 || starting_ < limit)) {
+    // Nothing is queued without a limit (take_start_slot_locked), so there is one here.
+    while (!queued_starts_.empty() && !ended() && starting_ < options_.max_starting_acquisitions) {
       admitted.push_back(std::move(queued_starts_.front()));
       queued_starts_.pop_front();
       ++starting_;
