@@ -6,6 +6,7 @@
 
 #include <zkr/error.hpp>
 
+#include "internals.hpp"
 #include "without_exceptions.hpp"
 
 namespace zkr::detail {
@@ -75,6 +76,13 @@ ContenderRequest made_request(const std::shared_ptr<SessionCore>& core, const Ac
   return request;
 }
 
+// A lock's handler as an acquisition's: the granted contender comes as a HeldLock.
+Acquisition::Done granting(AcquireHandler handler) {
+  return [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
+    handler(ec, contender ? HeldLock(Internals::key(), contender) : HeldLock{});
+  };
+}
+
 void start_async(const std::shared_ptr<SessionCore>& core, ContenderRequest request, Acquisition::Done done,
                  std::stop_token stop) {
   start_contender_async(
@@ -85,17 +93,32 @@ void start_async(const std::shared_ptr<SessionCore>& core, ContenderRequest requ
       std::move(stop));
 }
 
-// An acquisition the start window held back: what start() was given, kept until a slot is free.
-class HeldBackStart final : public PendingStart {
+// A lock's acquisition held back by the start window, in the session's record memory: the Lock's
+// path and owner data follow the record in the same allocation, so that a burst of held-back
+// acquisitions costs one allocation each, and only in that memory (see start_record_memory_locked).
+class HeldBackLockStart final : public PendingStart {
  public:
-  HeldBackStart(std::shared_ptr<SessionCore> core, Acquisition::MakeRequest make, std::chrono::nanoseconds timeout,
-                Acquisition::Done done, AcquisitionCount counted)
-      : core_(std::move(core)), make_(std::move(make)), timeout_(timeout), done_(std::move(done)), counted_(counted) {}
+  static PendingStartPtr make_locked(const std::shared_ptr<SessionCore>& core, const OneHolderSpec& lock,
+                                     const AcquisitionCount& counted, AcquireHandler& handler) {
+    const std::string& owner_data = lock.options.owner_data;
+    const std::size_t bytes = sizeof(HeldBackLockStart) + lock.path.size() + owner_data.size();
+    void* memory = core->start_record_memory_locked(bytes);
+    auto* text = static_cast<char*>(memory) + sizeof(HeldBackLockStart);
+    lock.path.copy(text, lock.path.size());
+    owner_data.copy(text + lock.path.size(), owner_data.size());
+    // Nothing below throws: moving a std::function does not.
+    return PendingStartPtr(new (memory) HeldBackLockStart(core, bytes, lock, counted, std::move(handler)));
+  }
 
   void admit() override {
+    const std::string path(text(), path_size_);
+    const LockOptions options{std::string(text() + path_size_, owner_data_size_), acl_, reentrant_};
+    auto make = [&](std::chrono::nanoseconds timeout, std::shared_ptr<RefusalDetail> refusal) {
+      return one_holder_request(path, options, role_, timeout, std::move(refusal));
+    };
     ContenderRequest request;
     try {
-      request = made_request(core_, make_, timeout_, nullptr, counted_, true);
+      request = made_request(core(), make, std::chrono::nanoseconds(-1), nullptr, counted_, true);
     } catch (const Error& e) {
       refuse_on_callback_thread(e.code());
       return;
@@ -103,25 +126,40 @@ class HeldBackStart final : public PendingStart {
       refuse_on_callback_thread(make_error_code(std::errc::not_enough_memory));
       return;
     }
-    start_async(core_, std::move(request), std::move(done_), {});
+    start_async(core(), std::move(request), granting(std::move(handler_)), {});
   }
 
   void refuse(std::error_code why) override {
     counted_.decided(why);
-    done_(why, nullptr);
+    handler_(why, HeldLock{});
   }
 
  private:
+  HeldBackLockStart(const std::shared_ptr<SessionCore>& core, std::size_t footprint, const OneHolderSpec& lock,
+                    const AcquisitionCount& counted, AcquireHandler handler)
+      : PendingStart(core, footprint),
+        path_size_(lock.path.size()),
+        owner_data_size_(lock.options.owner_data.size()),
+        acl_(lock.options.acl),
+        reentrant_(lock.options.reentrant),
+        role_(lock.role),
+        handler_(std::move(handler)),
+        counted_(counted) {}
+
+  const char* text() const { return reinterpret_cast<const char*>(this) + sizeof(HeldBackLockStart); }
+
   void refuse_on_callback_thread(std::error_code why) {
     counted_.decided(why);
-    core_->post_callback([done = std::move(done_), why] { done(why, nullptr); });
+    core()->post_callback([handler = std::move(handler_), why] { handler(why, HeldLock{}); });
   }
 
-  std::shared_ptr<SessionCore> core_;
-  Acquisition::MakeRequest make_;
-  std::chrono::nanoseconds timeout_;
-  Acquisition::Done done_;
-  AcquisitionCount counted_;  // asked for when start() was called: the wait counts from then
+  std::size_t path_size_;
+  std::size_t owner_data_size_;
+  NodeAcl acl_;
+  bool reentrant_;
+  ContenderRole role_;
+  AcquireHandler handler_;
+  AcquisitionCount counted_;  // asked for when the acquisition was called for: the wait counts from then
 };
 
 }  // namespace
@@ -133,34 +171,46 @@ void Acquisition::start(std::chrono::nanoseconds timeout, Done done, std::stop_t
            std::move(stop));
     return;
   }
-  // Only an acquisition that can end in nothing but its outcome waits for a slot: a deadline or a
-  // stop request must take effect at once, which a queued acquisition could not.
-  if (!may_wait_to_start_ || timeout >= std::chrono::nanoseconds::zero() || stop.stop_possible()) {
-    start_async(core_, made_request(core_, make_, timeout, std::move(refusal), std::nullopt, false), std::move(done),
+  start_async(core_, made_request(core_, make_, timeout, std::move(refusal), std::nullopt, false), std::move(done),
+              std::move(stop));
+}
+
+void start_lock_async(const std::shared_ptr<SessionCore>& core, const OneHolderSpec& lock,
+                      std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
+  // Captures a reference only: stored inside the std::function, no allocation.
+  auto make = [&lock](std::chrono::nanoseconds wait, std::shared_ptr<RefusalDetail> refusal) {
+    return one_holder_request(lock.path, lock.options, lock.role, wait, std::move(refusal));
+  };
+  if (timeout >= std::chrono::nanoseconds::zero() || stop.stop_possible()) {
+    start_async(core, made_request(core, make, timeout, nullptr, std::nullopt, false), granting(std::move(handler)),
                 std::move(stop));
     return;
   }
-  AcquisitionCount counted(*core_, path_);
+  AcquisitionCount counted(*core, lock.path);
   bool holds_slot = false;
-  {
-    std::lock_guard lock(core_->mutex());
-    switch (core_->take_start_slot_locked()) {
+  PendingStartPtr not_queued;  // destroyed, if queueing failed, without the mutex
+  try {
+    std::lock_guard guard(core->mutex());
+    switch (core->take_start_slot_locked()) {
       case SessionCore::StartSlot::full:
-        core_->queue_start_locked(
-            std::make_unique<HeldBackStart>(core_, std::move(make_), timeout, std::move(done), counted));
+        not_queued = HeldBackLockStart::make_locked(core, lock, counted, handler);
+        core->queue_start_locked(not_queued);
         return;
       case SessionCore::StartSlot::taken: holds_slot = true; break;
       case SessionCore::StartSlot::not_counted: break;
     }
-  }
-  ContenderRequest request;
-  try {
-    request = made_request(core_, make_, timeout, std::move(refusal), counted, holds_slot);
   } catch (...) {
     counted.abandoned();  // the caller hears of it from the exception
     throw;
   }
-  start_async(core_, std::move(request), std::move(done), std::move(stop));
+  ContenderRequest request;
+  try {
+    request = made_request(core, make, timeout, nullptr, counted, holds_slot);
+  } catch (...) {
+    counted.abandoned();
+    throw;
+  }
+  start_async(core, std::move(request), granting(std::move(handler)), {});
 }
 
 }  // namespace zkr::detail

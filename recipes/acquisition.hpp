@@ -14,6 +14,8 @@
 #include <system_error>
 #include <utility>
 
+#include <zkr/lock.hpp>
+
 #include "contender_wait.hpp"
 
 namespace zkr::detail {
@@ -66,16 +68,6 @@ class Acquisition {
   Acquisition(const std::shared_ptr<SessionCore>& core, std::string_view operation, std::string_view path,
               Start start)
       : core_(core), operation_(operation), path_(path), start_(std::move(start)) {}
-  // An acquisition whose `make` owns all it reads (copies, not the recipe's `this`), so that it can
-  // be made later: start() lets the session's start window hold it back (SessionCore::StartSlot)
-  // when it waits without a deadline or stop token.
-  static Acquisition may_wait_to_start(const std::shared_ptr<SessionCore>& core, std::string_view operation,
-                                       std::string_view path, MakeRequest make) {
-    Acquisition acquisition(core, operation, path, std::move(make));
-    acquisition.may_wait_to_start_ = true;
-    return acquisition;
-  }
-
   // Until granted. Throws Error (errc::cancelled when stopped).
   std::shared_ptr<Contender> wait(std::stop_token stop) const;
   // At most `timeout` (0: not at all); null when it gave up (condition::gave_up). Throws Error.
@@ -85,7 +77,6 @@ class Acquisition {
                                      std::error_code& ec) const noexcept;
   // The outcome runs `done` on the session's callback thread (with null when there is no grant);
   // `refusal`, if given, holds the words of a refusal by then.
-  // Consumes the acquisition (what it was made with may be kept for later: see may_wait_to_start).
   void start(std::chrono::nanoseconds timeout, Done done, std::stop_token stop,
              std::shared_ptr<RefusalDetail> refusal = nullptr) &&;
 
@@ -98,7 +89,21 @@ class Acquisition {
   std::string_view path_;
   MakeRequest make_;
   Start start_;  // instead of make_
-  bool may_wait_to_start_ = false;
 };
+
+// What a lock's (or a read/write lock's) acquisition is made of: one_holder_request's arguments.
+struct OneHolderSpec {
+  const std::string& path;
+  const LockOptions& options;
+  ContenderRole role;
+};
+
+// Lock::async_acquire: `handler` runs once, on the session's callback thread. One that waits for
+// ever without a stop token may be held back by the session's start window (SessionCore::StartSlot)
+// until a slot is free: it then waits in a record of its own that owns a copy of `lock` (the Lock
+// may be gone when it starts). A deadline or a stop request must take effect at once, which a
+// held-back acquisition could not: those start at once. Throws Error if the request cannot be made.
+void start_lock_async(const std::shared_ptr<SessionCore>& core, const OneHolderSpec& lock,
+                      std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop);
 
 }  // namespace zkr::detail

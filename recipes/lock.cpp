@@ -234,19 +234,7 @@ HeldLock Lock::acquire(std::stop_token stop) {
 }
 
 void Lock::async_acquire(std::chrono::nanoseconds timeout, AcquireHandler handler, std::stop_token stop) {
-  // The request may be made after this returns (the session's start window may hold it back), by
-  // when this Lock may be gone: what it reads is copied.
-  auto acquisition = detail::Acquisition::may_wait_to_start(
-      core(), "acquire lock", path_,
-      [path = path_, options = options_, role = role_](std::chrono::nanoseconds wait, auto refusal) {
-        return detail::one_holder_request(path, options, role, wait, std::move(refusal));
-      });
-  std::move(acquisition).start(
-      timeout,
-      [handler = std::move(handler)](std::error_code ec, const std::shared_ptr<Contender>& contender) {
-        handler(ec, contender ? HeldLock(detail::Internals::key(), contender) : HeldLock{});
-      },
-      std::move(stop));
+  detail::start_lock_async(core(), {path_, options_, role_}, timeout, std::move(handler), std::move(stop));
 }
 
 std::vector<ContenderInfo> Lock::contenders() const {

@@ -649,8 +649,45 @@ SessionCore::StartSlot SessionCore::take_start_slot_locked() {
   return StartSlot::taken;
 }
 
-void SessionCore::queue_start_locked(std::unique_ptr<PendingStart> start) {
+void SessionCore::queue_start_locked(PendingStartPtr& start) {
   queued_starts_.push_back(std::move(start));
+}
+
+void* SessionCore::start_record_memory_locked(std::size_t bytes) {
+  if (!start_records_memory_) start_records_memory_.emplace(&start_records_heap_);
+  void* memory = start_records_memory_->allocate(bytes, alignof(std::max_align_t));
+  ++start_records_;
+  return memory;
+}
+
+void SessionCore::give_back_start_record_memory(void* memory, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  start_records_memory_->deallocate(memory, bytes, alignof(std::max_align_t));
+  if (--start_records_ == 0) start_records_memory_.reset();
+}
+
+std::size_t SessionCore::start_record_memory_in_use() const {
+  std::lock_guard lock(mutex_);
+  return start_records_heap_.in_use;
+}
+
+void* SessionCore::CountedHeap::do_allocate(std::size_t bytes, std::size_t alignment) {
+  void* memory = std::pmr::new_delete_resource()->allocate(bytes, alignment);
+  in_use += bytes;
+  return memory;
+}
+
+void SessionCore::CountedHeap::do_deallocate(void* memory, std::size_t bytes, std::size_t alignment) {
+  std::pmr::new_delete_resource()->deallocate(memory, bytes, alignment);
+  in_use -= bytes;
+}
+
+void DiscardPendingStart::operator()(PendingStart* start) const noexcept {
+  // The record may hold the last reference to the session: kept here until its memory is back.
+  const std::shared_ptr<SessionCore> core = start->core_;
+  const std::size_t bytes = start->footprint_;
+  start->~PendingStart();
+  core->give_back_start_record_memory(start, bytes);
 }
 
 void SessionCore::release_start_slot_locked() {
@@ -664,7 +701,7 @@ void SessionCore::release_start_slot_locked() {
 }
 
 void SessionCore::admit_queued_starts() {
-  std::vector<std::unique_ptr<PendingStart>> admitted;
+  std::vector<PendingStartPtr> admitted;
   {
     std::lock_guard lock(mutex_);
     admission_posted_ = false;
@@ -688,7 +725,7 @@ void SessionCore::admit_queued_starts() {
 
 void SessionCore::refuse_queued_starts_locked() {
   if (queued_starts_.empty()) return;
-  auto refused = std::make_shared<std::deque<std::unique_ptr<PendingStart>>>(std::move(queued_starts_));
+  auto refused = std::make_shared<std::deque<PendingStartPtr>>(std::move(queued_starts_));
   queued_starts_.clear();
   post_callback([refused, why = end_reason_] {
     for (auto& start : *refused) start->refuse(why);

@@ -21,7 +21,9 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -76,15 +78,33 @@ class SessionListener {
   SessionListener* next_attached_ = nullptr;
 };
 
-// An acquisition held back by the start window (SessionOptions::max_starting_acquisitions).
+// An acquisition held back by the start window (SessionOptions::max_starting_acquisitions). Its
+// record is made in memory of the session's own (SessionCore::start_record_memory_locked).
 class PendingStart {
  public:
-  virtual ~PendingStart() = default;
   // A slot is taken for it: start it (outside the session mutex, on the worker thread).
   virtual void admit() = 0;
   // The session ended before it was admitted: report `why` (on the callback thread).
   virtual void refuse(std::error_code why) = 0;
+
+ protected:
+  // `footprint`: the bytes of its record, from start_record_memory_locked.
+  PendingStart(std::shared_ptr<SessionCore> core, std::size_t footprint)
+      : core_(std::move(core)), footprint_(footprint) {}
+  virtual ~PendingStart() = default;
+  const std::shared_ptr<SessionCore>& core() const { return core_; }
+
+ private:
+  friend struct DiscardPendingStart;
+  std::shared_ptr<SessionCore> core_;
+  std::size_t footprint_;
 };
+// Destroys a record and gives its memory back to the session. Without the session mutex: what the
+// record owns (the caller's handler) may take it when destroyed.
+struct DiscardPendingStart {
+  void operator()(PendingStart* start) const noexcept;
+};
+using PendingStartPtr = std::unique_ptr<PendingStart, DiscardPendingStart>;
 
 class SessionCore : public std::enable_shared_from_this<SessionCore> {
  public:
@@ -170,7 +190,17 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // admitted in order as slots come free, or refused when the session ends).
   enum class StartSlot { taken, not_counted, full };
   StartSlot take_start_slot_locked();
-  void queue_start_locked(std::unique_ptr<PendingStart> start);
+  // Takes `start` (and leaves it there if this throws: the caller destroys it without the mutex).
+  void queue_start_locked(PendingStartPtr& start);
+  // Memory for a held-back acquisition's record, `bytes` long (max_align_t aligned). A burst's
+  // records are made on the caller's thread and freed on the worker: from the process heap, their
+  // freed pieces would go to the worker's next allocations, long-lived ones among them, which then
+  // pin the burst's pages for as long as its locks are held. In a pool of the session's own they
+  // go back to the system together once the last is gone.
+  void* start_record_memory_locked(std::size_t bytes);
+  void give_back_start_record_memory(void* memory, std::size_t bytes);  // takes the mutex
+  // Bytes the records' pool has from the process heap (none once every record is gone).
+  std::size_t start_record_memory_in_use() const;
   void release_start_slot_locked();
 
   // ---- listeners (caller holds mutex()) ----
@@ -292,7 +322,21 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void admit_queued_starts();
   void refuse_queued_starts_locked();
   std::size_t starting_ = 0;  // slots of the start window taken
-  std::deque<std::unique_ptr<PendingStart>> queued_starts_;
+  // The process heap, counted: what start_record_memory_in_use reports.
+  class CountedHeap final : public std::pmr::memory_resource {
+   public:
+    std::size_t in_use = 0;  // under the session mutex, as every use of the pool
+
+   private:
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override;
+    void do_deallocate(void* memory, std::size_t bytes, std::size_t alignment) override;
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+  };
+  CountedHeap start_records_heap_;
+  // Made for the first record after none, destroyed with the last (which gives all back).
+  std::optional<std::pmr::unsynchronized_pool_resource> start_records_memory_;
+  std::size_t start_records_ = 0;  // made and not yet given back
+  std::deque<PendingStartPtr> queued_starts_;
   bool admission_posted_ = false;  // admit_queued_starts is on its way to the worker
 
   // metrics (under mutex_ or atomic)

@@ -2,7 +2,7 @@
 // a burst of async acquisitions sends only the window's creates at once and still grants every one,
 // in order; what must end promptly (a deadline, a stop token, a try) is never held back; a waiter
 // gives its slot back once it waits on a watch; held-back acquisitions outlive their Lock object
-// and are answered when the session closes first.
+// and are answered when the session closes first; their records' memory goes back once all started.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -15,6 +15,8 @@
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 
+#include "internals.hpp"
+#include "session_core.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -164,15 +166,41 @@ TEST_F(StartWindowTest, AHeldBackAcquisitionOutlivesItsLockObject) {
   auto session = session_with_window(proxy, 1);
   proxy.set_latency(20ms);
   Answers answers(5);
+  // Owner data of several lengths (none, short, longer than a path): the held-back record keeps
+  // each Lock's path and owner data side by side.
+  auto owner_data = [](std::size_t i) { return std::string(i * 37, static_cast<char>('a' + i)); };
   for (std::size_t i = 0; i < 5; ++i) {
-    Lock temporary(*session, fmt::format("{}/t{}", path, i));
+    Lock temporary(*session, fmt::format("{}/t{}", path, i), {.owner_data = owner_data(i)});
     temporary.async_acquire(-1ns, answers.handler(i));
   }  // each Lock is gone before its acquisition starts
   ASSERT_TRUE(answers.wait_for(5));
   for (std::size_t i = 0; i < 5; ++i) {
     EXPECT_FALSE(answers.errors[i]) << i;
     EXPECT_EQ(answers.held[i].node_path().rfind(fmt::format("{}/t{}/", path, i), 0), 0u) << answers.held[i].node_path();
+    if (i == 0) continue;  // no owner data: the default's
+    char data[256];
+    int length = sizeof data;
+    ASSERT_EQ(zoo_get(raw.handle(), answers.held[i].node_path().c_str(), 0, data, &length, nullptr), ZOK);
+    EXPECT_EQ(std::string(data, static_cast<std::size_t>(length)), owner_data(i)) << i;
   }
+}
+
+// A burst's held-back records live in a pool of the session's own (SessionCore::
+// start_record_memory_locked), which goes back to the process heap once the last has started.
+TEST_F(StartWindowTest, HeldBackRecordsGiveTheirMemoryBackOnceAllHaveStarted) {
+  testenv::Proxy proxy(servers);
+  auto session = session_with_window(proxy, 1);
+  auto made = locks(*session, 20);
+  const auto& core = detail::Internals::core(*session);
+  EXPECT_EQ(core->start_record_memory_in_use(), 0u);
+  Answers answers(made.size());
+  burst(proxy, *session, made, answers);
+  EXPECT_GT(core->start_record_memory_in_use(), 19 * sizeof(void*)) << "19 acquisitions are held back";
+  ASSERT_TRUE(answers.wait_for(made.size())) << answers.answered() << " of 20 answered";
+  EXPECT_TRUE(eventually([&] { return core->start_record_memory_in_use() == 0; }))
+      << core->start_record_memory_in_use() << " bytes kept";
+  for (std::size_t i = 0; i < made.size(); ++i) EXPECT_FALSE(answers.errors[i]) << i;
+  for (auto& held : answers.held) held.release();
 }
 
 TEST_F(StartWindowTest, HeldBackAcquisitionsAreAnsweredWhenTheSessionClosesAndLeaveNoNode) {
