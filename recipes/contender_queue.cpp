@@ -815,8 +815,8 @@ void Contender::lose_locked(LossReason reason) {
   log(LogLevel::warning, log_context_locked(), "lock {} lost ({})", node_path_, to_string(reason));
   // The stop token and the callbacks run on the callback thread: user code never runs under the
   // session mutex or on the monitor's thread.
-  auto callbacks = std::move(lost_callbacks_);
-  lost_callbacks_.clear();
+  std::vector<std::function<void(LossReason)>> callbacks;
+  if (asked_) callbacks = std::exchange(asked_->lost_callbacks, {});
   // Tokens handed out so far are stopped there; one asked for from now on is made stopped.
   core_->post_callback([callbacks = std::move(callbacks), reason, told = lost_source_]() mutable {
     told.request_stop();
@@ -850,11 +850,11 @@ bool Contender::release(std::function<void(ReleaseOutcome)> on_answer) {
   std::unique_lock lock(core_->mutex());
   switch (phase_) {
     case Phase::held:
-      if (on_answer) release_answer_ = std::make_unique<std::function<void(ReleaseOutcome)>>(std::move(on_answer));
+      if (on_answer) asked_locked().release_answer = std::move(on_answer);
       remove_node_locked();
       return true;
     case Phase::lost:
-      if (on_answer) release_answer_ = std::make_unique<std::function<void(ReleaseOutcome)>>(std::move(on_answer));
+      if (on_answer) asked_locked().release_answer = std::move(on_answer);
       finish_locked();  // the node went (or goes) with the session, or was deleted by someone else
       return true;
     case Phase::releasing:
@@ -868,7 +868,13 @@ bool Contender::release(std::function<void(ReleaseOutcome)> on_answer) {
 }
 
 void Contender::answer_release_locked(ReleaseOutcome outcome) {
-  if (auto answer = std::exchange(release_answer_, nullptr)) (*answer)(outcome);
+  if (!asked_) return;
+  if (auto answer = std::exchange(asked_->release_answer, nullptr)) answer(outcome);
+}
+
+Contender::Asked& Contender::asked_locked() {
+  if (!asked_) asked_ = std::make_unique<Asked>();
+  return *asked_;
 }
 
 // Never deletes anything but this contender's own node, on the session that created it.
@@ -1142,7 +1148,7 @@ void Contender::on_lost(std::function<void(LossReason)> callback) {
     core_->post_callback([callback = std::move(callback), reason = *loss_reason_] { callback(reason); });
     return;
   }
-  lost_callbacks_.push_back(std::move(callback));
+  asked_locked().lost_callbacks.push_back(std::move(callback));
 }
 
 }  // namespace zkr::detail

@@ -106,7 +106,7 @@ struct ContenderRequest {
 
 class Contender final : public SessionListener, public std::enable_shared_from_this<Contender> {
  public:
-  enum class Phase {
+  enum class Phase : std::uint8_t {
     waiting_for_session,  // no usable session: (re)start when one connects
     creating,             // create + getChildren sent
     recovering,           // create's outcome unknown: looking for our GUID
@@ -163,7 +163,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
  private:
 
   // What to resend once the connection is back on the same session.
-  enum class Retry { none, recover, check, remove, touch, watch_own };
+  enum class Retry : std::uint8_t { none, recover, check, remove, touch, watch_own };
 
   void set_phase_locked(Phase next);  // checked in sanitizer builds (state_check.hpp)
   void begin_locked();
@@ -232,42 +232,49 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   const std::shared_ptr<SessionCore> core_;
   std::unique_ptr<Acquiring> acquiring_;
 
-  // Everything below is guarded by core_->mutex().
+  // Everything below is guarded by core_->mutex(). The flags come first, packed together: a
+  // contender lives as long as its lock is held, thousands of them on one session.
   Phase phase_ = Phase::waiting_for_session;
   Retry retry_ = Retry::none;
+  enum class OwnWatch : std::uint8_t { none, pending, set };
+  OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
   bool start_slot_ = false;     // a slot of the start window is ours (ContenderRequest::holds_start_slot)
   bool abandon_ = false;        // no longer wanted: delete the node once it is known
   bool completed_ = false;      // on_done has run
-  std::uint64_t generation_ = 0;  // the session generation our node belongs to
-  std::uint64_t attempt_ = 0;     // bumps on every create attempt and every check
-  std::string node_path_;
-  enum class OwnWatch { none, pending, set };
-  OwnWatch own_watch_ = OwnWatch::none;  // the data watch on node_path_ (see watch_own_node_locked)
   // A children watch on our parent, registered by a listing of our current node (a one-holder
   // recipe's, see listings_watch_path), that has not fired: no child came or went since, so our
   // node is still there (on_path_changed_locked).
   bool path_watch_live_ = false;
   bool holding_lost_session_ = false;    // lost with our session; the session waits for our let-go
-  // release()'s on_answer, until it has run (on the heap: most releases do not ask).
-  std::unique_ptr<std::function<void(ReleaseOutcome)>> release_answer_;
   bool delete_in_doubt_ = false;  // a delete of ours met a dropped connection: it may have taken effect
   bool parent_verified_ = true;     // check_parent passed for the current node (or there is none)
   bool first_waiter_touch_sent_ = false;  // for the current node
-  // Whether the deletion alone of the node we wait for (Acquiring::blocker) grants us; the
-  // attempt that set our watch on it, the attempt it now serves, and whether it is set and has not
-  // fired (see watch_locked).
+  // Whether the deletion alone of the node we wait for (Acquiring::blocker) grants us; whether
+  // our watch on it is set and has not fired (see watch_locked).
   bool blocker_deletion_grants_ = false;
   bool blocker_watch_live_ = false;
-  std::uint64_t blocker_watch_attempt_ = 0;
-  std::uint64_t blocker_watch_serves_ = 0;
+  bool drop_counted_ = false;  // see drops_in_a_row_
+  std::atomic<bool> spare_hold_taken_{false};  // see spare_hold
   // Dropped connections met by our requests since the last reply got through (see
   // kMaxDropsInARow), counted once per drop.
   int drops_in_a_row_ = 0;
-  bool drop_counted_ = false;
+  std::uint64_t generation_ = 0;  // the session generation our node belongs to
+  std::uint64_t attempt_ = 0;     // bumps on every create attempt and every check
+  std::string node_path_;
+  // What few callers ask for, on the heap from the first ask: a contender lives as long as its
+  // lock is held.
+  struct Asked {
+    std::function<void(ReleaseOutcome)> release_answer;           // release()'s on_answer, until it has run
+    std::vector<std::function<void(LossReason)>> lost_callbacks;  // on_lost's, until the loss
+  };
+  Asked& asked_locked();
+  std::unique_ptr<Asked> asked_;
+  // The attempt that set our watch on the blocker, and the attempt it now serves (see watch_locked).
+  std::uint64_t blocker_watch_attempt_ = 0;
+  std::uint64_t blocker_watch_serves_ = 0;
   FencingToken token_;
   std::int64_t session_id_ = 0;
   std::optional<LossReason> loss_reason_;
-  std::vector<std::function<void(LossReason)>> lost_callbacks_;
   // Made by the first lost_token() (its shared state costs an allocation that most holders never
   // need): stopped on the callback thread with the loss callbacks, or made stopped once lost.
   mutable std::stop_source lost_source_{std::nostopstate};
@@ -276,7 +283,6 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::unique_ptr<boost::asio::steady_timer> own_watch_timer_;
   AcquisitionCount counted_;  // what the metrics count us as (set in start)
   Hold spare_hold_{false};
-  std::atomic<bool> spare_hold_taken_{false};
 };
 
 template <typename Body>
