@@ -13,7 +13,6 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
 #include <vector>
 
 #include <zookeeper/zookeeper.h>
@@ -107,17 +106,40 @@ void configure_client_logging_once() {
 
 class CConnection;
 
+struct HandleContext;
+
+// A registered watch's callback, linked into its handle's list of pending watches until it fires
+// or the handle closes. Linked in place rather than kept in a set: a session may hold a watch per
+// held lock, tens of thousands of them, and this is one allocation each.
+struct WatchContext {
+  HandleContext* handle;
+  NodeWatch watch;
+  WatchContext* previous = nullptr;
+  WatchContext* next = nullptr;
+};
+
 // Owned by the connection; freed only after zookeeper_close returns, so a late watcher call
 // never sees freed memory.
 struct HandleContext {
   ConnectionEventHandler on_event;
   std::mutex watches_mutex;
-  std::unordered_set<struct WatchContext*> pending_watches;
-};
+  // Guarded by watches_mutex.
+  WatchContext* pending_watches = nullptr;
+  std::size_t pending_watch_count = 0;
 
-struct WatchContext {
-  HandleContext* handle;
-  NodeWatch watch;
+  void link_locked(WatchContext* watch) {
+    watch->next = pending_watches;
+    if (pending_watches) pending_watches->previous = watch;
+    pending_watches = watch;
+    ++pending_watch_count;
+  }
+  void unlink_locked(WatchContext* watch) {
+    if (watch->previous) watch->previous->next = watch->next;
+    else pending_watches = watch->next;
+    if (watch->next) watch->next->previous = watch->previous;
+    watch->previous = watch->next = nullptr;
+    --pending_watch_count;
+  }
 };
 
 void session_watcher(zhandle_t*, int type, int state, const char*, void* context) {
@@ -139,7 +161,7 @@ void node_watcher(zhandle_t*, int type, int, const char*, void* context) {
   auto* watch = static_cast<WatchContext*>(context);
   {
     std::lock_guard lock(watch->handle->watches_mutex);
-    watch->handle->pending_watches.erase(watch);
+    watch->handle->unlink_locked(watch);
   }
   NodeWatch callback = std::move(watch->watch);
   delete watch;
@@ -177,7 +199,7 @@ void on_string(int rc, const char*, const void* data) {
 void forget_unregistered_watch(WatchContext* watch, int rc) {
   if (!watch || rc == ZOK) return;
   std::lock_guard lock(watch->handle->watches_mutex);
-  watch->handle->pending_watches.erase(watch);
+  watch->handle->unlink_locked(watch);
   delete watch;
 }
 
@@ -379,14 +401,17 @@ class CConnection final : public ZooKeeperConnection {
     zookeeper_close(handle_);
     handle_ = nullptr;
     // The completion thread has been joined: nothing can fire any more.
-    for (WatchContext* watch : context_->pending_watches) delete watch;
-    context_->pending_watches.clear();
+    while (WatchContext* watch = context_->pending_watches) {
+      context_->pending_watches = watch->next;
+      delete watch;
+    }
+    context_->pending_watch_count = 0;
   }
 
  private:
   std::size_t pending_watches() const override {
     std::lock_guard lock(context_->watches_mutex);
-    return context_->pending_watches.size();
+    return context_->pending_watch_count;
   }
 
   // A watch context lives in pending_watches until it fires or the handle closes.
@@ -394,13 +419,13 @@ class CConnection final : public ZooKeeperConnection {
     if (!watch) return nullptr;
     auto* context = new WatchContext{context_.get(), std::move(watch)};
     std::lock_guard lock(context_->watches_mutex);
-    context_->pending_watches.insert(context);
+    context_->link_locked(context);
     return context;
   }
   void untrack(WatchContext* watch) {
     if (!watch) return;
     std::lock_guard lock(context_->watches_mutex);
-    context_->pending_watches.erase(watch);
+    context_->unlink_locked(watch);
     delete watch;
   }
 

@@ -262,6 +262,65 @@ TEST(Session, LoseOnDisconnectPolicyLosesAtOnce) {
   ASSERT_TRUE(eventually([&] { return session.state() == SessionState::connected; }));
 }
 
+// The client keeps a registered watch's callback until it fires, the request that would set it
+// fails, or the connection closes: watches set on many nodes, failed on missing ones, and fired
+// in an order other than the one they were set in, leave exactly the unfired ones pending, and
+// each callback runs once.
+TEST(Session, PendingWatchesAreTheUnfiredOnesWhateverOrderTheyFireIn) {
+  Session session(session_options(testenv::shared_server(), 8000ms));
+  const auto& core = detail::Internals::core(session);
+  const std::string parent = testenv::unique_path("pending-watches");
+  std::error_code exists_already;
+  session.create(parent.substr(0, parent.rfind('/')), {}, exists_already);
+  session.create(parent);
+  constexpr int kNodes = 12;
+  std::vector<std::string> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(session.create(fmt::format("{}/n{}", parent, i)));
+  const std::uint64_t generation = [&] {
+    std::lock_guard lock(core->mutex());
+    return core->generation_locked();
+  }();
+  const std::size_t before = core->pending_watches();
+  std::vector<std::atomic<int>> fired(kNodes + 1);
+  std::atomic<int> answered{0};
+  for (int i = 0; i < kNodes; ++i)
+    core->get_data(generation, nodes[i], [&](zk_errc, std::string, NodeStat) { ++answered; },
+                   [&fired, i](NodeEvent) { ++fired[i]; });
+  core->get_children(generation, parent, [&](zk_errc, std::vector<std::string>, NodeStat) { ++answered; },
+                     [&fired](NodeEvent) { ++fired[kNodes]; });
+  // Refused by the server (no such node): never registered, so not pending either.
+  for (int i = 0; i < 3; ++i)
+    core->get_data(generation, fmt::format("{}/missing{}", parent, i),
+                   [&](zk_errc, std::string, NodeStat) { ++answered; }, [](NodeEvent) { ADD_FAILURE(); });
+  ASSERT_TRUE(eventually([&] { return answered == kNodes + 4; }));
+  EXPECT_EQ(core->pending_watches(), before + kNodes + 1);
+  // The middle ones first, then the last, then the first: out of the order they were set in.
+  std::vector<int> order;
+  for (int i = kNodes / 2; i < kNodes - 1; ++i) order.push_back(i);
+  order.push_back(kNodes - 1);
+  for (int i = 0; i < kNodes / 2; ++i) order.push_back(i);
+  std::size_t removed = 0;
+  for (int i : order) {
+    session.remove(nodes[i]);
+    ++removed;
+    ASSERT_TRUE(eventually([&] { return fired[i] == 1; })) << "node " << i;
+    // The parent's children watch fired at the first removal and is not set again.
+    ASSERT_TRUE(eventually([&] { return core->pending_watches() == before + kNodes - removed; }))
+        << core->pending_watches() << " pending after " << removed << " removals";
+  }
+  EXPECT_EQ(fired[kNodes], 1);
+  for (int i = 0; i < kNodes; ++i) EXPECT_EQ(fired[i], 1) << "node " << i;
+  // And the watches still pending when the session closes are freed with it (the sanitizer
+  // build's leak check).
+  const std::string last = session.create(parent + "/last");
+  core->get_data(generation, last, [&](zk_errc, std::string, NodeStat) { ++answered; }, [](NodeEvent) {});
+  ASSERT_TRUE(eventually([&] { return answered == kNodes + 5; }));
+  EXPECT_EQ(core->pending_watches(), before + 1);
+  session.remove(last);  // fires after the test's check, or is freed at close
+  session.remove(parent);
+  session.close();
+}
+
 TEST(Session, ServerSideExpiryIsReportedAsLoss) {
   testenv::Proxy proxy(testenv::shared_server());
   Session session(session_options(proxy.address(), 8000ms));
