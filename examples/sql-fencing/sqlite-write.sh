@@ -3,8 +3,9 @@
 #
 #   zklock /locks/ledger examples/sql-fencing/sqlite-write.sh /var/lib/ledger.db ledger "some value"
 #
-# In one transaction: admit $ZKLOCK_FENCING_TOKEN for NAME (the schema's trigger refuses a token
-# lower than one admitted before and rolls the transaction back), then append VALUE to entries.
+# In one transaction: append VALUE to entries with $ZKLOCK_FENCING_TOKEN (the schema's trigger
+# refuses the row if a later holder's token was admitted), then admit the token for NAME, last (a
+# stale token rolls the whole transaction back there).
 # Exit status: 0 written; 1 refused (stderr: "stale fencing token") or another error, and then
 # nothing was written; 64 usage.
 #
@@ -27,13 +28,13 @@ esac
 quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/''/g")"; }
 name=$(quote "$2")
 value=$(quote "$3")
-# -bail: stop at the first error; the refused transaction is already rolled back by the trigger.
+# -bail: stop at the first error; sqlite3 then exits, and its open transaction is rolled back.
 # BEGIN IMMEDIATE takes the write lock first; .timeout waits for another writer's lock.
 exec sqlite3 -bail "$1" <<SQL
 .timeout $busy_timeout
 BEGIN IMMEDIATE;
+INSERT INTO entries (name, token, value) VALUES ($name, $ZKLOCK_FENCING_TOKEN, $value);
 INSERT INTO fence (name, token) VALUES ($name, $ZKLOCK_FENCING_TOKEN)
   ON CONFLICT (name) DO UPDATE SET token = excluded.token;
-INSERT INTO entries (name, token, value) VALUES ($name, $ZKLOCK_FENCING_TOKEN, $value);
 COMMIT;
 SQL

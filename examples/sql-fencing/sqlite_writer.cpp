@@ -24,8 +24,9 @@ struct Statement {
   std::vector<std::variant<std::int64_t, std::string>> parameters;  // bound, never parsed as SQL
 };
 
-// The schema's trigger refuses a lower token with RAISE(ROLLBACK, ...), which SQLite reports as
-// this extended code; the transaction is already rolled back.
+// The schema's triggers refuse a stale token with RAISE(ABORT, ...) on a data row (the transaction
+// stays open) or RAISE(ROLLBACK, ...) on the fence upsert (the transaction is gone); SQLite reports
+// either as this extended code.
 bool refused(sqlite3* db, int code) {
   return code == SQLITE_CONSTRAINT_TRIGGER &&
          std::string_view(sqlite3_errmsg(db)).starts_with("stale fencing token");
@@ -72,14 +73,18 @@ sql_fencing::WriteOutcome write_entry(const sql_fencing::WriteRequest& request) 
   // BEGIN IMMEDIATE takes the write lock before the token is compared: writers of the file are
   // serialized, and each sees the token the one before it committed.
   run_checked({"BEGIN IMMEDIATE", {}});
+  if (request.pause_in_transaction) request.pause_in_transaction();
+  // The data first, the fence upsert last (docs/fencing.md): a refusal anywhere leaves nothing of
+  // the transaction to commit, even for a writer that would go on after an error.
+  if (!run_checked({"INSERT INTO entries (name, token, value) VALUES (?1, ?2, ?3)",
+                    {request.name, request.token, request.value}})) {
+    run(raw, {"ROLLBACK", {}});  // a refused row leaves the transaction open: end it here
+    return sql_fencing::WriteOutcome::refused;
+  }
   if (!run_checked({"INSERT INTO fence (name, token) VALUES (?1, ?2) "
                     "ON CONFLICT (name) DO UPDATE SET token = excluded.token",
                     {request.name, request.token}}))
     return sql_fencing::WriteOutcome::refused;  // rolled back by the trigger
-  if (request.pause_in_transaction) request.pause_in_transaction();
-  if (!run_checked({"INSERT INTO entries (name, token, value) VALUES (?1, ?2, ?3)",
-                    {request.name, request.token, request.value}}))
-    return sql_fencing::WriteOutcome::refused;
   run_checked({"COMMIT", {}});
   return sql_fencing::WriteOutcome::written;
 }

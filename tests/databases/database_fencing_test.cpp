@@ -695,38 +695,101 @@ TEST_F(SqliteFencingTest, FrozenCxxWriterIsRefused) { frozen_example_writer_is_r
 
 TEST_F(SqliteFencingTest, FrozenZklockJobWithSqlite3IsRefused) { frozen_zklock_job_is_refused(); }
 
-// After a refusal SQLite has rolled the transaction back; a client that goes on (sqlite3 without
-// -bail) runs its next statements each in a transaction of its own. The schema refuses them too.
+// docs/fencing.md's SQLite write, as sqlite3 runs it with its parameters set. A stale writer that
+// goes on after errors (sqlite3 without -bail) commits nothing: its row is refused and its upsert
+// rolls the transaction back. Outside a transaction a stale row is refused too, and a row with a
+// newer token raises the fence with it: no row stands with a token the fence has not admitted.
 TEST_F(SqliteFencingTest, IgnoringTheRefusalCannotWrite) {
-  const std::string writes =
-      "BEGIN IMMEDIATE;\n"
-      "INSERT INTO fence (name, token) VALUES ('ledger', {0}) ON CONFLICT (name) DO UPDATE SET token = excluded.token;\n"
-      "INSERT INTO entries (name, token, value) VALUES ('ledger', {0}, '{1}');\n"
-      "COMMIT;\n";
-  const Outcome later = run_to_end({"sqlite3", "-bail", database(), fmt::format(fmt::runtime(writes), 300, "later")});
+  const std::string write_sql = documented_sql("The write, in one transaction begun with `BEGIN IMMEDIATE`");
+  ASSERT_FALSE(write_sql.empty());
+  auto with_parameters = [&](std::int64_t token, std::string_view value) {
+    return fmt::format(".parameter set :name \"'{}'\"\n.parameter set :token {}\n.parameter set :value \"'{}'\"\n{}",
+                       kName, token, value, write_sql);
+  };
+  const Outcome later = run_to_end({"/bin/sh", "-c", "printf '%s' \"$1\" | sqlite3 -bail \"$0\"", database(),
+                                    with_parameters(300, "later")});
   ASSERT_EQ(later.exit_code, 0) << later.output;
   // From standard input, as a script: sqlite3 without -bail goes on after an error there.
   const Outcome ignoring = run_to_end({"/bin/sh", "-c", "printf '%s' \"$1\" | sqlite3 \"$0\"", database(),
-                                       fmt::format(fmt::runtime(writes), 250, "ignoring")});
+                                       with_parameters(250, "ignoring")});
   std::cout << "sqlite3 without -bail:\n" << ignoring.output;
   EXPECT_THAT(ignoring.output, HasSubstr("stale fencing token"));
-  const Outcome unfenced = run_to_end(
-      {"sqlite3", database(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 400, 'never admitted')"});
-  EXPECT_NE(unfenced.exit_code, 0) << unfenced.output;
+  const Outcome stale_alone = run_to_end(
+      {"sqlite3", database(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 250, 'stale alone')"});
+  EXPECT_NE(stale_alone.exit_code, 0) << stale_alone.output;
+  EXPECT_THAT(stale_alone.output, HasSubstr("stale fencing token"));
+  const Outcome newer_alone = run_to_end(
+      {"sqlite3", database(), "INSERT INTO entries (name, token, value) VALUES ('ledger', 400, 'newer alone')"});
+  EXPECT_EQ(newer_alone.exit_code, 0) << newer_alone.output;
 
   const auto fence = fence_rows();
   const auto entries = entry_rows();
   show(database_kind(), fence, entries);
-  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 300}));
-  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "later"}));
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 400}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "later"}, EntryRow{kName, 400, "newer alone"}));
 }
+
+// A stale writer that ignores every error (sqlite3 reading a script without -bail: it goes on
+// after each failed statement) and whose transaction touches more than the guarded table: 20,000
+// rows into a table without triggers, a DELETE of the newer holder's row, a CREATE TABLE. Its
+// transaction follows docs/fencing.md (data writes, then the fence upsert last). Nothing of it may
+// commit, in either journal mode: a refused data row fails alone and leaves the transaction open,
+// and the stale upsert that ends it rolls it all back.
+class SqliteStaleWriterTest : public SqliteFencingTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(SqliteStaleWriterTest, IgnoringEveryErrorCommitsNothing) {
+  const std::string journal_mode = GetParam();
+  const Outcome setup = run_to_end({"sqlite3", "-bail", database(),
+                                    fmt::format("PRAGMA journal_mode = {};", journal_mode),
+                                    "CREATE TABLE notes (value TEXT NOT NULL) STRICT;"});
+  ASSERT_EQ(setup.exit_code, 0) << setup.output;
+  ASSERT_THAT(setup.output, HasSubstr(journal_mode == "wal" ? "wal" : "delete"));
+  // The newer holder's write admits its token first: both orders are right for a writer that is
+  // not stale (and this one runs on a schema of either version).
+  const std::string newer =
+      "BEGIN IMMEDIATE;\n"
+      "INSERT INTO fence (name, token) VALUES ('ledger', 300) ON CONFLICT (name) DO UPDATE SET token = excluded.token;\n"
+      "INSERT INTO entries (name, token, value) VALUES ('ledger', 300, 'newer');\n"
+      "COMMIT;\n";
+  const Outcome written = run_to_end({"sqlite3", "-bail", database(), newer});
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+
+  const std::string stale =
+      "BEGIN IMMEDIATE;\n"
+      "INSERT INTO entries (name, token, value) VALUES ('ledger', 250, 'stale');\n"
+      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)\n"
+      "  INSERT INTO notes (value) SELECT 'stale ' || i FROM n;\n"
+      "DELETE FROM entries WHERE token = 300;\n"
+      "CREATE TABLE stale_ddl (x INTEGER);\n"
+      "INSERT INTO entries (name, token, value) VALUES ('ledger', 250, 'stale again');\n"
+      "INSERT INTO fence (name, token) VALUES ('ledger', 250) ON CONFLICT (name) DO UPDATE SET token = excluded.token;\n"
+      "COMMIT;\n";
+  const Outcome ignoring = run_to_end({"/bin/sh", "-c", "printf '%s' \"$1\" | sqlite3 \"$0\"", database(), stale});
+  std::cout << "stale sqlite3 without -bail (" << journal_mode << "):\n" << ignoring.output;
+  EXPECT_THAT(ignoring.output, HasSubstr("stale fencing token"));
+
+  const Outcome left = run_to_end({"sqlite3", "-bail", database(),
+                                   "SELECT 'notes=' || count(*) FROM notes;",
+                                   "SELECT 'stale_ddl=' || count(*) FROM sqlite_schema WHERE name = 'stale_ddl';"});
+  ASSERT_EQ(left.exit_code, 0) << left.output;
+  EXPECT_THAT(left.output, HasSubstr("notes=0"));
+  EXPECT_THAT(left.output, HasSubstr("stale_ddl=0"));
+  const auto fence = fence_rows();
+  const auto entries = entry_rows();
+  show(database_kind(), fence, entries);
+  EXPECT_THAT(fence, ElementsAre(FenceRow{kName, 300}));
+  EXPECT_THAT(entries, ElementsAre(EntryRow{kName, 300, "newer"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(JournalModes, SqliteStaleWriterTest, ::testing::Values("wal", "delete"),
+                         [](const auto& instance) { return std::string(instance.param); });
 
 // docs/fencing.md's operator step for SQLite: delete the name's row, and the next writer starts it
 // again from its own token. An update that lowers it is refused.
 TEST_F(SqliteFencingTest, AnOperatorLowersTheFenceByDeletingItsRow) {
-  const std::string write = "BEGIN IMMEDIATE; INSERT INTO fence (name, token) VALUES ('ledger', {0}) "
-                            "ON CONFLICT (name) DO UPDATE SET token = excluded.token; "
-                            "INSERT INTO entries (name, token, value) VALUES ('ledger', {0}, 'v{0}'); COMMIT;";
+  const std::string write = "BEGIN IMMEDIATE; INSERT INTO entries (name, token, value) VALUES ('ledger', {0}, 'v{0}'); "
+                            "INSERT INTO fence (name, token) VALUES ('ledger', {0}) "
+                            "ON CONFLICT (name) DO UPDATE SET token = excluded.token; COMMIT;";
   ASSERT_EQ(run_to_end({"sqlite3", "-bail", database(), fmt::format(fmt::runtime(write), 300)}).exit_code, 0);
   const Outcome lowered = run_to_end({"sqlite3", "-bail", database(), "UPDATE fence SET token = 5 WHERE name = 'ledger'"});
   EXPECT_NE(lowered.exit_code, 0);
