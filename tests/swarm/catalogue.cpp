@@ -444,7 +444,7 @@ void Swarm::harvest_catalogue() {
     const std::error_code ec = *outcome;
     trace("  outcome of step {} (multi_acquire): {}", pending.step, ec ? ec.message() : "granted");
     unexpected("multi-lock", pending.what, ec);
-    std::lock_guard lock(pending.box->mutex);
+    std::unique_lock lock(pending.box->mutex);  // let go before the erase below may free the box
     auto& held = pending.box->held;
     if (ec) {
       count(fmt::format("multi-locks ended without a grant: {}", ec.message()));
@@ -490,14 +490,19 @@ void Swarm::harvest_catalogue() {
       count("multi-lock grants");
       c.multi_holds.push_back(std::move(hold));
     }
+    lock.unlock();
     it = c.multi_pending.erase(it);
   }
   // Joins that failed (a join that succeeded shows in the member's state).
   for (auto& [key, made] : c.members)
     if (made.join && made.join->finished()) {
-      std::lock_guard lock(made.join->mutex);
-      unexpected("group", "a GroupMember's join", made.join->ec);
-      count(fmt::format("group joins: {}", made.join->ec ? made.join->ec.message() : "joined"));
+      std::error_code ec;
+      {
+        std::lock_guard lock(made.join->mutex);  // let go before the reset below frees it
+        ec = made.join->ec;
+      }
+      unexpected("group", "a GroupMember's join", ec);
+      count(fmt::format("group joins: {}", ec ? ec.message() : "joined"));
       made.join.reset();
     }
   // Sets and removes that ended: the latest one that succeeded tells the model again.
@@ -507,11 +512,16 @@ void Swarm::harvest_catalogue() {
       ++it;
       continue;
     }
-    std::lock_guard lock(change.record.mutex);
-    const auto ec = change.record.ec;
+    // Read under the record's mutex, and let go of it before the erase below frees the record.
+    std::error_code ec;
+    std::string thrown;
+    {
+      std::lock_guard lock(change.record.mutex);
+      ec = change.record.ec;
+      thrown = change.record.unexpected;
+    }
     trace("  outcome of {}: {}", change.what, ec ? ec.message() : "ok");
-    if (!change.record.unexpected.empty())
-      fail("exception", "barrier", fmt::format("{}: threw {}", change.what, change.record.unexpected));
+    if (!thrown.empty()) fail("exception", "barrier", fmt::format("{}: threw {}", change.what, thrown));
     unexpected("barrier", change.what, ec);
     count(fmt::format("barrier {}: {}", change.setting ? "sets" : "removes", ec ? ec.message() : "ok"));
     if (!ec) {
