@@ -4,7 +4,7 @@
 //   Swarm.FixedSeeds   CI's budget: a fixed list of seeds on the fake (ZKR_SWARM_SEEDS, _STEPS)
 //   Swarm.Regressions  every failing sequence found so far, replayed
 //   Swarm.Replay       one seed or operation list from the environment (a failure's replay line)
-//   Swarm.Explore      new seeds for ZKR_SWARM_MINUTES (scripts/swarm)
+//   Swarm.Explore      new seeds for ZKR_SWARM_MINUTES or ZKR_SWARM_SECONDS (scripts/swarm, scripts/mutants)
 //   Swarm.RealServers  a few seeds against real servers behind proxies (ZKR_SWARM_REAL_SEEDS)
 //
 // Environment: ZKR_SWARM_SEED or ZKR_SWARM_SEEDS ("1-40" or "3,7,9"), ZKR_SWARM_STEPS,
@@ -159,9 +159,10 @@ TEST(Swarm, Replay) {
 }
 
 TEST(Swarm, Explore) {
-  const auto minutes = env_number("ZKR_SWARM_MINUTES", 0);
-  if (minutes == 0) GTEST_SKIP() << "set ZKR_SWARM_MINUTES to explore new seeds (scripts/swarm)";
-  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(minutes);
+  // ZKR_SWARM_SECONDS, when set, is the budget instead of ZKR_SWARM_MINUTES (scripts/mutants).
+  const auto seconds = env_number("ZKR_SWARM_SECONDS", env_number("ZKR_SWARM_MINUTES", 0) * 60);
+  if (seconds == 0) GTEST_SKIP() << "set ZKR_SWARM_MINUTES to explore new seeds (scripts/swarm)";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   // Seeds from the clock unless given: each run explores new ones.
   const auto first = env_number("ZKR_SWARM_FIRST_SEED", std::random_device{}() % 1'000'000'000 + 1000);
   std::vector<std::uint64_t> seeds;
