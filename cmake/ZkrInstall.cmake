@@ -61,7 +61,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/zkrecipes-config.cmake.i
   ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config.cmake
   INSTALL_DESTINATION ${ZKR_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config-version.cmake
-  COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may break the API
+  COMPATIBILITY SameMajorVersion)  # a minor release keeps the API and ABI (README.md, "Versioning")
 install(FILES ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config.cmake
               ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config-version.cmake
         DESTINATION ${ZKR_INSTALL_CMAKEDIR})

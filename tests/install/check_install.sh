@@ -7,6 +7,7 @@
 #   check_install.sh cmake-consumer PREFIX WORK_DIR shared|static
 #   check_install.sh pkgconfig-consumer PREFIX WORK_DIR shared|static
 #   check_install.sh prometheus-consumer PREFIX WORK_DIR
+#   check_install.sh version-compat PREFIX WORK_DIR VERSION
 #   check_install.sh subdirectory SOURCE_DIR WORK_DIR
 #   check_install.sh deb BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -128,6 +129,57 @@ cmd_pkgconfig_consumer() {
   run_consumer "$work/consumer"
 }
 
+# find_package(zkrecipes X.Y) accepts any release of the same major version from X.Y on
+# (SameMajorVersion: a minor release adds to the API and keeps the ABI), and refuses another major.
+cmd_version_compat() {
+  local prefix=$1 work=$2 version=$3 major=${3%%.*}
+  fresh_dir "$work"
+  local configure=(cmake -S "$consumer_source" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$CXX")
+  "${configure[@]}" -B "$work/same" -DZKR_REQUIRE_VERSION="$major.0" >"$work/same.log" 2>&1 ||
+    { cat "$work/same.log"; fail "find_package(zkrecipes $major.0) refused the installed $version"; }
+  grep -q "consumer: found zkrecipes $version\$" "$work/same.log" ||
+    { cat "$work/same.log"; fail "find_package(zkrecipes $major.0) did not report version $version"; }
+  echo "find_package(zkrecipes $major.0): found $version"
+
+  local next=$((major + 1)).0
+  if "${configure[@]}" -B "$work/next" -DZKR_REQUIRE_VERSION="$next" >"$work/next.log" 2>&1; then
+    cat "$work/next.log"; fail "find_package(zkrecipes $next) accepted the installed $version"
+  fi
+  grep -q "version: $version" "$work/next.log" ||
+    { cat "$work/next.log"; fail "find_package(zkrecipes $next) failed, but not for the version"; }
+  echo "find_package(zkrecipes $next): refused $version"
+
+  # The version file's rule itself, for releases not installed here: a later minor release
+  # satisfies $major.0, an earlier major does not.
+  local version_file
+  version_file=$(find "$prefix" -name zkrecipes-config-version.cmake | head -n 1)
+  [ -n "$version_file" ] || fail "no zkrecipes-config-version.cmake under $prefix"
+  local probe=$work/probe.cmake
+  cat >"$probe" <<PROBE
+function(check installed wanted expected)
+  file(READ "$version_file" text)
+  string(REPLACE "\"$version\"" "\"\${installed}\"" text "\${text}")
+  file(WRITE "$work/version-\${installed}.cmake" "\${text}")
+  set(PACKAGE_FIND_VERSION \${wanted})
+  string(REPLACE "." ";" parts \${wanted})
+  list(GET parts 0 PACKAGE_FIND_VERSION_MAJOR)
+  list(GET parts 1 PACKAGE_FIND_VERSION_MINOR)
+  set(PACKAGE_FIND_VERSION_PATCH 0)
+  set(PACKAGE_FIND_VERSION_COUNT 2)
+  include("$work/version-\${installed}.cmake")
+  if(NOT "\${PACKAGE_VERSION_COMPATIBLE}" STREQUAL "\${expected}")
+    message(FATAL_ERROR "installed \${installed}, wanted \${wanted}: compatible is '\${PACKAGE_VERSION_COMPATIBLE}', not \${expected}")
+  endif()
+  message(STATUS "installed \${installed}, wanted \${wanted}: compatible \${expected}")
+endfunction()
+check($major.4.2 $major.0 TRUE)
+check($major.4.2 $major.4 TRUE)
+check($major.4.2 $major.5 FALSE)
+check($next.0 $major.0 FALSE)
+PROBE
+  cmake -P "$probe" || fail "the installed version file's compatibility rule"
+}
+
 cmd_subdirectory() {
   local source=$1 work=$2
   fresh_dir "$work"
@@ -203,7 +255,8 @@ case "$command" in
   cmake-consumer) [ $# -eq 3 ] || fail "usage: cmake-consumer PREFIX WORK_DIR shared|static"; cmd_cmake_consumer "$@" ;;
   pkgconfig-consumer) [ $# -eq 3 ] || fail "usage: pkgconfig-consumer PREFIX WORK_DIR shared|static"; cmd_pkgconfig_consumer "$@" ;;
   prometheus-consumer) [ $# -eq 2 ] || fail "usage: prometheus-consumer PREFIX WORK_DIR"; cmd_prometheus_consumer "$@" ;;
+  version-compat) [ $# -eq 3 ] || fail "usage: version-compat PREFIX WORK_DIR VERSION"; cmd_version_compat "$@" ;;
   subdirectory) [ $# -eq 2 ] || fail "usage: subdirectory SOURCE_DIR WORK_DIR"; cmd_subdirectory "$@" ;;
   deb) [ $# -eq 2 ] || fail "usage: deb BUILD_DIR WORK_DIR"; cmd_deb "$@" ;;
-  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, prometheus-consumer, subdirectory, deb)" ;;
+  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, prometheus-consumer, version-compat, subdirectory, deb)" ;;
 esac
