@@ -68,7 +68,8 @@ cmd_install() {
   local expected=(
     include/zkr/lock.hpp include/zkr/session.hpp include/zkr/fence_gate.hpp include/zkr/fencing_token.hpp
     include/zkr/fenced.hpp include/zkr/prometheus.hpp
-    bin/zklock share/man/man1/zklock.1 share/bash-completion/completions/zklock
+    bin/zklock share/man/man1/zklock.1.gz share/bash-completion/completions/zklock
+    share/doc/zkrecipes/copyright share/doc/zkrecipes/changelog.gz
   )
   for file in "${expected[@]}"; do
     [ -e "$prefix/$file" ] || fail "cmake --install did not install $file"
@@ -225,8 +226,9 @@ cmd_deb() {
 
   local contents
   contents=$(dpkg-deb --contents "$deb" | awk '{print $6}')
-  for file in ./usr/bin/zklock ./usr/share/man/man1/zklock.1 ./usr/share/bash-completion/completions/zklock \
-              ./usr/include/zkr/lock.hpp ./usr/include/zkr/session.hpp; do
+  for file in ./usr/bin/zklock ./usr/share/man/man1/zklock.1.gz ./usr/share/bash-completion/completions/zklock \
+              ./usr/include/zkr/lock.hpp ./usr/include/zkr/session.hpp \
+              ./usr/share/doc/zkrecipes/copyright ./usr/share/doc/zkrecipes/changelog.gz; do
     grep -qx -- "$file" <<<"$contents" || fail "the package lacks $file"
   done
   for pattern in '/libzkrecipes\.so\.[0-9.]*$' '/libzkrecipes\.a$' '/cmake/zkrecipes/zkrecipes-config\.cmake$' \
@@ -243,6 +245,28 @@ cmd_deb() {
   help=$(LD_LIBRARY_PATH="$libdirs" "$root/usr/bin/zklock" --help) || fail "the packaged zklock --help failed"
   grep -q "LOCKPATH" <<<"$help" || fail "the packaged zklock --help does not show the usage: $help"
   echo "packaged zklock --help: $(head -n 1 <<<"$help")"
+  local version package_version
+  version=$(LD_LIBRARY_PATH="$libdirs" "$root/usr/bin/zklock" --version) || fail "the packaged zklock --version failed"
+  package_version=$(dpkg-deb --field "$deb" Version)
+  [ "$version" = "zklock (zkrecipes) $package_version" ] ||
+    fail "zklock --version says '$version', the package is version $package_version"
+  echo "packaged zklock --version: $version"
+  # The changelog shipped is this release's: its newest entry names the package's version.
+  grep -m 1 '^## \[[0-9]' <(gzip -dc "$root/usr/share/doc/zkrecipes/changelog.gz") | grep -qF "[$package_version]" ||
+    fail "the packaged changelog's newest release is not $package_version"
+  grep -q '^License: Apache-2.0' "$root/usr/share/doc/zkrecipes/copyright" ||
+    fail "the packaged copyright file does not name the Apache-2.0 licence"
+
+  # Debian's package checker finds no error (warnings are printed, not failed on).
+  if command -v lintian >/dev/null; then
+    local report
+    report=$(lintian --allow-root --tag-display-limit 0 "$deb" 2>&1) || true
+    echo "lintian:"
+    echo "${report:-  (nothing to report)}"
+    if grep -q '^E: ' <<<"$report"; then fail "lintian reports errors on $deb"; fi
+  else
+    fail "lintian is not installed (scripts/install-deps installs it)"
+  fi
 
   # The packaged CMake config is relocatable: build the consumer against the unpacked /usr.
   cmd_cmake_consumer "$root/usr" "$work/consumer" shared
