@@ -61,10 +61,21 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/zkrecipes-config.cmake.i
   ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config.cmake
   INSTALL_DESTINATION ${ZKR_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config-version.cmake
-  COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may break the API
+  COMPATIBILITY SameMajorVersion)  # a minor release keeps the API and ABI (README.md, "Versioning")
 install(FILES ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config.cmake
               ${CMAKE_BINARY_DIR}/cmake-package/zkrecipes-config-version.cmake
         DESTINATION ${ZKR_INSTALL_CMAKEDIR})
+
+# The licence, as Debian's copyright file, and the changelog (compressed, as Debian's policy wants)
+# in share/doc/zkrecipes: the package's own, and an installed tree's.
+add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/package-doc/changelog.gz
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/package-doc
+  COMMAND gzip -9n -c ${PROJECT_SOURCE_DIR}/CHANGELOG.md > ${CMAKE_BINARY_DIR}/package-doc/changelog.gz
+  DEPENDS ${PROJECT_SOURCE_DIR}/CHANGELOG.md VERBATIM)
+add_custom_target(zkrecipes_package_doc ALL DEPENDS ${CMAKE_BINARY_DIR}/package-doc/changelog.gz)
+add_dependencies(zkrecipes_shared zkrecipes_package_doc)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright ${CMAKE_BINARY_DIR}/package-doc/changelog.gz
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # pkg-config: relocatable (paths relative to the .pc file), so `cmake --install --prefix X` and a
 # package installed under /usr both work.

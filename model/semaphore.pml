@@ -686,7 +686,7 @@ end_client:
 #endif
 #define AT_MOST_N (COUNT8(holders_left) + CLIENTS_HOLDING <= N)
 
-/* An entitled waiter is woken without the dead node's help (issue 18). Once every client that
+/* An entitled waiter is woken without the dead node's help. Once every client that
  * has not died is idle (connected, nothing to read, no request the server has yet to run: so no
  * touch of theirs is on its way), a client whose node is among the first N nodes does not still
  * wait: it would sleep until a holder releases or a dead node's session ends, or for ever. Holders

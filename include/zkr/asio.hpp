@@ -236,6 +236,7 @@ auto async_wait(Barrier& barrier, std::chrono::nanoseconds timeout, CompletionTo
                                     });
 }
 
+// Enters a DoubleBarrier (signature as async_wait's).
 template <typename CompletionToken>
 auto async_enter(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
                  std::stop_token stop = {}) {
@@ -245,6 +246,7 @@ auto async_enter(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, Compl
                                     });
 }
 
+// Leaves a DoubleBarrier (signature as async_wait's).
 template <typename CompletionToken>
 auto async_leave(DoubleBarrier& barrier, std::chrono::nanoseconds timeout, CompletionToken&& token,
                  std::stop_token stop = {}) {
@@ -338,6 +340,7 @@ auto async_counter_operation(CompletionToken&& token, const SharedCounter& count
 }
 }  // namespace detail
 
+// SharedCounter::get(). Completion signature: void(std::exception_ptr, std::int64_t).
 template <typename CompletionToken>
 auto async_get(const SharedCounter& counter, CompletionToken&& token, std::stop_token stop = {}) {
   return detail::async_counter_operation<std::int64_t>(
@@ -345,6 +348,7 @@ auto async_get(const SharedCounter& counter, CompletionToken&& token, std::stop_
       [](SharedCounter& target, std::stop_token stop_token) { return target.get(std::move(stop_token)); });
 }
 
+// SharedCounter::add(); the value written. Completion signature: void(std::exception_ptr, std::int64_t).
 template <typename CompletionToken>
 auto async_add(SharedCounter& counter, std::int64_t delta, CompletionToken&& token, std::stop_token stop = {}) {
   return detail::async_counter_operation<std::int64_t>(
@@ -352,6 +356,8 @@ auto async_add(SharedCounter& counter, std::int64_t delta, CompletionToken&& tok
       [delta](SharedCounter& target, std::stop_token stop_token) { return target.add(delta, std::move(stop_token)); });
 }
 
+// SharedCounter::compare_and_set(); whether it wrote. Completion signature:
+// void(std::exception_ptr, bool).
 template <typename CompletionToken>
 auto async_compare_and_set(SharedCounter& counter, std::int64_t expected, std::int64_t desired, CompletionToken&& token,
                            std::stop_token stop = {}) {

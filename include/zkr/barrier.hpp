@@ -32,6 +32,7 @@ namespace zkr {
 // Runs once on the session's callback thread; must not block for long.
 using BarrierHandler = std::function<void(std::error_code)>;
 
+// A barrier: a node whose existence holds everyone back; wait() returns once it is removed.
 class Barrier {
  public:
   // Throws Error(errc::invalid_path) naming the path.
@@ -63,6 +64,7 @@ class Barrier {
   NodeAcl acl_;
 };
 
+// A double barrier: enter() waits until `size` participants have entered, leave() until all left.
 class DoubleBarrier {
  public:
   // `data` is stored in the participant's node (empty: default_owner_data(), "host:pid").

@@ -45,7 +45,9 @@
 
 namespace zkr {
 
+// A change a cache reports to its callback.
 struct CacheEvent {
+  // What happened to the node.
   enum class Kind {
     added,           // a node is in the cache now: `node` is its data and stat
     updated,         // a cached node's data changed (its mzxid or czxid differ): `node` is the new state
@@ -55,12 +57,13 @@ struct CacheEvent {
     resynchronised,  // read again since `stale`; the differences were told before this event
     failed,          // the cache stopped by itself (the last event): error() says why
   };
-  Kind kind = Kind::added;
+  Kind kind = Kind::added;  // what happened
   std::string path;  // added, updated, removed: the node's path; else empty
   NodeData node;     // added, updated, removed
 };
 std::string_view to_string(CacheEvent::Kind kind) noexcept;  // "added", "updated", ...
 
+// How a TreeCache follows its subtree.
 struct TreeCacheOptions {
   // How deep below the root nodes are cached: 0 the root alone, 1 the root and its children, ...
   int max_depth = std::numeric_limits<int>::max();
@@ -86,6 +89,8 @@ struct CacheMetrics {
   std::size_t data_bytes = 0;  // sum of the cached nodes' data sizes
   std::uint64_t added = 0, updated = 0, removed = 0;  // changes seen so far (some may merge before told)
   std::uint64_t reads = 0;            // getData and getChildren requests sent
+  // Full listings taken again after a loss or a gap; whether the view may be out of date; whether
+  // the first listing came back.
   std::uint64_t resynchronisations = 0;
   bool stale = false;
   bool initialized = false;
@@ -93,6 +98,7 @@ struct CacheMetrics {
   std::uint64_t events_coalesced = 0;  // merged into a later event of their node (max_pending_events)
 };
 
+// A cache of a subtree: every node under a path, its data and stat, kept up to date by watches.
 class TreeCache {
  public:
   // Runs on the session's callback thread, one event at a time and in order; must not block long.
@@ -146,6 +152,7 @@ class TreeCache {
 // (added, updated, removed), with the same stale/resynchronised signals as TreeCache.
 class NodeCache {
  public:
+  // Called on the session's callback thread for each change.
   using Callback = TreeCache::Callback;
   // Throws like TreeCache's constructor.
   NodeCache(Session& session, std::string path, Callback callback = {},

@@ -56,6 +56,7 @@ enum class ElectionLayout {
 };
 std::string_view to_string(ElectionLayout layout) noexcept;
 
+// What a LeaderLatch or LeaderSelector takes part with.
 struct ElectionOptions {
   // Stored in the participant's node, read back by participants() and leader(). Empty means
   // default_owner_data() ("host:pid").
@@ -71,6 +72,7 @@ struct ElectionOptions {
 struct Participant {
   std::string node;  // child name
   std::string data;  // participant data (Curator: the participant id, or its IP address)
+  // The participant's grant (its fencing token), owner session, and whether it leads now.
   FencingToken token;
   std::int64_t session_id = 0;
   bool leader = false;
@@ -93,6 +95,7 @@ std::optional<Participant> election_leader(Session& session, std::string_view pa
 class Leadership : public Grant {
  public:
   Leadership() = default;  // no term
+  // True while this object holds a term.
   explicit operator bool() const noexcept { return term_ != nullptr; }
 
   // True once the term is over for any reason: lost, resigned, or the latch/selector closed.
@@ -116,6 +119,8 @@ enum class LeadershipEvent {
 };
 std::string_view to_string(LeadershipEvent event) noexcept;
 
+// Leader election in Curator's LeaderLatch layout: one participant leads until it closes or loses
+// its session.
 class LeaderLatch {
  public:
   // Does not join yet (see start()). Throws Error(errc::invalid_path) naming the path, or
@@ -188,12 +193,15 @@ class LeaderLatch {
   std::shared_ptr<State> state_;
 };
 
+// A LeaderSelector's options: an ElectionOptions with the selector's own.
 struct SelectorOptions : ElectionOptions {
   // Queue again each time the leadership function returns or leadership is lost. Without it the
   // selector runs one term and then waits for requeue().
   bool auto_requeue = true;
 };
 
+// Leader election in Curator's LeaderSelector layout: leadership is taken, held for a term and
+// given up, and the participant queues again.
 class LeaderSelector {
  public:
   // Runs on the selector's own thread for each term. It must return soon after

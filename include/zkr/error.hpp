@@ -91,10 +91,12 @@ enum class condition : int {
   no_permission,       // credentials refused, or an ACL does not allow it
 };
 
+// The error categories of zk_errc (ZooKeeper's codes), errc (the library's), and condition.
 const std::error_category& zookeeper_category() noexcept;
 const std::error_category& category() noexcept;
 const std::error_category& condition_category() noexcept;
 
+// Make std::error_code and std::error_condition of the library's enums (found by ADL).
 std::error_code make_error_code(zk_errc e) noexcept;
 std::error_code make_error_code(errc e) noexcept;
 std::error_condition make_error_condition(condition c) noexcept;

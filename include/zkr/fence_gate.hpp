@@ -32,6 +32,8 @@
 
 namespace zkr {
 
+// The resource side of fencing, in memory: admits a write only if its token is not lower than the
+// highest admitted for its key.
 class FenceGate {
  public:
   // True if token >= the highest admitted for key (which then becomes token). False otherwise:

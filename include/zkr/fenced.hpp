@@ -27,6 +27,8 @@
 
 namespace zkr {
 
+// Writes committed as one ZooKeeper multi with a check of the holder's lock node: refused as a
+// whole (errc::lock_lost) once the lock is gone.
 class FencedTransaction {
  public:
   // Bound to a held lock or a lease (a Lease is a HeldLock): once that HeldLock is released (or

@@ -11,16 +11,21 @@
 
 namespace zkr {
 
+// A fencing token: the czxid of a lock node, which grows with every grant on a path.
 class FencingToken {
  public:
   constexpr FencingToken() = default;
+  // A token of the given zxid.
   constexpr explicit FencingToken(std::int64_t zxid) : zxid_(zxid) {}
 
+  // The zxid; valid() if positive; the leader epoch it was created in (the high 32 bits).
   constexpr std::int64_t value() const noexcept { return zxid_; }
   constexpr bool valid() const noexcept { return zxid_ > 0; }
   constexpr std::uint32_t epoch() const noexcept { return static_cast<std::uint32_t>(zxid_ >> 32); }
+  // The zxid in decimal.
   std::string to_string() const { return std::to_string(zxid_); }
 
+  // Tokens compare as their zxids.
   constexpr auto operator<=>(const FencingToken&) const = default;
 
  private:

@@ -32,6 +32,7 @@
 
 namespace zkr {
 
+// The node layout of a group, after the peer it shares the path with.
 enum class GroupLayout {
   // Curator's GroupMember, and this library's own: "<path>/<member id>", the data the member's.
   // Ids are unique in the group: a second member with a live node of the same id cannot join.
@@ -42,25 +43,30 @@ enum class GroupLayout {
   // kazoo's ShallowParty: "<path>/<32 hex>-<member id>", the data the member id again.
   kazoo_shallow_party,
 };
+// The layout's name.
 std::string_view to_string(GroupLayout layout) noexcept;
 
+// How a GroupMember joins.
 struct GroupMemberOptions {
-  GroupLayout layout = GroupLayout::curator;
-  NodeAcl acl = NodeAcl::open;
+  GroupLayout layout = GroupLayout::curator;  // the peer's layout
+  NodeAcl acl = NodeAcl::open;  // the ACL of the member's node
   // After a loss (session lost, node deleted), join again on the session's next connection.
   bool rejoin = true;
 };
 
+// Where a GroupMember stands.
 enum class MembershipState {
   left,     // not a member: before join(), after leave(), or once the Session was closed
   joining,  // asked to join; no node yet
   joined,   // the node exists on the current session
   lost,     // the node is lost (see MembershipEvent::reason); joining again if rejoin is set
 };
+// The state's name.
 std::string_view to_string(MembershipState state) noexcept;
 
+// A change of a GroupMember's state, told to its callback.
 struct MembershipEvent {
-  MembershipState state = MembershipState::left;
+  MembershipState state = MembershipState::left;  // the new state
   LossReason reason = LossReason::session_lost;  // for lost (and left through a closed session)
   std::string node;                              // the member's node (joined), or the lost one
   std::error_code error;                         // a rejoin that failed for good (no_auth, ...)
@@ -68,6 +74,7 @@ struct MembershipEvent {
 // Runs on the session's callback thread, in order; must not block for long.
 using MembershipListener = std::function<void(const MembershipEvent&)>;
 
+// A member of a group: an ephemeral node under the group's path while it is joined.
 class GroupMember {
  public:
   // Does not join yet (join() does). Throws Error: errc::invalid_path naming the path,
@@ -120,6 +127,7 @@ class GroupMember {
   std::shared_ptr<State> state_;
 };
 
+// One member of a group, as a GroupView sees it.
 struct GroupMemberInfo {
   std::string id;    // the member id (curator: the node name; kazoo: its identifier)
   std::string data;  // the node's data
@@ -127,6 +135,7 @@ struct GroupMemberInfo {
   std::int64_t session_id = 0;  // the owner session (the node's ephemeral owner)
 };
 
+// A GroupView's view of the group.
 struct GroupSnapshot {
   std::vector<GroupMemberInfo> members;  // sorted by id, then node
   // Set while the view may be out of date: before its first listing, while disconnected, after a
@@ -134,8 +143,10 @@ struct GroupSnapshot {
   bool stale = true;
 };
 
+// The members of a group, kept up to date by one watch on the group's path.
 class GroupView {
  public:
+  // Called with each new snapshot, on the session's callback thread.
   using Callback = std::function<void(const GroupSnapshot&)>;
 
   // Starts watching at once (non-blocking). The callback (optional) runs on the session's

@@ -18,6 +18,7 @@
 
 namespace zkr {
 
+// Follows who leads an election without taking part in it.
 class LeaderWatch {
  public:
   // The leader (its node, participant data, fencing token and session; leader = true), or nullopt

@@ -55,6 +55,7 @@
 
 namespace zkr {
 
+// How a Lock contends.
 struct LockOptions {
   // Stored in the lock node for operators (--list). Empty means default_owner_data().
   std::string owner_data;
@@ -151,14 +152,14 @@ class HeldLock : public Grant {
 // One row of contenders(): the holder(s) first, then waiters in queue order.
 struct ContenderInfo {
   std::string node;  // child name
-  std::int64_t sequence = 0;
+  std::int64_t sequence = 0;  // the server's sequence number in the name
   FencingToken token;  // czxid
   std::int64_t session_id = 0;  // ephemeralOwner
-  std::string owner_data;
-  std::chrono::system_clock::time_point created;
-  ContenderScheme scheme = ContenderScheme::zkrecipes_or_curator;
-  ContenderRole role = ContenderRole::exclusive;
-  bool holds = false;
+  std::string owner_data;  // what the contender stored in its node (by default host:pid)
+  std::chrono::system_clock::time_point created;  // the node's ctime
+  ContenderScheme scheme = ContenderScheme::zkrecipes_or_curator;  // who wrote the node
+  ContenderRole role = ContenderRole::exclusive;  // what it waits for or holds
+  bool holds = false;  // true for a holder
 };
 
 // Reads the contenders under path (any process may, participant or not). `max_holders` is how many
@@ -172,7 +173,7 @@ std::vector<ContenderInfo> list_contenders(Session& session, std::string_view pa
 // What is under a lock path, for operators: list_contenders() tells a path that does not exist
 // (or whose chroot does not) from one that is free only through this.
 struct PathListing {
-  bool exists = false;
+  bool exists = false;  // false when the path (or its chroot) does not exist
   std::vector<ContenderInfo> contenders;    // as list_contenders()
   std::vector<std::string> not_contenders;  // other children, sorted: never holders, never waited for
 };
@@ -195,6 +196,8 @@ using AcquireHandler = std::function<void(std::error_code, HeldLock)>;
 
 class ReadWriteLock;
 
+// A lock on a path: ephemeral sequential nodes, the lowest holds, each waiter watches its
+// predecessor. Every grant carries a fencing token.
 class Lock {
  public:
   // Throws Error(errc::invalid_path) naming the path, or Error(errc::invalid_argument) for a
@@ -283,10 +286,12 @@ class Lock {
 // for send() but the batched acquisitions themselves.
 class AcquisitionBatch {
  public:
+  // A batch on `session`: nothing is sent before send().
   explicit AcquisitionBatch(Session& session);
   ~AcquisitionBatch();  // send(), if not sent yet
   AcquisitionBatch(const AcquisitionBatch&) = delete;
   AcquisitionBatch& operator=(const AcquisitionBatch&) = delete;
+  // Sends every acquisition added since the last send(), their creates as multi-ops.
   void send();
 
  private:

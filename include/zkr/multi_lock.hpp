@@ -83,8 +83,11 @@ class HeldMultiLock {
   std::shared_ptr<LossState> loss_;
 };
 
+// Called once with the outcome of MultiLock::async_acquire, on the session's callback thread.
 using MultiAcquireHandler = std::function<void(std::error_code, HeldMultiLock)>;
 
+// Several lock paths taken as one, all or none, in one global order (so two multi-locks never
+// deadlock).
 class MultiLock {
  public:
   // `paths`: at least one, each a valid lock path, none twice (in any order; they are taken

@@ -21,6 +21,7 @@ std::error_code validate_path(std::string_view path) noexcept;
 // a C1 control character", ...; byte positions count from 1); empty if valid.
 std::string path_problem(std::string_view path);
 
+// A parsed connect string.
 struct ServerList {
   std::vector<std::string> hosts;  // "host:port" or "[v6 address]:port", the port always given
   std::string chroot;              // "" or "/a/b"
@@ -34,10 +35,11 @@ std::string describe_servers_problem(std::string_view servers);
 enum class ContenderScheme { zkrecipes_or_curator, kazoo };
 enum class ContenderRole { exclusive, read, write, latch };
 
+// A contender node's name, parsed.
 struct ContenderName {
   std::string name;       // the child name as stored
-  ContenderScheme scheme;
-  ContenderRole role;
+  ContenderScheme scheme;  // who wrote it
+  ContenderRole role;  // for which role
   std::string guid;       // "_c_<uuid>" or kazoo's 32 hex digits; empty for the unprotected form
   std::int64_t sequence;  // the server's signed 32-bit counter, sign included
 };

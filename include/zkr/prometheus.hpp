@@ -30,30 +30,34 @@
 
 namespace zkr {
 
+// The Content-Type of the Prometheus text format 0.0.4.
 inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
 
+// A metric's Prometheus type.
 enum class MetricType { counter, gauge, histogram };
 
 // One series of a family: its labels (raw values, unescaped) and its value, or for a histogram its
 // buckets (upper bound in seconds, cumulative count; the +Inf bucket is `count`), count and sum.
 struct MetricSeries {
-  std::vector<std::pair<std::string, std::string>> labels;
-  double value = 0;
-  std::vector<std::pair<double, std::uint64_t>> buckets;
-  std::uint64_t count = 0;
-  double sum = 0;
+  std::vector<std::pair<std::string, std::string>> labels;  // label name and value pairs
+  double value = 0;  // a counter's or gauge's value
+  std::vector<std::pair<double, std::uint64_t>> buckets;  // a histogram's (upper bound, cumulative count) pairs
+  std::uint64_t count = 0;  // a histogram's observations
+  double sum = 0;  // a histogram's sum of observations
 };
 
+// A metric and its series.
 struct MetricFamily {
-  std::string name;
-  MetricType type = MetricType::gauge;
-  std::string help;
-  std::vector<MetricSeries> series;
+  std::string name;  // e.g. zkr_lock_wait_seconds
+  MetricType type = MetricType::gauge;  // counter, gauge or histogram
+  std::string help;  // the HELP text
+  std::vector<MetricSeries> series;  // one per label set
 };
 
 // The families listed above, in that order, from a snapshot.
 std::vector<MetricFamily> metric_families(const SessionMetrics& metrics);
 
+// The same text from metrics taken earlier.
 std::string prometheus_text(const SessionMetrics& metrics);
 // prometheus_text(session.metrics())
 std::string prometheus_text(const Session& session);

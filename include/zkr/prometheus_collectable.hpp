@@ -21,6 +21,7 @@
 
 namespace zkr {
 
+// A session's metrics as a prometheus-cpp Collectable (the zkrecipes::prometheus component).
 class PrometheusCollectable final : public prometheus::Collectable {
  public:
   // The session must outlive the collectable: unregister it (or destroy the Exposer) first.
@@ -28,6 +29,7 @@ class PrometheusCollectable final : public prometheus::Collectable {
   // Any source of snapshots, such as several sessions' metrics combined by the caller.
   explicit PrometheusCollectable(std::function<SessionMetrics()> snapshot);
 
+  // The session's metrics now, as prometheus-cpp's metric families.
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:

@@ -14,6 +14,7 @@
 
 namespace zkr {
 
+// A read/write lock: many readers or one writer, in Curator's InterProcessReadWriteLock layout.
 class ReadWriteLock {
  public:
   // Throws Error(errc::invalid_path), or Error(errc::invalid_argument) as Lock's constructor.

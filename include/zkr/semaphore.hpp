@@ -40,7 +40,7 @@
 //
 // Layouts shared with Curator and kazoo (SemaphoreOptions::layout; docs/recipes.md, "Semaphores
 // shared with Curator and kazoo"). All of the above is the library's own layout. With
-// SemaphoreLayout::curator_v2 or ::kazoo a participant takes part in Curator's
+// SemaphoreLayout::curator_v2 or SemaphoreLayout::kazoo a participant takes part in Curator's
 // InterProcessSemaphoreV2 or kazoo's Semaphore on the same path, in their protocol: it takes the
 // peer's internal lock (its nodes named as the peer names them), holding it waits until fewer
 // than N lease nodes exist, creates its lease node and releases the lock. The lease is a grant as
@@ -76,6 +76,7 @@ enum class SemaphoreLayout {
 };
 std::string_view to_string(SemaphoreLayout layout) noexcept;
 
+// How a Semaphore takes part.
 struct SemaphoreOptions {
   // Stored in the lease node for operators. Empty means default_owner_data().
   std::string owner_data;
@@ -83,6 +84,7 @@ struct SemaphoreOptions {
   SemaphoreLayout layout = SemaphoreLayout::zkrecipes;
 };
 
+// A semaphore: at most `max_leases` participants hold a lease at once.
 class Semaphore {
  public:
   // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if max_leases < 1.

@@ -51,6 +51,7 @@ namespace zkr {
 // CLOCK_BOOTTIME as a std::chrono clock: like steady_clock, but it keeps counting while the machine
 // is suspended, as the servers' clocks do. The session monitor keeps its deadline on it.
 struct BootClock {
+  // The std::chrono clock interface (Clock requirements).
   using duration = std::chrono::nanoseconds;
   using rep = duration::rep;
   using period = duration::period;
@@ -63,10 +64,11 @@ struct BootClock {
 // The session monitor's deadline for one session: the moment it declares the session lost unless
 // a reply through the leader comes first (see the formula above).
 struct SessionDeadline {
-  std::int64_t session_id = 0;
-  BootClock::time_point at;
+  std::int64_t session_id = 0;  // the session it is for
+  BootClock::time_point at;  // when the monitor declares it lost
 };
 
+// A session's state, as Session::on_state_change tells it.
 enum class SessionState {
   connecting,   // no session yet (first connect, or a replacement after loss)
   connected,    // session live and connected
@@ -75,6 +77,7 @@ enum class SessionState {
   closed,       // close() was called; terminal
   auth_failed,  // credentials refused; terminal
 };
+// The state's name.
 std::string_view to_string(SessionState state) noexcept;
 
 // Why a grant made on a session (a lock, a lease, a leadership term) was lost.
@@ -112,13 +115,13 @@ enum class NodeAcl {
 struct NodeStat {
   std::int64_t czxid = 0;  // the transaction that created it
   std::int64_t mzxid = 0;  // the last one that changed its data
-  std::int64_t ctime_ms = 0;
-  std::int64_t mtime_ms = 0;
+  std::int64_t ctime_ms = 0;  // when it was created, ms since the epoch
+  std::int64_t mtime_ms = 0;  // when its data last changed
   std::int32_t version = 0;   // data version: what set/remove/check compare with
   std::int32_t cversion = 0;  // children version
   std::int64_t ephemeral_owner = 0;  // session id of an ephemeral node's owner, else 0
-  std::int32_t data_length = 0;
-  std::int32_t num_children = 0;
+  std::int32_t data_length = 0;  // bytes of data
+  std::int32_t num_children = 0;  // children it has
 };
 
 enum class CreateMode { persistent, persistent_sequential, ephemeral, ephemeral_sequential, container };
@@ -130,16 +133,18 @@ enum class NodeEvent { created, deleted, changed, children_changed, other };
 // session does not carry the old one's watches). It must not block for long.
 using DataWatch = std::function<void(NodeEvent)>;
 
+// A node's data and its stat, read together.
 struct NodeData {
-  std::string data;
-  NodeStat stat;
+  std::string data;  // the node's bytes
+  NodeStat stat;  // its stat when they were read
 };
 
 // One operation of a transaction (a ZooKeeper multi).
 struct DataOp {
+  // The operations of a multi.
   enum class Kind { create, set, remove, check };
-  Kind kind = Kind::check;
-  std::string path;
+  Kind kind = Kind::check;  // which operation this is
+  std::string path;  // the node it acts on
   std::string data;       // create, set
   CreateMode mode = CreateMode::persistent;  // create
   NodeAcl acl = NodeAcl::open;               // create
@@ -159,6 +164,7 @@ struct DataOpResult {
 // without exceptions checks its paths with validate_path() first, zkr/names.hpp).
 class Transaction {
  public:
+  // Add an operation: create, set (version -1: any) or remove (version -1: any).
   Transaction& create(std::string path, std::string data = {}, CreateMode mode = CreateMode::persistent,
                       NodeAcl acl = NodeAcl::open);
   Transaction& set(std::string path, std::string data, int version = -1);
@@ -177,9 +183,10 @@ enum class LossPolicy {
   on_disconnect,  // lost as soon as the connection drops: shortest possible overlap risk
 };
 
+// A user name and password for ZooKeeper's digest scheme.
 struct DigestCredentials {
-  std::string user;
-  std::string password;
+  std::string user;  // the digest user
+  std::string password;  // and its password
   // Reads "user:password" from the first line of a file. Throws Error naming the file.
   static DigestCredentials from_file(const std::filesystem::path& file);
   // The same without exceptions: nullopt, and ec set, if the file cannot be read or is malformed.
@@ -197,9 +204,9 @@ void set_log_sink(LogSink sink, LogLevel max_level = LogLevel::warning);
 // One log line with what the library knows of its context. The views are valid only during the
 // sink's call. `message` is the same text a plain LogSink gets.
 struct LogRecord {
-  std::chrono::system_clock::time_point time;
-  LogLevel level = LogLevel::info;
-  std::string_view message;
+  std::chrono::system_clock::time_point time;  // when it was logged
+  LogLevel level = LogLevel::info;  // its level
+  std::string_view message;  // the text, valid during the call
   std::int64_t session_id = 0;  // the session the line concerns, 0 if none or unknown
   std::string_view path;        // the recipe's path (a lock's), empty if none
   std::string_view node;        // the contender's node, empty if none
@@ -224,7 +231,7 @@ LogRecordSink json_lines_log_sink(std::FILE* out);
 // for the session's life; an acquisition on a labelled path costs one lookup in a small map.
 struct LockPathLabels {
   std::vector<std::string> paths;  // empty: none (the default)
-  std::size_t max_paths = 64;
+  std::size_t max_paths = 64;  // the most paths kept; later ones are counted under ""
 };
 
 // TLS to the ensemble's secure client port (secureClientPort). Debian's C client has no TLS: the
@@ -244,6 +251,7 @@ struct TlsOptions {
   bool verify_host = true;
 };
 
+// How a Session connects and when it declares itself lost.
 struct SessionOptions {
   // "host:port[,host:port...][/chroot]".
   std::string servers = "127.0.0.1:2181";
@@ -293,10 +301,11 @@ std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lea
 inline constexpr double kDurationBuckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                               2.5,   5,     10,   30,    60,   300, 900, 3600};
 inline constexpr std::size_t kDurationBucketCount = std::size(kDurationBuckets) + 1;  // with +Inf
+// One histogram.
 struct DurationHistogram {
-  std::array<std::uint64_t, kDurationBucketCount> cumulative_counts{};
-  std::uint64_t count = 0;
-  std::chrono::nanoseconds sum{0};
+  std::array<std::uint64_t, kDurationBucketCount> cumulative_counts{};  // observations <= each bucket's bound
+  std::uint64_t count = 0;  // all observations
+  std::chrono::nanoseconds sum{0};  // their sum
 };
 
 // The metrics of the contenders (locks, read/write locks, semaphore leases, leadership) of one
@@ -304,7 +313,7 @@ struct DurationHistogram {
 // semaphore in a peer's layout counts each lease as one acquisition under its own path; its
 // internal lock, a step of that acquisition, is counted nowhere.
 struct LockMetrics {
-  std::string path;
+  std::string path;  // "" for every path not labelled
   std::int64_t held = 0;     // grants held now (a read/write lock's readers each count)
   std::int64_t waiting = 0;  // acquisitions asked for and not yet decided (election followers too)
   DurationHistogram wait;    // from asking to the grant, per grant (count = grants)
@@ -317,22 +326,23 @@ struct LockMetrics {
   std::array<std::uint64_t, 4> losses{};
 };
 
+// Session counters and per-lock metrics, from Session::metrics().
 struct SessionMetrics {
   std::uint64_t sessions_established = 0;  // including replacements
-  std::uint64_t sessions_lost = 0;
-  std::uint64_t losses_by_deadline = 0;
-  std::uint64_t losses_by_expiry = 0;
-  std::uint64_t losses_by_disconnect = 0;
-  std::uint64_t suspensions = 0;
-  std::uint64_t requests_sent = 0;
-  std::uint64_t heartbeats_sent = 0;
+  std::uint64_t sessions_lost = 0;  // sessions declared lost
+  std::uint64_t losses_by_deadline = 0;  // of them: by the monitor's deadline
+  std::uint64_t losses_by_expiry = 0;  // told expired by the server
+  std::uint64_t losses_by_disconnect = 0;  // on a disconnection (LossPolicy::on_disconnect)
+  std::uint64_t suspensions = 0;  // connections lost and the session suspended
+  std::uint64_t requests_sent = 0;  // requests sent to the ensemble
+  std::uint64_t heartbeats_sent = 0;  // of them the monitor's heartbeats (syncs)
   std::uint64_t wakeups = 0;  // blocker and second-blocker watches that fired (see lock.hpp)
-  std::uint64_t acquisitions = 0;
-  std::uint64_t acquire_timeouts = 0;
-  std::uint64_t acquire_cancellations = 0;
-  std::uint64_t locks_lost = 0;
-  std::chrono::nanoseconds total_wait{0};
-  std::chrono::nanoseconds total_hold{0};
+  std::uint64_t acquisitions = 0;  // grants
+  std::uint64_t acquire_timeouts = 0;  // acquisitions that timed out
+  std::uint64_t acquire_cancellations = 0;  // acquisitions cancelled
+  std::uint64_t locks_lost = 0;  // grants lost
+  std::chrono::nanoseconds total_wait{0};  // time waited by all acquisitions
+  std::chrono::nanoseconds total_hold{0};  // time held by all grants released or lost
   // Per path (see LockPathLabels): the "" series first, then the labelled paths sorted by path.
   std::vector<LockMetrics> locks;
   std::uint64_t unlabelled_overflow = 0;  // acquisitions on opted-in paths past max_paths
@@ -363,6 +373,7 @@ struct SessionMetrics {
 class Subscription {
  public:
   Subscription() = default;
+  // A subscription that runs `cancel` when reset or destroyed; movable, not copyable.
   explicit Subscription(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
   Subscription(Subscription&& other) noexcept : cancel_(std::exchange(other.cancel_, nullptr)) {}
   Subscription& operator=(Subscription&& other) noexcept {
@@ -371,6 +382,7 @@ class Subscription {
     return *this;
   }
   ~Subscription() { reset(); }
+  // Cancels now (once).
   void reset() {
     if (cancel_) std::exchange(cancel_, nullptr)();
   }

@@ -56,8 +56,9 @@ std::string_view to_string(CounterLayout layout) noexcept;  // "curator_atomic_l
 // not decode in that layout. For tools that look at a node whose layout they do not know.
 std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_view data) noexcept;
 
+// How a SharedCounter stores its value.
 struct CounterOptions {
-  CounterLayout layout = CounterLayout::curator_atomic_long;
+  CounterLayout layout = CounterLayout::curator_atomic_long;  // the peer's layout
   // For the counter node and the parents it creates.
   NodeAcl acl = NodeAcl::open;
   // The longest one operation may take: waiting for a connection and retrying after other writers
@@ -68,8 +69,8 @@ struct CounterOptions {
 
 // The counter as read: its value and the node's data version (-1: there is no node; value 0).
 struct CounterValue {
-  std::int64_t value = 0;
-  std::int32_t version = -1;
+  std::int64_t value = 0;  // the counter's value
+  std::int32_t version = -1;  // the node's data version it was read at (-1: no node yet)
 };
 
 // What a listener is told.
@@ -85,6 +86,7 @@ struct CounterUpdate {
   std::error_code error;
 };
 
+// A counter shared through one node, changed by compare-and-set on its version.
 class SharedCounter {
  public:
   // Throws Error: errc::invalid_path naming the path, errc::invalid_argument for an unknown layout
@@ -94,6 +96,7 @@ class SharedCounter {
   static std::optional<SharedCounter> make(Session& session, std::string path, CounterOptions options,
                                            std::error_code& ec) noexcept;
 
+  // The counter's path and options.
   const std::string& path() const { return path_; }
   const CounterOptions& options() const { return options_; }
 

@@ -7,6 +7,7 @@
 #   check_install.sh cmake-consumer PREFIX WORK_DIR shared|static
 #   check_install.sh pkgconfig-consumer PREFIX WORK_DIR shared|static
 #   check_install.sh prometheus-consumer PREFIX WORK_DIR
+#   check_install.sh version-compat PREFIX WORK_DIR VERSION
 #   check_install.sh subdirectory SOURCE_DIR WORK_DIR
 #   check_install.sh deb BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -67,7 +68,8 @@ cmd_install() {
   local expected=(
     include/zkr/lock.hpp include/zkr/session.hpp include/zkr/fence_gate.hpp include/zkr/fencing_token.hpp
     include/zkr/fenced.hpp include/zkr/prometheus.hpp
-    bin/zklock share/man/man1/zklock.1 share/bash-completion/completions/zklock
+    bin/zklock share/man/man1/zklock.1.gz share/bash-completion/completions/zklock
+    share/doc/zkrecipes/copyright share/doc/zkrecipes/changelog.gz
   )
   for file in "${expected[@]}"; do
     [ -e "$prefix/$file" ] || fail "cmake --install did not install $file"
@@ -128,6 +130,57 @@ cmd_pkgconfig_consumer() {
   run_consumer "$work/consumer"
 }
 
+# find_package(zkrecipes X.Y) accepts any release of the same major version from X.Y on
+# (SameMajorVersion: a minor release adds to the API and keeps the ABI), and refuses another major.
+cmd_version_compat() {
+  local prefix=$1 work=$2 version=$3 major=${3%%.*}
+  fresh_dir "$work"
+  local configure=(cmake -S "$consumer_source" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$CXX")
+  "${configure[@]}" -B "$work/same" -DZKR_REQUIRE_VERSION="$major.0" >"$work/same.log" 2>&1 ||
+    { cat "$work/same.log"; fail "find_package(zkrecipes $major.0) refused the installed $version"; }
+  grep -q "consumer: found zkrecipes $version\$" "$work/same.log" ||
+    { cat "$work/same.log"; fail "find_package(zkrecipes $major.0) did not report version $version"; }
+  echo "find_package(zkrecipes $major.0): found $version"
+
+  local next=$((major + 1)).0
+  if "${configure[@]}" -B "$work/next" -DZKR_REQUIRE_VERSION="$next" >"$work/next.log" 2>&1; then
+    cat "$work/next.log"; fail "find_package(zkrecipes $next) accepted the installed $version"
+  fi
+  grep -q "version: $version" "$work/next.log" ||
+    { cat "$work/next.log"; fail "find_package(zkrecipes $next) failed, but not for the version"; }
+  echo "find_package(zkrecipes $next): refused $version"
+
+  # The version file's rule itself, for releases not installed here: a later minor release
+  # satisfies $major.0, an earlier major does not.
+  local version_file
+  version_file=$(find "$prefix" -name zkrecipes-config-version.cmake | head -n 1)
+  [ -n "$version_file" ] || fail "no zkrecipes-config-version.cmake under $prefix"
+  local probe=$work/probe.cmake
+  cat >"$probe" <<PROBE
+function(check installed wanted expected)
+  file(READ "$version_file" text)
+  string(REPLACE "\"$version\"" "\"\${installed}\"" text "\${text}")
+  file(WRITE "$work/version-\${installed}.cmake" "\${text}")
+  set(PACKAGE_FIND_VERSION \${wanted})
+  string(REPLACE "." ";" parts \${wanted})
+  list(GET parts 0 PACKAGE_FIND_VERSION_MAJOR)
+  list(GET parts 1 PACKAGE_FIND_VERSION_MINOR)
+  set(PACKAGE_FIND_VERSION_PATCH 0)
+  set(PACKAGE_FIND_VERSION_COUNT 2)
+  include("$work/version-\${installed}.cmake")
+  if(NOT "\${PACKAGE_VERSION_COMPATIBLE}" STREQUAL "\${expected}")
+    message(FATAL_ERROR "installed \${installed}, wanted \${wanted}: compatible is '\${PACKAGE_VERSION_COMPATIBLE}', not \${expected}")
+  endif()
+  message(STATUS "installed \${installed}, wanted \${wanted}: compatible \${expected}")
+endfunction()
+check($major.4.2 $major.0 TRUE)
+check($major.4.2 $major.4 TRUE)
+check($major.4.2 $major.5 FALSE)
+check($next.0 $major.0 FALSE)
+PROBE
+  cmake -P "$probe" || fail "the installed version file's compatibility rule"
+}
+
 cmd_subdirectory() {
   local source=$1 work=$2
   fresh_dir "$work"
@@ -173,8 +226,9 @@ cmd_deb() {
 
   local contents
   contents=$(dpkg-deb --contents "$deb" | awk '{print $6}')
-  for file in ./usr/bin/zklock ./usr/share/man/man1/zklock.1 ./usr/share/bash-completion/completions/zklock \
-              ./usr/include/zkr/lock.hpp ./usr/include/zkr/session.hpp; do
+  for file in ./usr/bin/zklock ./usr/share/man/man1/zklock.1.gz ./usr/share/bash-completion/completions/zklock \
+              ./usr/include/zkr/lock.hpp ./usr/include/zkr/session.hpp \
+              ./usr/share/doc/zkrecipes/copyright ./usr/share/doc/zkrecipes/changelog.gz; do
     grep -qx -- "$file" <<<"$contents" || fail "the package lacks $file"
   done
   for pattern in '/libzkrecipes\.so\.[0-9.]*$' '/libzkrecipes\.a$' '/cmake/zkrecipes/zkrecipes-config\.cmake$' \
@@ -191,6 +245,28 @@ cmd_deb() {
   help=$(LD_LIBRARY_PATH="$libdirs" "$root/usr/bin/zklock" --help) || fail "the packaged zklock --help failed"
   grep -q "LOCKPATH" <<<"$help" || fail "the packaged zklock --help does not show the usage: $help"
   echo "packaged zklock --help: $(head -n 1 <<<"$help")"
+  local version package_version
+  version=$(LD_LIBRARY_PATH="$libdirs" "$root/usr/bin/zklock" --version) || fail "the packaged zklock --version failed"
+  package_version=$(dpkg-deb --field "$deb" Version)
+  [ "$version" = "zklock (zkrecipes) $package_version" ] ||
+    fail "zklock --version says '$version', the package is version $package_version"
+  echo "packaged zklock --version: $version"
+  # The changelog shipped is this release's: its newest entry names the package's version.
+  grep -m 1 '^## \[[0-9]' <(gzip -dc "$root/usr/share/doc/zkrecipes/changelog.gz") | grep -qF "[$package_version]" ||
+    fail "the packaged changelog's newest release is not $package_version"
+  grep -q '^License: Apache-2.0' "$root/usr/share/doc/zkrecipes/copyright" ||
+    fail "the packaged copyright file does not name the Apache-2.0 licence"
+
+  # Debian's package checker finds no error (warnings are printed, not failed on).
+  if command -v lintian >/dev/null; then
+    local report
+    report=$(lintian --allow-root --tag-display-limit 0 "$deb" 2>&1) || true
+    echo "lintian:"
+    echo "${report:-  (nothing to report)}"
+    if grep -q '^E: ' <<<"$report"; then fail "lintian reports errors on $deb"; fi
+  else
+    fail "lintian is not installed (scripts/install-deps installs it)"
+  fi
 
   # The packaged CMake config is relocatable: build the consumer against the unpacked /usr.
   cmd_cmake_consumer "$root/usr" "$work/consumer" shared
@@ -203,7 +279,8 @@ case "$command" in
   cmake-consumer) [ $# -eq 3 ] || fail "usage: cmake-consumer PREFIX WORK_DIR shared|static"; cmd_cmake_consumer "$@" ;;
   pkgconfig-consumer) [ $# -eq 3 ] || fail "usage: pkgconfig-consumer PREFIX WORK_DIR shared|static"; cmd_pkgconfig_consumer "$@" ;;
   prometheus-consumer) [ $# -eq 2 ] || fail "usage: prometheus-consumer PREFIX WORK_DIR"; cmd_prometheus_consumer "$@" ;;
+  version-compat) [ $# -eq 3 ] || fail "usage: version-compat PREFIX WORK_DIR VERSION"; cmd_version_compat "$@" ;;
   subdirectory) [ $# -eq 2 ] || fail "usage: subdirectory SOURCE_DIR WORK_DIR"; cmd_subdirectory "$@" ;;
   deb) [ $# -eq 2 ] || fail "usage: deb BUILD_DIR WORK_DIR"; cmd_deb "$@" ;;
-  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, prometheus-consumer, subdirectory, deb)" ;;
+  *) fail "unknown command '$command' (install, cmake-consumer, pkgconfig-consumer, prometheus-consumer, version-compat, subdirectory, deb)" ;;
 esac

@@ -1,4 +1,4 @@
-// Churn mixed with Curator (issue 18): our participants (in-process and in processes of their own,
+// Churn mixed with Curator: our participants (in-process and in processes of their own,
 // tests/recipes/recipe_peer_main.cpp) and Curator's (one JVM of several clients each, reused for
 // the whole run) on one path, while the test kills our processes with SIGKILL and starts them
 // again, freezes them (some past their session timeout) and the Curator JVMs (within theirs), and,

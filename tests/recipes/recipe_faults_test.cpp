@@ -1,4 +1,4 @@
-// Recipes under faults (issue 18): a semaphore waiter whose turn comes while the waiter ahead of
+// Recipes under faults: a semaphore waiter whose turn comes while the waiter ahead of
 // it is dead or frozen, oversized paths, callbacks that call back into the library or throw, and
 // recipes that would share one path.
 #include <gtest/gtest.h>
