@@ -21,6 +21,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runner.hpp"
 
@@ -102,21 +103,27 @@ struct Totals {
   }
 };
 
-// Runs the seeds; stops at the first failure (reported, shrunk).
+// Runs the seeds. Each failure is reported (shrunk) and the run goes on with the next seed, so
+// that one failing seed does not hide the others; ZKR_SWARM_STOP_AT_FIRST=1 stops at the first
+// (scripts/mutants: a first failure is all it needs). The seeds that failed close the output.
 void run_seeds(const std::vector<std::uint64_t>& seeds, WorldKind world, int steps,
                std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
+  const bool stop_at_first = env_number("ZKR_SWARM_STOP_AT_FIRST", 0) != 0;
   Totals totals;
+  std::vector<std::string> failed;
   for (auto seed : seeds) {
     if (std::chrono::steady_clock::now() > until) break;
     const auto config = config_for_seed(seed, world, exclusions());
     const auto result = run_generated(config, steps);
     totals.add(result);
     if (result.failure) {
-      std::cout << totals.text() << std::endl;
-      return report_failure(config, result);
+      failed.push_back(fmt::format("{} ({})", seed, result.failure->invariant));
+      report_failure(config, result);
+      if (stop_at_first) break;
     }
   }
   std::cout << totals.text() << std::endl;
+  if (!failed.empty()) std::cout << fmt::format("swarm: {} seed(s) failed: {}", failed.size(), fmt::join(failed, ", ")) << std::endl;
 }
 
 TEST(Swarm, FixedSeeds) {
