@@ -137,13 +137,18 @@ TlsFailure settle_closed_handshake(TlsFailure failure, std::optional<bool> plain
   if (plain_text_reply == true) {
     failure.message = fmt::format("{} does not speak TLS (it answers plain text): is it a plain-text port (clientPort) "
                                   "rather than its secureClientPort?", failure.server);
+  } else if (plain_text_reply == false) {
+    failure.code = make_error_code(errc::tls_handshake_failed);
+    failure.message = fmt::format(
+        "the TLS port {} broke off the TLS handshake (and closes plain text unanswered): its TLS settings allow no "
+        "handshake with us; see the server's log (ssl.protocol, ssl.enabledProtocols, ssl.ciphersuites)",
+        failure.server);
   } else {
     failure.code = make_error_code(errc::tls_handshake_failed);
     failure.message = fmt::format(
-        "the TLS port {} broke off the TLS handshake{}: its TLS settings allow none with us (see the server's log: "
-        "ssl.protocol, ssl.enabledProtocols, ssl.ciphersuites){}",
-        failure.server, plain_text_reply == false ? " (and closes plain text unanswered: it is a TLS port)" : "",
-        plain_text_reply ? "" : ", or it is a plain-text port that did not answer");
+        "{} closed the connection during the TLS handshake: a TLS port that broke off the TLS handshake (see the "
+        "server's log: ssl.protocol, ssl.enabledProtocols, ssl.ciphersuites), or a plain-text port (clientPort)",
+        failure.server);
   }
   return failure;
 }
