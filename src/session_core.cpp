@@ -193,20 +193,47 @@ void SessionCore::connect_or_throw() {
   // refuses, accepts or does not answer, so that the whole call keeps to the connect timeout.
   const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
   const auto probe_budget = std::min<std::chrono::milliseconds>(options_.connect_timeout / 10, std::chrono::seconds(1));
-  bool settled = settled_by(deadline - probe_budget);
-  std::string unreachable;
-  std::string tls_only;  // a server that speaks only TLS, given plain text
-  if (!settled && last_connect_problem_.empty()) {
-    lock.unlock();
-    // Meanwhile, in plain text: does a host answer a TLS handshake? (Within the same budget.)
+  // In plain text: the hosts (at most 8) that answer a TLS handshake, within the budget; with
+  // `every`, none unless all of them do.
+  const auto hosts_speaking_tls = [&](bool every) {
     std::vector<std::pair<std::string, std::future<bool>>> tls_probes;
     std::error_code ec;
-    if (const auto list = parse_servers(options_.servers, ec); list && !options_.tls)
-      for (const auto& host : list->hosts)
-        if (tls_probes.size() < 8) tls_probes.emplace_back(host, std::async(std::launch::async, speaks_tls, host, probe_budget));
+    const auto list = parse_servers(options_.servers, ec);
+    if (!list || options_.tls || (every && list->hosts.size() > 8)) return std::string();
+    for (const auto& host : list->hosts)
+      if (tls_probes.size() < 8) tls_probes.emplace_back(host, std::async(std::launch::async, speaks_tls, host, probe_budget));
+    std::string found;
+    bool all = true;
+    for (auto& [host, answered] : tls_probes) {
+      const bool tls = answered.get();
+      all = all && tls;
+      if (tls && found.empty()) found = host;
+    }
+    return every && !all ? std::string() : found;
+  };
+  std::string tls_only;  // a server that speaks only TLS, given plain text
+  // A TLS-only port closes each plain-text connection unanswered, and the C client tries again,
+  // quietly, until the timeout: a first connect that has not settled shortly asks the hosts at
+  // once. Only when every one of them speaks TLS is that the answer this early.
+  bool settled = false;
+  if (!options_.tls) {
+    constexpr auto kAskForTlsAfter = std::chrono::milliseconds(300);
+    settled = settled_by(std::min(deadline - probe_budget, std::chrono::steady_clock::now() + kAskForTlsAfter));
+    if (!settled && last_connect_problem_.empty()) {
+      lock.unlock();
+      tls_only = hosts_speaking_tls(/*every=*/true);
+      lock.lock();
+      if (state_.load() == SessionState::connected) tls_only.clear();
+    }
+  }
+  if (tls_only.empty() && !settled) settled = settled_by(deadline - probe_budget);
+  std::string unreachable;
+  if (tls_only.empty() && !settled && last_connect_problem_.empty()) {
+    lock.unlock();
+    // Meanwhile, in plain text: does a host answer a TLS handshake? (Within the same budget.)
+    auto tls_probes = std::async(std::launch::async, hosts_speaking_tls, /*every=*/false);
     unreachable = describe_unreachable_servers(options_.servers, probe_budget);
-    for (auto& [host, answered] : tls_probes)
-      if (answered.get() && tls_only.empty()) tls_only = host;
+    tls_only = tls_probes.get();
     lock.lock();
   }
   if (!tls_only.empty()) {

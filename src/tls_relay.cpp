@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <map>
 #include <cstdio>
@@ -69,8 +71,16 @@ bool certificate_was_requested(SSL* ssl) { return SSL_get_ex_data(ssl, certifica
 
 std::string openssl_reason(const boost::system::error_code& ec) {
   if (ec.category() != asio::error::get_ssl_category()) return ec.message();
-  const char* reason = ERR_reason_error_string(static_cast<unsigned long>(ec.value()));
+  const auto code = static_cast<unsigned long>(ec.value());
+  // A failed system call (opening a file, say): its errno is the reason.
+  if (ERR_GET_LIB(code) == ERR_LIB_SYS) return std::strerror(ERR_GET_REASON(code));
+  const char* reason = ERR_reason_error_string(code);
   return reason ? reason : ec.message();
+}
+
+bool is_alert(const boost::system::error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category() &&
+         ERR_GET_REASON(static_cast<unsigned long>(ec.value())) >= SSL_AD_REASON_OFFSET;
 }
 
 // What a failed handshake with `server` means, once, for every connection.
@@ -104,16 +114,53 @@ TlsFailure classify_handshake_failure(const boost::system::error_code& ec, SSL* 
               reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA || reason == SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED)) {
     failure.code = make_error_code(errc::tls_handshake_failed);
     failure.message = fmt::format("{} refused our TLS client certificate ({})", server, openssl_reason(ec));
-  } else if (closed || reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+  } else if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
              reason == SSL_R_RECORD_LENGTH_MISMATCH) {
     failure.code = make_error_code(errc::tls_plaintext_server);
     failure.message = fmt::format("{} does not speak TLS ({}): is it a plain-text port (clientPort) rather than "
                                   "its secureClientPort?", server, openssl_reason(ec));
+  } else if (closed) {
+    // A plain-text port closes on our ClientHello, and so does a TLS port whose settings allow
+    // no handshake: the caller asks the port in plain text which it is (settle_closed_handshake).
+    failure.code = make_error_code(errc::tls_plaintext_server);
+    failure.message = fmt::format("the connection to {} closed during the TLS handshake ({})", server, openssl_reason(ec));
   } else {
     failure.code = make_error_code(errc::tls_handshake_failed);
     failure.message = fmt::format("the TLS handshake with {} failed: {}", server, openssl_reason(ec));
   }
   return failure;
+}
+
+// The handshake of `failure` ended in a closed connection; `plain_text_reply` is whether the port
+// answered a four-letter word in plain text (nullopt: it did not say either way).
+TlsFailure settle_closed_handshake(TlsFailure failure, std::optional<bool> plain_text_reply) {
+  if (plain_text_reply == true) {
+    failure.message = fmt::format("{} does not speak TLS (it answers plain text): is it a plain-text port (clientPort) "
+                                  "rather than its secureClientPort?", failure.server);
+  } else if (plain_text_reply == false) {
+    failure.code = make_error_code(errc::tls_handshake_failed);
+    failure.message = fmt::format(
+        "the TLS port {} broke off the TLS handshake (and closes plain text unanswered): its TLS settings allow no "
+        "handshake with us; see the server's log (ssl.protocol, ssl.enabledProtocols, ssl.ciphersuites)",
+        failure.server);
+  } else {
+    failure.code = make_error_code(errc::tls_handshake_failed);
+    failure.message = fmt::format(
+        "{} closed the connection during the TLS handshake: a TLS port that broke off the TLS handshake (see the "
+        "server's log: ssl.protocol, ssl.enabledProtocols, ssl.ciphersuites), or a plain-text port (clientPort)",
+        failure.server);
+  }
+  return failure;
+}
+
+// What the server told with the first read after a handshake that went through, which under TLS
+// 1.3 is where the server's verdict on our certificate arrives (it checks it after our side of the
+// handshake is done): an alert is a refusal, anything else is not the handshake's business.
+std::optional<TlsFailure> classify_refusal_after_handshake(const boost::system::error_code& ec, SSL* ssl,
+                                                           const std::string& server, const std::string& host,
+                                                           bool have_certificate) {
+  if (!is_alert(ec)) return std::nullopt;
+  return classify_handshake_failure(ec, ssl, server, host, have_certificate);
 }
 
 // "0100007F:1F90": an IPv4 endpoint as /proc/net/tcp writes it (the address's bytes as a
@@ -216,6 +263,8 @@ struct TlsRelay::Impl {
 
 namespace {
 
+void ask_in_plain_text(TlsRelay::Impl& relay, Endpoint& endpoint, TlsFailure failure);
+
 // One connection of the C client, carried to one server.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -273,9 +322,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_.async_handshake(asio::ssl::stream_base::client, [self = shared_from_this()](boost::system::error_code ec) {
       if (self->stopped_) return self->stop();
       if (ec) {
-        self->relay_.report(self->endpoint_,
-                            classify_handshake_failure(ec, self->server_.native_handle(), self->endpoint_.server,
-                                                       self->endpoint_.target.host, self->relay_.have_certificate));
+        TlsFailure failure = classify_handshake_failure(ec, self->server_.native_handle(), self->endpoint_.server,
+                                                        self->endpoint_.target.host, self->relay_.have_certificate);
+        if (failure.code == errc::tls_plaintext_server && closed_during_handshake(ec)) {
+          self->stop();
+          return ask_in_plain_text(self->relay_, self->endpoint_, std::move(failure));
+        }
+        self->relay_.report(self->endpoint_, std::move(failure));
         return self->stop();
       }
       self->endpoint_.last_failed = false;
@@ -302,13 +355,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void server_to_client() {
     server_.async_read_some(asio::buffer(downstream_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      if (ec && !self->stopped_ && !self->heard_from_server_) {
+        if (auto refusal = classify_refusal_after_handshake(ec, self->server_.native_handle(), self->endpoint_.server,
+                                                            self->endpoint_.target.host, self->relay_.have_certificate))
+          self->relay_.report(self->endpoint_, std::move(*refusal));
+      }
       if (ec || self->stopped_) return self->stop();
+      self->heard_from_server_ = true;
       asio::async_write(self->client_, asio::buffer(self->downstream_, n),
                         [self](boost::system::error_code write_ec, std::size_t) {
                           if (write_ec || self->stopped_) return self->stop();
                           self->server_to_client();
                         });
     });
+  }
+
+  static bool closed_during_handshake(const boost::system::error_code& ec) {
+    const bool ssl_error = ec.category() == asio::error::get_ssl_category();
+    return ec == asio::ssl::error::stream_truncated || ec == asio::error::eof || ec == asio::error::connection_reset ||
+           (ssl_error && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
   }
 
   TlsRelay::Impl& relay_;
@@ -320,14 +385,81 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer deadline_;
   bool relaying_ = false;
   bool stopped_ = false;
+  bool heard_from_server_ = false;  // a byte of the server's came through
   std::array<char, 16 * 1024> upstream_{};
   std::array<char, 16 * 1024> downstream_{};
 };
 
+// Whether a port that closed our ClientHello answers a four-letter word in plain text (any
+// ZooKeeper plain port does, "not in the whitelist" included): then it is a plain-text port; one
+// that closes that too unanswered is a TLS port that breaks off handshakes.
+class PlainTextQuestion : public std::enable_shared_from_this<PlainTextQuestion> {
+ public:
+  PlainTextQuestion(TlsRelay::Impl& relay, Endpoint& endpoint, TlsFailure failure)
+      : relay_(relay), endpoint_(endpoint), failure_(std::move(failure)), socket_(relay.io), resolver_(relay.io),
+        deadline_(relay.io) {}
+
+  void start() {
+    deadline_.expires_after(std::min<std::chrono::milliseconds>(relay_.handshake_timeout, std::chrono::seconds(2)));
+    deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->finish(std::nullopt);
+    });
+    resolver_.async_resolve(endpoint_.target.host, endpoint_.target.port,
+                            [self = shared_from_this()](boost::system::error_code ec, tcp::resolver::results_type found) {
+                              if (ec) return self->finish(std::nullopt);
+                              asio::async_connect(self->socket_, found, [self](boost::system::error_code connect_ec, const tcp::endpoint&) {
+                                if (connect_ec) return self->finish(std::nullopt);
+                                close_on_exec(self->socket_.native_handle());
+                                // The newline: Netty's TLS port decides only once it has 5 bytes.
+                                asio::async_write(self->socket_, asio::buffer("srvr\n", 5), [self](boost::system::error_code write_ec, std::size_t) {
+                                  if (write_ec) return self->finish(std::nullopt);
+                                  self->socket_.async_read_some(asio::buffer(self->reply_), [self](boost::system::error_code read_ec, std::size_t n) {
+                                    if (n > 0) return self->finish(true);
+                                    const bool closed = read_ec == asio::error::eof || read_ec == asio::error::connection_reset;
+                                    self->finish(closed ? std::optional<bool>(false) : std::nullopt);
+                                  });
+                                });
+                              });
+                            });
+  }
+
+ private:
+  void finish(std::optional<bool> answered) {
+    if (done_) return;
+    done_ = true;
+    boost::system::error_code ignored;
+    deadline_.cancel();
+    resolver_.cancel();
+    socket_.close(ignored);
+    relay_.report(endpoint_, settle_closed_handshake(std::move(failure_), answered));
+  }
+
+  TlsRelay::Impl& relay_;
+  Endpoint& endpoint_;
+  TlsFailure failure_;
+  tcp::socket socket_;
+  tcp::resolver resolver_;
+  asio::steady_timer deadline_;
+  std::array<char, 64> reply_{};
+  bool done_ = false;
+};
+
+void ask_in_plain_text(TlsRelay::Impl& relay, Endpoint& endpoint, TlsFailure failure) {
+  std::make_shared<PlainTextQuestion>(relay, endpoint, std::move(failure))->start();
+}
+
+// A TLS file that cannot be used is named with the reason (missing, permission denied, ...), which
+// OpenSSL's own error would not give.
 void check_readable(const std::filesystem::path& path, std::string_view what) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw Error(make_error_code(errc::invalid_argument), "set up TLS", path.string(), fmt::format("the {} does not exist", what));
+  const bool directory = std::filesystem::is_directory(path, ec);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    throw Error(make_error_code(errc::invalid_argument), "set up TLS", path.string(),
+                fmt::format("cannot read the {}: {}", what, std::strerror(errno)));
+  ::close(fd);
 }
 
 }  // namespace

@@ -112,6 +112,9 @@ Cluster::Cluster(ClusterOptions options) {
     if (options.tls) {
       start.insert(start.end(), {"--tls", "--tls-client-auth", options.tls_client_auth, "--tls-server-cert",
                                  options.tls_expired_server_cert ? "expired" : "good"});
+      if (!options.tls_protocols.empty()) start.insert(start.end(), {"--tls-protocols", options.tls_protocols});
+      if (!options.tls_cipher_suites.empty())
+        start.insert(start.end(), {"--tls-cipher-suites", options.tls_cipher_suites});
     }
     std::string connect = zkenv(start);
     // zkenv.py prints the connect string, one 127.0.0.1:port per server in index order.

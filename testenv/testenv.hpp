@@ -35,6 +35,9 @@ std::string build_dir();   // env ZKR_BUILD_DIR or the compiled-in CMake binary 
 // sessions in tests pass it as SessionOptions::ensemble_tick_time.
 inline constexpr std::chrono::milliseconds kTestTickTime{100};
 
+// The cipher suites of TLS 1.3, by their Java names (ClusterOptions::tls_cipher_suites).
+inline constexpr const char* kTls13CipherSuites = "TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384";
+
 struct ClusterOptions {
   int servers = 1;
   int tick_ms = static_cast<int>(kTestTickTime.count());
@@ -44,6 +47,11 @@ struct ClusterOptions {
   bool tls = false;
   std::string tls_client_auth = "none";
   bool tls_expired_server_cert = false;  // the server presents an expired certificate
+  // The server's ssl.enabledProtocols ("TLSv1.3") and ssl.ciphersuites (Java names, comma-separated);
+  // empty: ZooKeeper's defaults. ZooKeeper 3.8's default suites are TLS 1.2 ones: TLSv1.3 alone
+  // without kTls13CipherSuites makes a port that aborts every handshake.
+  std::string tls_protocols{};
+  std::string tls_cipher_suites{};
 };
 
 // ZooKeeper servers started through testenv/zkenv.py in a fresh ManagedDirectory "zkr-cluster-*".

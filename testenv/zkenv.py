@@ -15,7 +15,8 @@ timeout does not leave servers behind.
 
   zkenv.py start --servers N --dir DIR [--tick-ms 100] [--sync-limit 10] [--init-limit 20]
                  [--max-heap-mb 128] [--owner-pid PID [--remove-dir]]
-                 [--tls [--tls-client-auth none|want|need] [--tls-server-cert good|expired]]
+                 [--tls [--tls-client-auth none|want|need] [--tls-server-cert good|expired]
+                        [--tls-protocols TLSv1.2,TLSv1.3] [--tls-cipher-suites SUITE,...]]
   zkenv.py stop --dir DIR
   zkenv.py status|leader --dir DIR
   zkenv.py kill|stop-server|start-server|freeze|thaw I --dir DIR
@@ -74,13 +75,20 @@ log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m
 
 TLS_CLIENT_AUTH = ("none", "want", "need")
 TLS_SERVER_CERTS = ("good", "expired")
+TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+
+
+def split_list(text):
+    """'a,b' -> ['a', 'b']; '' -> []."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 # What STATEDIR/tls holds (PEM): a test CA; the server's certificate, for IP 127.0.0.1 only (so a
 # client that connects as "localhost" sees a hostname mismatch); a client certificate from the same
-# CA; a second CA that signed nothing the server trusts ("wrong CA"); an expired server certificate.
+# CA; a second CA that signed nothing the server trusts ("wrong CA"), and a client certificate it
+# signed (which the server refuses); an expired server certificate.
 TLS_FILES = {
     "ca": "ca.pem", "server_cert": "server.pem", "server_key": "server.key",
     "client_cert": "client.pem", "client_key": "client.key", "other_ca": "other-ca.pem",
-    "expired_server_cert": "server-expired.pem",
+    "other_client_cert": "other-client.pem", "expired_server_cert": "server-expired.pem",
 }
 
 
@@ -103,11 +111,13 @@ def make_certificates(tls_dir):
         f.write("extendedKeyUsage=clientAuth\n")
     for who, subject in (("server", "/CN=127.0.0.1"), ("client", "/CN=zkr test client")):
         openssl(tls_dir, "req", *key, "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", subject)
-    signed = (("server.pem", "server", "1"), ("client.pem", "client", "1"),
+    signed = (("server.pem", "server", "ca", "1"), ("client.pem", "client", "ca", "1"),
+              # The client's key, certified by the CA the server does not trust.
+              ("other-client.pem", "client", "other-ca", "1"),
               # -days -1: notAfter a day before notBefore (now), so expired from the start.
-              ("server-expired.pem", "server", "-1"))
-    for out, who, days in signed:
-        openssl(tls_dir, "x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+              ("server-expired.pem", "server", "ca", "-1"))
+    for out, who, ca, days in signed:
+        openssl(tls_dir, "x509", "-req", "-in", f"{who}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
                 "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", days,
                 "-extfile", f"{who}.ext", "-out", out)
 
@@ -133,7 +143,9 @@ def tls_config_lines(tls, address="127.0.0.1"):
         f"ssl.trustStore.location={os.path.join(tls_dir, TLS_FILES['ca'])}",
         "ssl.trustStore.type=PEM",
         f"ssl.clientAuth={tls['client_auth']}",
-    ]
+    ] + ([f"ssl.protocol={tls['protocols'][-1]}",
+          f"ssl.enabledProtocols={','.join(tls['protocols'])}"] if tls.get("protocols") else []) + \
+        ([f"ssl.ciphersuites={','.join(tls['cipher_suites'])}"] if tls.get("cipher_suites") else [])
 
 
 def tls_probe_context(tls):
@@ -241,10 +253,36 @@ def mode_of(reply):
     return None
 
 
+# The mode of a --tls server whose port takes connections and aborts every TLS handshake, closing
+# it or with an alert (its TLS settings allow none: --tls-protocols TLSv1.3 without TLS 1.3 suites
+# in --tls-cipher-suites): up, and of no use to any client, which is what a test of that wants.
+HANDSHAKE_REFUSED = "refuses every TLS handshake"
+
+
+def refuses_tls_handshakes(port, tls):
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=FOUR_LETTER_TIMEOUT_S)
+    except OSError:
+        return False
+    with sock:
+        try:
+            with tls_probe_context(tls).wrap_socket(sock):
+                return False
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionResetError):
+            return True
+        except ssl.SSLError as e:
+            return "ALERT" in (e.reason or "")
+        except OSError:
+            return False
+
+
 def server_mode(server):
     tls = server.get("tls")
-    return mode_of(four_letter(server["client_port"], "srvr",
+    mode = mode_of(four_letter(server["client_port"], "srvr",
                                tls_context=tls_probe_context(tls) if tls else None))
+    if mode is None and tls and refuses_tls_handshakes(server["client_port"], tls):
+        return HANDSHAKE_REFUSED
+    return mode
 
 
 def find_leader(state, mode=server_mode):
@@ -262,6 +300,8 @@ def wait_cluster_ready(state, timeout_s, mode=server_mode):
         silent = [str(s["index"]) for s in state["servers"] if mode(s) is None]
         if silent:
             return "servers " + ", ".join(silent) + " do not answer srvr"
+        if all(mode(s) == HANDSHAKE_REFUSED for s in state["servers"]):
+            return None
         return None if find_leader(state, mode) >= 0 else "no server reports itself leader"
     lifecycle.wait_ready(state["servers"], pending, timeout_s, server_name)
 
@@ -376,7 +416,8 @@ def write_config(state, extra_lines=()):
 def new_state(state_dir, args):
     ports = lifecycle.free_ports(3 * args.servers)
     tls = ({"dir": os.path.join(state_dir, "tls"), "client_auth": args.tls_client_auth,
-            "server_cert": args.tls_server_cert} if args.tls else None)
+            "server_cert": args.tls_server_cert, "protocols": split_list(args.tls_protocols),
+            "cipher_suites": split_list(args.tls_cipher_suites)} if args.tls else None)
     servers = [server_record(state_dir, index, address="127.0.0.1", client_port=ports[3 * index],
                              quorum_port=ports[3 * index + 1], election_port=ports[3 * index + 2],
                              tls=tls)
@@ -395,8 +436,13 @@ def command_start(args):
         raise EnvError(f"--max-heap-mb must be at least 16, not {args.max_heap_mb}")
     if args.remove_dir and not args.owner_pid:
         raise EnvError("--remove-dir needs --owner-pid")
-    if not args.tls and (args.tls_client_auth != "none" or args.tls_server_cert != "good"):
-        raise EnvError("--tls-client-auth and --tls-server-cert need --tls")
+    if not args.tls and (args.tls_client_auth != "none" or args.tls_server_cert != "good" or
+                         args.tls_protocols or args.tls_cipher_suites):
+        raise EnvError("--tls-client-auth, --tls-server-cert, --tls-protocols and --tls-cipher-suites "
+                       "need --tls")
+    for protocol in split_list(args.tls_protocols):
+        if protocol not in TLS_PROTOCOLS:
+            raise EnvError(f"--tls-protocols: '{protocol}' is not one of {', '.join(TLS_PROTOCOLS)}")
     check_installation()
     if args.tls:
         check_tls_installation()
@@ -507,6 +553,12 @@ def main(argv):
                        help="the server's ssl.clientAuth")
     start.add_argument("--tls-server-cert", choices=TLS_SERVER_CERTS, default="good",
                        help="the certificate the server presents: good, or expired")
+    start.add_argument("--tls-protocols", default="",
+                       help="the server's ssl.enabledProtocols, e.g. TLSv1.3 (ssl.protocol: the "
+                            "last one); default: ZooKeeper's")
+    start.add_argument("--tls-cipher-suites", default="",
+                       help="the server's ssl.ciphersuites (Java names, comma-separated); "
+                            "default: ZooKeeper's")
     start.set_defaults(handler=command_start)
 
     for name, handler, text in (("stop", command_stop, "stop every recorded server"),

@@ -369,7 +369,10 @@ void read_tls(const GivenOptions& given, CliOptions& options) {
   options.tls_ca = file("tls-ca", "ZKLOCK_TLS_CA");
   options.tls_cert = file("tls-cert", "ZKLOCK_TLS_CERT");
   options.tls_key = file("tls-key", "ZKLOCK_TLS_KEY");
-  options.tls_verify_host = !given.flag("tls-no-verify-host");
+  // $ZKLOCK_TLS_NO_VERIFY_HOST (a zklock that did not verify sets it for its job) counts only with TLS.
+  const char* no_verify = std::getenv("ZKLOCK_TLS_NO_VERIFY_HOST");
+  const bool no_verify_from_environment = options.tls_ca && no_verify && *no_verify && std::string_view(no_verify) != "0";
+  options.tls_verify_host = !given.flag("tls-no-verify-host") && !no_verify_from_environment;
   if (options.tls_cert.has_value() != options.tls_key.has_value())
     throw UsageError("--tls-cert and --tls-key go together (a client certificate and its key)");
   if (!options.tls_ca && (options.tls_cert || !options.tls_verify_host))
@@ -573,6 +576,7 @@ each option is given at most once:
                                 $ZKLOCK_TLS_CERT)
       --tls-key FILE            its private key (PEM; default: $ZKLOCK_TLS_KEY)
       --tls-no-verify-host      accept a server certificate that does not name the host
+                                (default: $ZKLOCK_TLS_NO_VERIFY_HOST=1)
   -v, --verbose                 report waiting, acquisition (token, node, session) and
                                 session state changes on stderr; while queued, the place in
                                 the queue and the holder each time they change (said on a
@@ -618,7 +622,9 @@ The command's environment gets:
                          (exit 64); -s inside -s and -N K inside -N K (K > 1) run
   ZKLOCK_SESSION_ID      the ZooKeeper session id, as --list and the logs write it (0x...)
   ZKLOCK_TLS_CA, ZKLOCK_TLS_CERT, ZKLOCK_TLS_KEY
-                         the TLS files zklock used (--tls-ca, ...), when it used TLS
+                         the TLS files zklock used (--tls-ca, ...), when it used TLS;
+  ZKLOCK_TLS_NO_VERIFY_HOST
+                         1 when it used --tls-no-verify-host
 
 Signals: INT, TERM, HUP, QUIT, USR1 and USR2 are passed to the job's process group; zklock waits
 for the job, releases the lock and exits with the job's status. A second INT or TERM sends SIGKILL

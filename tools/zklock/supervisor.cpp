@@ -93,6 +93,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (options_.tls_ca) job_variables.emplace_back("ZKLOCK_TLS_CA", options_.tls_ca->string());
   if (options_.tls_cert) job_variables.emplace_back("ZKLOCK_TLS_CERT", options_.tls_cert->string());
   if (options_.tls_key) job_variables.emplace_back("ZKLOCK_TLS_KEY", options_.tls_key->string());
+  if (options_.tls_ca && !options_.tls_verify_host) job_variables.emplace_back("ZKLOCK_TLS_NO_VERIFY_HOST", "1");
   std::vector<std::string> environment = environment_with(job_variables);
 
   // The keeper's deadline starts at the session monitor's for the lock's session (zklock asked to
