@@ -189,6 +189,12 @@ TEST(Swarm, ScheduleReplaysTheTimingItRecorded) {
   EXPECT_EQ(outcome_of_the_wait(followed), 't') << to_text(followed.schedule);
   EXPECT_GE(followed.schedule.at(2).gap_ms, 700);
   EXPECT_EQ(followed.divergence, "");
+  // A failure's report gives the schedule in its replay line.
+  RunResult failing = followed;
+  failing.failure = Failure{"hang", "lock0", "as if", 2};
+  EXPECT_NE(report(config, failing, std::nullopt).find("ZKR_SWARM_SCHEDULE='" + to_text(followed.schedule) + "'"),
+            std::string::npos)
+      << report(config, failing, std::nullopt);
   // Told a grant that this timing cannot give, the replay says where it ran otherwise.
   EXPECT_NE(replay(config, ops, schedule_from_text("0:0g 0 700:1g")).divergence, "");
 
