@@ -46,8 +46,8 @@ class AcquisitionCount {
 
   // The one place an outcome is decided: the first call wins and counts it (success: the grant,
   // waited for until `granted_at`); a later call counts nothing. True if this call decided.
-  // Unshared counts are decided under their contender's session mutex; shared ones by an atomic
-  // exchange, whoever comes first.
+  // An unshared count has one owner that decides it (its contender, under the session mutex, or a
+  // held-back start that is refused); a shared one is decided by a compare-exchange, whoever comes first.
   bool decide(std::error_code outcome, Clock::time_point granted_at = Clock::now()) const;
   void abandoned() const;  // gone without an outcome (no longer waiting), unless decided
   bool granted() const;    // decided, as a grant
