@@ -22,6 +22,7 @@
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/multi_lock.hpp>
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
@@ -1518,6 +1519,59 @@ INSTANTIATE_TEST_SUITE_P(BothOrders, GrantRacingTimer,
                            return fmt::format("{}_{}_first", to_string(std::get<0>(test.param)),
                                               std::get<1>(test.param) == FirstToArrive::grant ? "grant" : "timer");
                          });
+
+// A multi-lock takes its paths in rounds: a path granted in a round is let go of again when a path
+// before it is busy (c, after the busy b) or when the whole times out (a, kept while b is waited
+// for). Neither is the caller's grant: each path's series counts the one outcome the caller saw,
+// a timeout, and no grant or hold.
+TEST_F(QueueInterleaving, AMultiLockCountsOnlyTheOutcomeOfTheWholeOnEachPath) {
+  const std::vector<std::string> paths{"/multi/a", "/multi/b", "/multi/c"};
+  for (const auto& path : paths) server->ensure_path(path, detail::CreateMode::persistent);
+  SessionOptions options;
+  options.servers = "fake:2181";
+  options.session_timeout = 120s;
+  options.connect_timeout = scaled(10s);
+  options.ensemble_tick_time = 20ms;
+  options.metrics_path_labels.paths = {"/multi/"};
+  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+  core->connect_or_throw();
+  Session session(detail::Internals::key(), core);
+  auto other = open_session();
+  Lock busy(*other, paths[1]);
+  HeldLock held = busy.acquire();
+
+  MultiLock multi(session, paths);
+  EXPECT_FALSE(multi.try_acquire_for(scaled(300ms)));
+  EXPECT_TRUE(wait_until([&] { return server->children(paths[0]).empty() && server->children(paths[2]).empty(); }));
+  const auto metrics = session.metrics();
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto series = std::find_if(metrics.locks.begin(), metrics.locks.end(),
+                                     [&](const LockMetrics& m) { return m.path == path; });
+    ASSERT_NE(series, metrics.locks.end());
+    EXPECT_EQ(series->wait.count, 0u);
+    EXPECT_EQ(series->timeouts, 1u);
+    EXPECT_EQ(series->held, 0);
+    EXPECT_EQ(series->waiting, 0);
+    EXPECT_EQ(series->hold.count, 0u);
+  }
+  EXPECT_EQ(session.metrics().acquisitions, 0u);
+
+  // Once b is free, the whole is granted: one grant on each path, held until released.
+  held.release();
+  auto granted = multi.try_acquire_for(scaled(2s));
+  ASSERT_TRUE(granted);
+  granted->release();
+  EXPECT_TRUE(wait_until([&] { return server->children(paths[0]).empty() && server->children(paths[2]).empty(); }));
+  for (const auto& series : session.metrics().locks) {
+    if (series.path.empty()) continue;
+    SCOPED_TRACE(series.path);
+    EXPECT_EQ(series.wait.count, 1u);
+    EXPECT_EQ(series.held, 0);
+    EXPECT_EQ(series.hold.count, 1u);
+  }
+  EXPECT_EQ(session.metrics().acquisitions, 3u);
+}
 
 TEST_F(QueueInterleaving, APeerSemaphoreAcquisitionOnAClosedSessionLetsTheSessionGo) {
   auto session = open_session();
