@@ -130,7 +130,7 @@ class HeldBackLockStart final : public PendingStart {
   }
 
   void refuse(std::error_code why) override {
-    counted_.decided(why);
+    counted_.decide(why);
     handler_(why, HeldLock{});
   }
 
@@ -149,7 +149,7 @@ class HeldBackLockStart final : public PendingStart {
   const char* text() const { return reinterpret_cast<const char*>(this) + sizeof(HeldBackLockStart); }
 
   void refuse_on_callback_thread(std::error_code why) {
-    counted_.decided(why);
+    counted_.decide(why);
     core()->post_callback([handler = std::move(handler_), why] { handler(why, HeldLock{}); });
   }
 

@@ -632,7 +632,6 @@ void Contender::grant_locked() {
   set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
   granted_at_ = Clock::now();
-  counted_.granted(granted_at_);
   log(LogLevel::debug, log_context_locked(), "lock {} granted (token {})", node_path_, token_.value());
   if (request().policy.promotes_without_deleting()) touch_locked();
   if (!path_watch_live_) schedule_own_node_watch_locked();
@@ -915,7 +914,7 @@ void Contender::remove_node_locked() {
 void Contender::complete_locked(std::error_code outcome) {
   if (completed_) return;
   completed_ = true;
-  counted_.decided(outcome);
+  counted_.decide(outcome, granted_at_);  // a grant part that lost the race: its owner releases us
   cancel_timeout();
   if (!request().on_done) return;
   auto done = std::move(request().on_done);

@@ -138,6 +138,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   std::int64_t session_id() const;
   std::uint64_t generation() const;  // the session generation of our node
   bool lost() const;
+  bool held_locked() const { return phase_ == Phase::held; }  // granted, not lost nor let go of (session mutex held)
   std::optional<LossReason> loss_reason() const;
   std::stop_token lost_token() const;
   void on_lost(std::function<void(LossReason)> callback);

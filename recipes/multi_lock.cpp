@@ -55,9 +55,10 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
         held_(paths_.size()),
         refusal_(std::make_shared<RefusalDetail>()) {
     if (timeout > std::chrono::nanoseconds::zero()) deadline_ = Clock::now() + timeout;
-    // One acquisition per path for the metrics, decided here once the whole is (acquisition_count.hpp).
+    // One acquisition per path for the metrics, decided here once the whole is (acquisition_count.hpp):
+    // a path granted and let go of in an earlier round counts nothing.
     counts_.reserve(paths_.size());
-    for (const auto& path : paths_) counts_.emplace_back(*core_, path);
+    for (const auto& path : paths_) counts_.emplace_back(*core_, path, true);
   }
 
   void start() {
@@ -69,7 +70,7 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
  private:
   ContenderRequest request(std::size_t index, std::chrono::nanoseconds timeout) const {
     auto request = one_holder_request(paths_[index], options_, ContenderRole::exclusive, timeout, refusal_);
-    request.counted = counts_[index].grant_part();
+    request.counted = counts_[index].step_part();
     return request;
   }
 
@@ -171,9 +172,17 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
   void succeed_locked(std::unique_lock<std::mutex>& lock) {
     // A path held since an earlier round may have been lost meanwhile (its session, say; then
     // keep_locked let go of it already): take it again, and, to keep the order, every path after it.
-    const auto lost = std::find_if(held_.begin(), held_.end(), [](const auto& c) { return !c || c->lost(); });
-    if (lost == held_.end()) return finish_locked({}, {});
-    const auto from = static_cast<std::size_t>(lost - held_.begin());
+    std::size_t lost = 0;
+    {
+      // Decided under the session mutex, which every loss takes: no path is lost between this check
+      // and the grant being counted, so each path's hold is counted from here to its end.
+      std::lock_guard session(core_->mutex());
+      while (lost < held_.size() && held_[lost] && held_[lost]->held_locked()) ++lost;
+      if (lost == held_.size())
+        for (const auto& count : counts_) count.decide({});
+    }
+    if (lost == held_.size()) return finish_locked({}, {});
+    const std::size_t from = lost;
     release_from_locked(from);
     if (no_wait_) return fail_locked(make_error_code(errc::session_lost), from);
     next_ = from;
@@ -193,7 +202,7 @@ class MultiAcquisition : public std::enable_shared_from_this<MultiAcquisition> {
 
   void finish_locked(std::error_code ec, std::string failed_path) {
     disarm_deadline();
-    for (const auto& count : counts_) count.decided(ec);
+    for (const auto& count : counts_) count.decide(ec);  // a success was decided by succeed_locked
     Contenders granted = ec ? Contenders{} : std::move(held_);
     // Always from the callback thread, never from the caller's stack.
     core_->post_callback([done = std::move(done_), ec, failed_path = std::move(failed_path),

@@ -77,7 +77,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
       : core_(std::move(core)),
         request_(std::move(request)),
         paths_(peer_layout_paths(request_.layout, request_.path)),
-        counted_(*core_, request_.path),
+        counted_(*core_, request_.path, true),
         done_(std::move(done)) {}
 
   void start(std::stop_token stop) {
@@ -151,6 +151,8 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
   }
 
   void start_over_locked() {
+    // The lease was granted already (its outcome is on its way here): it is the outcome.
+    if (counted_.granted()) return finish_locked({}, lease_);
     drop(internal_lock_, make_error_code(errc::session_lost));
     drop(lease_, make_error_code(errc::session_lost));
     lease_.reset();
@@ -219,7 +221,7 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     auto request = contender_request(paths_.leases);
     request.held_once_created = true;
     request.only_generation = generation_;
-    request.counted = counted_.grant_part();
+    request.counted = counted_.grant_part();  // its grant decides the outcome, unless decided before
     if (kazoo()) {
       request.marker = "";
       request.sequential = false;
@@ -246,9 +248,16 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
     if (!completed_) finish_locked(why, nullptr);
   }
 
+  // The acquisition's outcome: the first of the lease's grant (decided by the lease, see
+  // create_lease_locked) and anything else (a timeout, a cancel, a failure) that ends it. A grant
+  // decided first is the outcome even when the timeout's or the cancel's call gets here first; a
+  // grant decided too late is released below, with the lease that was not given.
   void finish_locked(std::error_code outcome, std::shared_ptr<Contender> lease) {
     completed_ = true;
-    counted_.decided(outcome);
+    if (!counted_.decide(outcome) && counted_.granted()) {
+      outcome = {};
+      lease = lease_;
+    }
     ++listing_;
     drop(internal_lock_, outcome ? outcome : make_error_code(errc::cancelled));
     if (!lease) drop(lease_, outcome);
@@ -291,8 +300,9 @@ class PeerLeaseAcquisition : public std::enable_shared_from_this<PeerLeaseAcquis
   const std::shared_ptr<SessionCore> core_;
   const PeerLeaseRequest request_;
   const PeerLayoutPaths paths_;
-  // The metrics count one acquisition of the semaphore, under its path: asked here, decided by
-  // finish_locked, its grant and hold counted by the lease (see acquisition_count.hpp).
+  // The metrics count one acquisition of the semaphore, under its path: asked here, decided once,
+  // by the lease's grant or by finish_locked, whichever comes first; the hold is counted by the
+  // lease (see acquisition_count.hpp).
   const AcquisitionCount counted_;
 
   // Everything below is guarded by mutex_, which is taken before the session mutex, never after.

@@ -16,15 +16,18 @@ namespace zkr::swarm {
 
 // A fresh world (fake or real, as the config says) and a run on it.
 RunResult run_generated(const SwarmConfig& config, int steps);
-RunResult replay(const SwarmConfig& config, const std::vector<Op>& ops);
+// With `schedule` (as a failing run recorded it), the replay follows its timing (see StepTiming).
+RunResult replay(const SwarmConfig& config, const std::vector<Op>& ops, const Schedule& schedule = {});
 
 struct Shrunk {
   std::vector<Op> ops;
+  Schedule schedule;  // the interleaving of the last replay that failed
   Failure failure;
   int replays = 0;
   bool budget_ran_out = false;
-  int reproduced = 0;  // of the confirmation replays of the result
+  int reproduced = 0;  // of the confirmation replays of the result (each following the schedule)
   int confirmations = 0;
+  int followed = 0;  // confirmation replays whose outcomes were those of the schedule
 };
 
 // Shrinks `failing` (a run that failed) while the failure keeps its invariant and resource.

@@ -28,7 +28,80 @@ Swarm::Swarm(SwarmConfig config, World& world)
 
 Swarm::~Swarm() = default;
 
-RunResult Swarm::run(std::vector<Op> ops, bool generate, int steps) {
+namespace {
+char outcome_code(std::error_code ec, bool granted) {
+  if (granted) return 'g';
+  if (ec == errc::timed_out) return 't';
+  if (ec == errc::cancelled) return 'c';
+  if (ec == errc::would_block) return 'b';
+  return 'f';
+}
+}  // namespace
+
+std::string to_text(const Schedule& schedule) {
+  std::string out;
+  for (const auto& step : schedule) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(step.gap_ms);
+    for (std::size_t i = 0; i < step.outcomes.size(); ++i)
+      out += fmt::format("{}{}{}", i == 0 ? ':' : ',', step.outcomes[i].first, step.outcomes[i].second);
+  }
+  return out;
+}
+
+Schedule schedule_from_text(std::string_view text) {
+  Schedule out;
+  std::size_t at = 0;
+  auto fail = [&](std::string_view why) {
+    throw std::invalid_argument(fmt::format("schedule '{}': {} at character {}", text, why, at));
+  };
+  auto number = [&] {
+    const auto start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    if (at == start) fail("a number expected");
+    return std::stoi(std::string(text.substr(start, at - start)));
+  };
+  while (at < text.size()) {
+    if (text[at] == ' ') {
+      ++at;
+      continue;
+    }
+    StepTiming step;
+    step.gap_ms = number();
+    if (at < text.size() && text[at] == ':') {
+      do {
+        ++at;
+        const int op = number();
+        if (at >= text.size() || std::string_view("gtcbf").find(text[at]) == std::string_view::npos)
+          fail("an outcome (g, t, c, b or f) expected");
+        step.outcomes.emplace_back(op, text[at++]);
+      } while (at < text.size() && text[at] == ',');
+    }
+    if (at < text.size() && text[at] != ' ') fail("a space expected");
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
+Schedule keep_steps(const Schedule& schedule, const std::vector<std::size_t>& kept) {
+  std::vector<int> renumbered(schedule.size(), -1);
+  for (std::size_t i = 0; i < kept.size(); ++i)
+    if (kept[i] < schedule.size()) renumbered[kept[i]] = static_cast<int>(i);
+  Schedule out;
+  std::size_t next = 0;
+  for (auto index : kept) {
+    if (index >= schedule.size()) break;
+    StepTiming step;
+    for (; next <= index; ++next) step.gap_ms += schedule[next].gap_ms;
+    for (const auto& [op, how] : schedule[index].outcomes)
+      if (op >= 0 && static_cast<std::size_t>(op) < renumbered.size() && renumbered[op] >= 0)
+        step.outcomes.emplace_back(renumbered[op], how);
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
+RunResult Swarm::run(std::vector<Op> ops, bool generate, int steps, const Schedule& follow) {
   RunResult result;
   try {
     setup();
@@ -36,9 +109,18 @@ RunResult Swarm::run(std::vector<Op> ops, bool generate, int steps) {
     fail("setup", "", e.what());
   }
   const int total = generate ? steps : static_cast<int>(ops.size());
+  Clock::time_point last_start{};
   for (step_index_ = 0; !failed() && step_index_ < total; ++step_index_) {
     if (generate) ops.push_back(next_op());
     const Op op = ops[static_cast<std::size_t>(step_index_)];
+    const auto index = static_cast<std::size_t>(step_index_);
+    if (index < follow.size() && index > 0)
+      std::this_thread::sleep_until(last_start + std::chrono::milliseconds(follow[index].gap_ms));
+    const auto now = Clock::now();
+    schedule_.push_back(
+        {index == 0 ? 0 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_start).count()),
+         {}});
+    last_start = now;
     trace("step {}: {}", step_index_, describe(op));
     bool carried_out = false;
     try {
@@ -67,8 +149,14 @@ RunResult Swarm::run(std::vector<Op> ops, bool generate, int steps) {
   teardown();
   if (generate && failure_ && failure_->step >= 0)
     ops.resize(static_cast<std::size_t>(failure_->step) + 1);  // what came after played no part
+  if (schedule_.size() > ops.size()) schedule_.resize(ops.size());
+  for (std::size_t i = 0; i < std::min(follow.size(), schedule_.size()) && result.divergence.empty(); ++i)
+    if (follow[i].outcomes != schedule_[i].outcomes)
+      result.divergence = fmt::format("step {}: recorded '{}', ran '{}'", i, to_text(Schedule{follow[i]}),
+                                      to_text(Schedule{schedule_[i]}));
   result.failure = failure_;
   result.ops = std::move(ops);
+  result.schedule = std::move(schedule_);
   result.counts = counts_;
   return result;
 }
@@ -338,6 +426,14 @@ void Swarm::harvest_outcome(Pending& pending) {
   const auto& r = resource(pending.resource);
   trace("  outcome of step {} ({}): {}{}", pending.step, info(pending.kind).name, ec ? ec.message() : "ok",
         box ? " (granted)" : "");
+  if (step_index_ >= 0 && !schedule_.empty()) {
+    bool held = false;
+    if (box) {
+      std::lock_guard lock(box->mutex);
+      held = static_cast<bool>(box->held());
+    }
+    schedule_.back().outcomes.emplace_back(pending.step, outcome_code(ec, held));
+  }
   if (!unexpected.empty()) {
     fail("exception", std::string(r.name), fmt::format("{}: {}", pending.what, unexpected));
     return;

@@ -57,9 +57,31 @@ struct Failure {
   int step = -1;  // index into the op list; -1: the end phase
 };
 
+// The interleaving a run ran, step by step, beside its operations: a generated run depends on
+// timing as well as on its seed (a bounded wait ends granted or timed out depending on when the
+// step that frees it comes), so this is what a replay needs besides the list. A replay given it
+// starts each step no earlier than the same time after the one before, and says where the
+// outcomes it saw first differ from the recorded ones.
+struct StepTiming {
+  int gap_ms = 0;  // from the start of the step before to the start of this one
+  // The acquisitions that ended by this step's quiet point: the op index of each and how it
+  // ended (g granted, t timed out, c cancelled, b busy, f failed otherwise).
+  std::vector<std::pair<int, char>> outcomes;
+  bool operator==(const StepTiming&) const = default;
+};
+using Schedule = std::vector<StepTiming>;
+std::string to_text(const Schedule& schedule);  // "0 12 431:3t,5g ..." (gap[:outcomes] per step)
+Schedule schedule_from_text(std::string_view text);
+// The schedule of the steps at `kept` (indices in order): removed steps' gaps go to the next kept
+// step, and outcomes of removed operations are forgotten (the rest renumbered).
+Schedule keep_steps(const Schedule& schedule, const std::vector<std::size_t>& kept);
+
 struct RunResult {
   std::optional<Failure> failure;
   std::vector<Op> ops;  // the ops carried out (as generated, or as given)
+  Schedule schedule;    // as ran, one entry per op carried out
+  // With a schedule to follow: where the run's outcomes first differed from it (empty: nowhere).
+  std::string divergence;
   int steps_run = 0;
   int skipped = 0;      // ops whose object was missing when they ran
   std::map<std::string, int> counts;  // grants, losses, faults, overlaps refused by a fence, ...
@@ -173,7 +195,9 @@ class Swarm {
   ~Swarm();
 
   // Carries out `ops` (generated from the seed as it goes when `generate` is set, up to `steps`).
-  RunResult run(std::vector<Op> ops, bool generate, int steps);
+  // With `follow` (a recorded schedule), each step starts no earlier than its recorded gap after
+  // the one before.
+  RunResult run(std::vector<Op> ops, bool generate, int steps, const Schedule& follow = {});
 
  private:
   struct LatchSlot;
@@ -283,6 +307,7 @@ class Swarm {
   std::mt19937_64 random_;
   int step_index_ = 0;
   std::optional<Failure> failure_;
+  Schedule schedule_;  // as ran (see StepTiming)
   std::map<std::string, int> counts_;
 
   std::vector<std::unique_ptr<ActorState>> actors_;

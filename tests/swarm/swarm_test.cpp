@@ -8,7 +8,7 @@
 //   Swarm.RealServers  a few seeds against real servers behind proxies (ZKR_SWARM_REAL_SEEDS)
 //
 // Environment: ZKR_SWARM_SEED or ZKR_SWARM_SEEDS ("1-40" or "3,7,9"), ZKR_SWARM_STEPS,
-// ZKR_SWARM_OPS (an operation list), ZKR_SWARM_WORLD (fake|real), ZKR_SWARM_EXCLUDE (crossings
+// ZKR_SWARM_OPS (an operation list), ZKR_SWARM_SCHEDULE (the interleaving it ran), ZKR_SWARM_WORLD (fake|real), ZKR_SWARM_EXCLUDE (crossings
 // left out), ZKR_SWARM_SHRINK_SECONDS (0: no shrinking), ZKR_SWARM_MINUTES, ZKR_SWARM_REPORT
 // (a file that failures are appended to).
 #include <gtest/gtest.h>
@@ -157,12 +157,58 @@ TEST(Swarm, Replay) {
   if (!seed) GTEST_SKIP() << "set ZKR_SWARM_SEED (and ZKR_SWARM_OPS) to replay a run";
   const auto config = config_for_seed(env_number("ZKR_SWARM_SEED", 1), world_kind(WorldKind::fake), exclusions());
   const auto ops = env("ZKR_SWARM_OPS");
-  const auto result = ops ? replay(config, ops_from_text(*ops))
+  const auto schedule = schedule_from_text(env("ZKR_SWARM_SCHEDULE").value_or(""));
+  if (!schedule.empty() && !ops) GTEST_SKIP() << "ZKR_SWARM_SCHEDULE goes with the ZKR_SWARM_OPS it was recorded with";
+  const auto result = ops ? replay(config, ops_from_text(*ops), schedule)
                           : run_generated(config, static_cast<int>(env_number("ZKR_SWARM_STEPS", 120)));
   Totals totals;
   totals.add(result);
   std::cout << totals.text() << std::endl;
+  if (!schedule.empty())
+    std::cout << (result.divergence.empty() ? "the recorded interleaving was followed"
+                                            : "the interleaving differed from the recorded one at " + result.divergence)
+              << std::endl;
   if (result.failure) report_failure(config, result);
+}
+
+// The interleaving a run ran is what replays a failure that depends on timing: lock0 held on s0,
+// an async acquisition of it on s1 with a 400 ms deadline, then the release. Run freely, the
+// release comes within milliseconds and the wait is granted; following a schedule that recorded
+// the release 700 ms after the wait began, the wait times out, as in the run that recorded it.
+TEST(Swarm, ScheduleReplaysTheTimingItRecorded) {
+  const auto config = config_for_seed(1, WorldKind::fake, {});
+  const auto ops = ops_from_text("acquire:0.0.0.0 async_acquire:1.1.0.12 release:0.0.0.0");
+  auto outcome_of_the_wait = [](const RunResult& result) {
+    for (const auto& step : result.schedule)
+      for (const auto& [op, how] : step.outcomes)
+        if (op == 1) return how;
+    return '?';
+  };
+  const auto free_run = replay(config, ops);
+  ASSERT_FALSE(free_run.failure) << report(config, free_run, std::nullopt);
+  ASSERT_EQ(free_run.schedule.size(), ops.size());
+  EXPECT_EQ(outcome_of_the_wait(free_run), 'g') << to_text(free_run.schedule);
+
+  const auto recorded = schedule_from_text("0:0g 0 700:1t");
+  EXPECT_EQ(to_text(recorded), "0:0g 0 700:1t");
+  const auto followed = replay(config, ops, recorded);
+  ASSERT_FALSE(followed.failure) << report(config, followed, std::nullopt);
+  EXPECT_EQ(outcome_of_the_wait(followed), 't') << to_text(followed.schedule);
+  EXPECT_GE(followed.schedule.at(2).gap_ms, 700);
+  EXPECT_EQ(followed.divergence, "");
+  // A failure's report gives the schedule in its replay line.
+  RunResult failing = followed;
+  failing.failure = Failure{"hang", "lock0", "as if", 2};
+  EXPECT_NE(report(config, failing, std::nullopt).find("ZKR_SWARM_SCHEDULE='" + to_text(followed.schedule) + "'"),
+            std::string::npos)
+      << report(config, failing, std::nullopt);
+  // Told a grant that this timing cannot give, the replay says where it ran otherwise.
+  EXPECT_NE(replay(config, ops, schedule_from_text("0:0g 0 700:1g")).divergence, "");
+
+  // Shrinking keeps the timing of what it keeps: the gaps of removed steps go to the next one.
+  const auto kept = keep_steps(schedule_from_text("0 5 400:1t 30:0g,2c"), {0, 2, 3});
+  EXPECT_EQ(to_text(kept), "0 405 30:0g,1c");
+  EXPECT_THROW(schedule_from_text("0 12:3x"), std::invalid_argument);
 }
 
 TEST(Swarm, Explore) {

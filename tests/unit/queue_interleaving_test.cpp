@@ -17,10 +17,12 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <testenv.hpp>
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
+#include <zkr/multi_lock.hpp>
 #include <zkr/semaphore.hpp>
 #include <zkr/session.hpp>
 
@@ -1340,6 +1342,237 @@ TEST_F(QueueInterleaving, LockReadsItsPathNodesDataOnlyWhenThereIsSome) {
 // after the session's worker thread has stopped. Nothing it leaves queued for that worker may
 // keep the session alive: once the program lets go of the Session and the Semaphore, the session
 // is freed (before, a cleanup queued there held the acquisition, which holds the session).
+// A grant and the expiry of the acquisition's timer, ordered both ways on purpose, for every
+// recipe whose acquisition can time out while its grant is being decided: a lock, a semaphore of
+// the library's own layout, and one in each peer's layout (where the grant is the lease's create,
+// a step of its own). Whichever comes first is the one outcome: the caller sees it, the path's
+// series counts exactly it, and no node is left behind once the grant (if any) is released.
+enum class RacingRecipe { lock, semaphore, curator_semaphore, kazoo_semaphore };
+enum class FirstToArrive { grant, timer };
+
+std::string_view to_string(RacingRecipe recipe) {
+  switch (recipe) {
+    case RacingRecipe::lock: return "lock";
+    case RacingRecipe::semaphore: return "semaphore";
+    case RacingRecipe::curator_semaphore: return "curator_semaphore";
+    case RacingRecipe::kazoo_semaphore: return "kazoo_semaphore";
+  }
+  return "?";
+}
+
+class GrantRacingTimer : public QueueInterleaving,
+                         public ::testing::WithParamInterface<std::tuple<RacingRecipe, FirstToArrive>> {
+ protected:
+  RacingRecipe recipe() const { return std::get<0>(GetParam()); }
+  bool grant_first() const { return std::get<1>(GetParam()) == FirstToArrive::grant; }
+
+  const std::string path = fmt::format("/race/{}-{}", to_string(recipe()), grant_first() ? "grant" : "timer");
+
+  std::unique_ptr<Session> open_labelled_session() {
+    // Every parent there already: the grant is then the first listing (or lease create) answered.
+    for (const auto& parent : contender_parents()) server->ensure_path(parent, detail::CreateMode::persistent);
+    if (recipe() == RacingRecipe::semaphore) server->set_data(path, "max_leases=1");  // the limit its first acquirer records
+    SessionOptions options;
+    options.servers = "fake:2181";
+    options.session_timeout = 120s;
+    options.connect_timeout = scaled(10s);
+    options.ensemble_tick_time = 20ms;
+    options.metrics_path_labels.paths = {path};
+    auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+    core->connect_or_throw();
+    return std::make_unique<Session>(detail::Internals::key(), core);
+  }
+
+  // The reply whose delivery grants, given what was delivered before it: the listing that finds
+  // our node first; for a peer's lease (held once created), the listing that finds it created.
+  bool grants(const std::string& entry, const std::vector<std::string>& delivered) const {
+    if (recipe() == RacingRecipe::lock || recipe() == RacingRecipe::semaphore) return entry == "get_children " + path;
+    const std::string leases = recipe() == RacingRecipe::curator_semaphore ? path + "/leases" : path;
+    const bool lease_created = std::any_of(delivered.begin(), delivered.end(), [&](const std::string& done) {
+      return done.starts_with("create " + leases + "/");
+    });
+    return lease_created && entry == "get_children " + leases;
+  }
+
+  // Where the recipe's layout puts its contenders' nodes.
+  std::vector<std::string> contender_parents() const {
+    if (recipe() == RacingRecipe::curator_semaphore) return {path + "/locks", path + "/leases"};
+    if (recipe() == RacingRecipe::kazoo_semaphore) return {path, path + "-__lock__"};
+    return {path};
+  }
+
+  // Every node a contender made (parents and the limit aside).
+  std::vector<std::string> contender_nodes() const {
+    std::vector<std::string> out;
+    for (const auto& parent : contender_parents())
+      for (const auto& child : server->children(parent)) out.push_back(child_of(parent, child));
+    return out;
+  }
+
+  LockMetrics series(Session& session) const {
+    for (const auto& series : session.metrics().locks)
+      if (series.path == path) return series;
+    ADD_FAILURE() << "no series for " << path;
+    return {};
+  }
+};
+
+TEST_P(GrantRacingTimer, TheFirstIsTheOneOutcomeCountedAndNoNodeIsLeft) {
+  auto session = open_labelled_session();
+  const std::int64_t id = session->id();
+  auto core = detail::Internals::core(*session);
+  std::optional<Lock> lock;
+  std::optional<Semaphore> semaphore;
+  if (recipe() == RacingRecipe::lock) {
+    lock.emplace(*session, path);
+  } else {
+    SemaphoreOptions options;
+    options.layout = recipe() == RacingRecipe::semaphore           ? SemaphoreLayout::zkrecipes
+                     : recipe() == RacingRecipe::curator_semaphore ? SemaphoreLayout::curator_v2
+                                                                   : SemaphoreLayout::kazoo;
+    semaphore.emplace(*session, path, 1, options);
+  }
+
+  const auto timeout = scaled(1s);
+  auto told = std::make_shared<std::promise<std::pair<std::error_code, HeldLock>>>();
+  auto outcome = told->get_future();
+  AcquireHandler handler = [told](std::error_code ec, HeldLock held) { told->set_value({ec, std::move(held)}); };
+  server->pause(id);
+  const auto started = std::chrono::steady_clock::now();
+  if (lock) lock->async_acquire(timeout, handler);
+  else semaphore->async_acquire(timeout, handler);
+
+  // Deliver everything up to the reply that grants, and hold that one.
+  std::vector<std::string> delivered;
+  std::string next;
+  for (int i = 0; i < 100 && !grants(next, delivered); ++i) {
+    if (!next.empty()) {
+      ASSERT_EQ(server->step(id), 1u);
+      delivered.push_back(next);
+    }
+    ASSERT_TRUE(wait_until([&] { return !server->queued_entries(id).empty(); }))
+        << "delivered: " << fmt::format("{}", fmt::join(delivered, "; "));
+    next = server->queued_entries(id).front();
+  }
+  ASSERT_TRUE(grants(next, delivered)) << "delivered: " << fmt::format("{}", fmt::join(delivered, "; "));
+  ASSERT_LT(std::chrono::steady_clock::now() - started, timeout) << "the machine is too slow for this timeout";
+
+  // The callback thread held: a recipe that learns of its step's grant there (a peer's semaphore)
+  // cannot act on it before the timer.
+  std::promise<void> hold_started, let_go;
+  auto let_go_future = let_go.get_future().share();
+  core->post_callback([&hold_started, let_go_future] {
+    hold_started.set_value();
+    let_go_future.wait();
+  });
+  hold_started.get_future().wait();
+  if (grant_first()) {
+    ASSERT_EQ(server->step(id), 1u);  // the grant, decided on the connection's thread
+    ASSERT_TRUE(wait_until([&] { return series(*session).held == 1; })) << "not granted by " << next;
+  }
+  std::this_thread::sleep_until(started + timeout + scaled(200ms));  // the timer has fired by now
+  if (recipe() == RacingRecipe::curator_semaphore || recipe() == RacingRecipe::kazoo_semaphore) {
+    // The acquisition ended (by the timer, with the callback thread held): its internal lock goes.
+    const std::string internal = recipe() == RacingRecipe::curator_semaphore ? path + "/locks" : path + "-__lock__";
+    EXPECT_TRUE(wait_until([&] { return server->children(internal).empty(); }));
+  }
+  let_go.set_value();
+  server->resume(id);
+
+  ASSERT_EQ(outcome.wait_for(scaled(10s)), std::future_status::ready);
+  auto [ec, held] = outcome.get();
+  ASSERT_TRUE(wait_until([&] { return server->queued(id) == 0; }));
+  const LockMetrics counted = series(*session);
+  EXPECT_EQ(counted.waiting, 0);
+  if (grant_first()) {
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(held);
+    EXPECT_EQ(counted.wait.count, 1u);
+    EXPECT_EQ(counted.held, 1);
+    EXPECT_EQ(counted.timeouts, 0u);
+    EXPECT_EQ(contender_nodes(), std::vector<std::string>{held.node_path()});
+    held.release();
+  } else {
+    EXPECT_EQ(ec, make_error_code(errc::timed_out));
+    EXPECT_FALSE(held);
+    EXPECT_EQ(counted.wait.count, 0u);
+    EXPECT_EQ(counted.timeouts, 1u);
+  }
+  EXPECT_TRUE(wait_until([&] { return contender_nodes().empty(); }))
+      << fmt::format("left behind: {}", fmt::join(contender_nodes(), ", "));
+  const LockMetrics after = series(*session);
+  EXPECT_EQ(after.held, 0);
+  EXPECT_EQ(after.waiting, 0);
+  EXPECT_EQ(after.wait.count + after.timeouts + after.cancellations + after.busy + after.failures, 1u)
+      << "grants " << after.wait.count << ", timeouts " << after.timeouts;
+  EXPECT_EQ(after.hold.count, after.wait.count);
+  const SessionMetrics totals = session->metrics();
+  EXPECT_EQ(totals.acquisitions + totals.acquire_timeouts, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothOrders, GrantRacingTimer,
+                         ::testing::Combine(::testing::Values(RacingRecipe::lock, RacingRecipe::semaphore,
+                                                              RacingRecipe::curator_semaphore,
+                                                              RacingRecipe::kazoo_semaphore),
+                                            ::testing::Values(FirstToArrive::grant, FirstToArrive::timer)),
+                         [](const auto& test) {
+                           return fmt::format("{}_{}_first", to_string(std::get<0>(test.param)),
+                                              std::get<1>(test.param) == FirstToArrive::grant ? "grant" : "timer");
+                         });
+
+// A multi-lock takes its paths in rounds: a path granted in a round is let go of again when a path
+// before it is busy (c, after the busy b) or when the whole times out (a, kept while b is waited
+// for). Neither is the caller's grant: each path's series counts the one outcome the caller saw,
+// a timeout, and no grant or hold.
+TEST_F(QueueInterleaving, AMultiLockCountsOnlyTheOutcomeOfTheWholeOnEachPath) {
+  const std::vector<std::string> paths{"/multi/a", "/multi/b", "/multi/c"};
+  for (const auto& path : paths) server->ensure_path(path, detail::CreateMode::persistent);
+  SessionOptions options;
+  options.servers = "fake:2181";
+  options.session_timeout = 120s;
+  options.connect_timeout = scaled(10s);
+  options.ensemble_tick_time = 20ms;
+  options.metrics_path_labels.paths = {"/multi/"};
+  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+  core->connect_or_throw();
+  Session session(detail::Internals::key(), core);
+  auto other = open_session();
+  Lock busy(*other, paths[1]);
+  HeldLock held = busy.acquire();
+
+  MultiLock multi(session, paths);
+  EXPECT_FALSE(multi.try_acquire_for(scaled(300ms)));
+  EXPECT_TRUE(wait_until([&] { return server->children(paths[0]).empty() && server->children(paths[2]).empty(); }));
+  const auto metrics = session.metrics();
+  for (const auto& path : paths) {
+    SCOPED_TRACE(path);
+    const auto series = std::find_if(metrics.locks.begin(), metrics.locks.end(),
+                                     [&](const LockMetrics& m) { return m.path == path; });
+    ASSERT_NE(series, metrics.locks.end());
+    EXPECT_EQ(series->wait.count, 0u);
+    EXPECT_EQ(series->timeouts, 1u);
+    EXPECT_EQ(series->held, 0);
+    EXPECT_EQ(series->waiting, 0);
+    EXPECT_EQ(series->hold.count, 0u);
+  }
+  EXPECT_EQ(session.metrics().acquisitions, 0u);
+
+  // Once b is free, the whole is granted: one grant on each path, held until released.
+  held.release();
+  auto granted = multi.try_acquire_for(scaled(2s));
+  ASSERT_TRUE(granted);
+  granted->release();
+  EXPECT_TRUE(wait_until([&] { return server->children(paths[0]).empty() && server->children(paths[2]).empty(); }));
+  for (const auto& series : session.metrics().locks) {
+    if (series.path.empty()) continue;
+    SCOPED_TRACE(series.path);
+    EXPECT_EQ(series.wait.count, 1u);
+    EXPECT_EQ(series.held, 0);
+    EXPECT_EQ(series.hold.count, 1u);
+  }
+  EXPECT_EQ(session.metrics().acquisitions, 3u);
+}
+
 TEST_F(QueueInterleaving, APeerSemaphoreAcquisitionOnAClosedSessionLetsTheSessionGo) {
   auto session = open_session();
   const std::weak_ptr<detail::SessionCore> core = detail::Internals::core(*session);
