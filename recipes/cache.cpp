@@ -726,18 +726,17 @@ bool TreeCache::wait_initialized(std::chrono::milliseconds timeout) const {
 }
 
 void TreeCache::async_wait_initialized(std::function<void(std::error_code)> done) {
-  std::error_code result;
-  {
-    std::lock_guard lock(state_->core->mutex());
-    std::lock_guard mirror(state_->mirror_mutex);
-    if (!state_->is_initialized && !state_->stopped) {
-      state_->waiters.push_back(std::move(done));
-      return;
-    }
-    if (!state_->is_initialized)
-      result = state_->failure ? state_->failure : make_error_code(errc::cancelled);
+  std::lock_guard lock(state_->core->mutex());
+  std::lock_guard mirror(state_->mirror_mutex);
+  if (!state_->is_initialized && !state_->stopped) {
+    state_->waiters.push_back(std::move(done));
+    return;
   }
-  done(result);
+  std::error_code result;
+  if (!state_->is_initialized) result = state_->failure ? state_->failure : make_error_code(errc::cancelled);
+  // Complete already: still on the callback thread, never inside this call (a caller that waits in
+  // a loop would otherwise nest a call a turn).
+  state_->core->post_callback([done = std::move(done), result] { done(result); });
 }
 
 std::error_code TreeCache::error() const {

@@ -3,20 +3,30 @@
 // limit, "stale" while the server is stopped and the differences told after its restart, a session
 // expired under the cache, the node cache's created/changed/deleted, a callback that blocks
 // while the tree changes (the events waiting for it stay bounded), and one let through an event at
-// a time (several events waiting for one node, under and past max_pending_events). The sanitizer
-// pass runs these too (scripts/sanitize-subset).
+// a time (several events waiting for one node, under and past max_pending_events); the Asio wait,
+// also when the cache is loaded already (it completes as if by post). The sanitizer pass runs
+// these too (scripts/sanitize-subset).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <utility>  // before Boost.Asio: 1.74's awaitable.hpp uses std::exchange without it
+
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
 #include <zkr/asio.hpp>
@@ -642,6 +652,67 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   set(path + "/stays", "changed");
   ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
   EXPECT_EQ(heard.count(Kind::stale), 1u) << joined(heard.lines());
+}
+
+// An operation already complete when it starts completes as if by post, never inside the call
+// that starts it: a handler bound to a strand, started from that strand, runs after the call
+// returned; the callback form runs on the session's callback thread, not the caller's.
+TEST_F(CacheTest, AWaitForALoadedCacheCompletesOnlyAfterTheCallReturned) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  boost::asio::io_context io;
+  auto strand = boost::asio::make_strand(io);
+  bool returned = false;
+  std::vector<std::string> outcomes;
+  boost::asio::post(strand, [&] {
+    asio::async_wait_initialized(cache, boost::asio::bind_executor(strand, [&](std::exception_ptr error) {
+                                   outcomes.push_back(fmt::format("{} {}", error ? "failed" : "loaded",
+                                                                  returned ? "after the call" : "inside the call"));
+                                 }));
+    returned = true;
+  });
+  io.run_for(testenv::scaled(10s));
+  EXPECT_EQ(outcomes, std::vector<std::string>{"loaded after the call"});
+
+  std::promise<std::thread::id> ran_on;
+  cache.async_wait_initialized([&](std::error_code) { ran_on.set_value(std::this_thread::get_id()); });
+  auto told = ran_on.get_future();
+  ASSERT_EQ(told.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_NE(told.get(), std::this_thread::get_id());
+}
+
+// Where this frame is on the thread's stack (not in a coroutine's frame, which is on the heap).
+[[gnu::noinline]] std::uintptr_t stack_position() {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+// A coroutine that awaits an already-complete operation in a loop: each turn resumes from the
+// io_context, so its thread's stack stays where it was instead of growing by a frame a turn.
+TEST_F(CacheTest, ACoroutineAwaitingALoadedCacheInALoopKeepsItsStack) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  constexpr int kTurns = 200'000;
+  constexpr std::uintptr_t kTooDeep = 256 * 1024;  // far below any thread's stack size
+  int turns = 0;
+  std::uintptr_t deepest = 0;
+  auto loop = [&]() -> boost::asio::awaitable<void> {
+    const std::uintptr_t start = stack_position();
+    for (; turns < kTurns; ++turns) {
+      co_await asio::async_wait_initialized(cache, boost::asio::use_awaitable);
+      const std::uintptr_t now = stack_position();
+      deepest = std::max(deepest, start > now ? start - now : now - start);
+      if (deepest > kTooDeep) co_return;  // growing: stop before the stack runs out
+    }
+  };
+  boost::asio::io_context io;
+  boost::asio::co_spawn(io, loop(), boost::asio::detached);
+  io.run_for(testenv::scaled(60s));
+  EXPECT_EQ(turns, kTurns);
+  EXPECT_LE(deepest, 4096u);
 }
 
 TEST_F(CacheTest, TheInitialLoadCanBeAwaitedTheAsioWay) {
