@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -29,6 +31,7 @@
 #include "session_core.hpp"
 #include "without_exceptions.hpp"
 #include "path_check.hpp"
+#include "state_check.hpp"
 
 namespace zkr {
 namespace {
@@ -473,8 +476,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
       const auto waiting = latest->second;
       const Kind before = waiting->kind, now = event.kind;
       if (now == Kind::removed && before == Kind::added) {  // never told: the callback never hears of it
-        latest_of.erase(latest);
-        queue.erase(waiting);
+        erase_queued_locked(waiting);
         queue_coalesced += 2;
         return;
       }
@@ -485,24 +487,57 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
         return;
       }
       if (now == Kind::removed) {  // on an `updated`: to the end, as `removed`
-        latest_of.erase(latest);
-        queue.erase(waiting);
+        erase_queued_locked(waiting);
         ++queue_coalesced;
       }
     }
     queue.push_back(std::move(event));
     const auto added = std::prev(queue.end());
     if (added->kind == Kind::resynchronised) waiting_resynchronised = added;
-    if (!added->path.empty()) latest_of.insert_or_assign(std::string_view(added->path), added);
+    if (added->path.empty()) return;
+    // The path's entry must view this event's path, not an earlier event's, which may be freed
+    // first: an entry already there gets the new key with the new event.
+    const std::string_view key(added->path);
+    if (auto entry = latest_of.extract(key); !entry.empty()) {
+      entry.key() = key;
+      entry.mapped() = added;
+      latest_of.insert(std::move(entry));
+    } else {
+      latest_of.emplace(key, added);
+    }
+    check_latest_locked();
   }
 
   CacheEvent dequeue_locked() {
-    CacheEvent event = std::move(queue.front());
-    if (waiting_resynchronised == queue.begin()) waiting_resynchronised = queue.end();
-    if (auto latest = latest_of.find(event.path); latest != latest_of.end() && latest->second == queue.begin())
-      latest_of.erase(latest);
+    const auto first = queue.begin();
+    if (waiting_resynchronised == first) waiting_resynchronised = queue.end();
+    forget_latest_locked(first);  // while its path is still in the queue: the entry's key views it
+    CacheEvent event = std::move(*first);
     queue.pop_front();
+    check_latest_locked();
     return event;
+  }
+
+  // Takes a waiting event out of the queue, and its path's entry in latest_of if it names it.
+  void erase_queued_locked(std::list<CacheEvent>::iterator event) {
+    forget_latest_locked(event);
+    queue.erase(event);
+  }
+  void forget_latest_locked(std::list<CacheEvent>::iterator event) {
+    if (event->path.empty()) return;
+    if (auto latest = latest_of.find(event->path); latest != latest_of.end() && latest->second == event)
+      latest_of.erase(latest);
+  }
+  // In the checked builds (state_check.hpp): every entry's key is its own event's path, so no key
+  // outlives the string it views.
+  void check_latest_locked() const {
+    if constexpr (!detail::kStateChecks) return;
+    for (const auto& [key, event] : latest_of) {
+      if (key.data() != event->path.data() || key.size() != event->path.size()) {
+        std::fprintf(stderr, "zkrecipes: a TreeCache's index of waiting events has a key outside its event\n");
+        std::abort();
+      }
+    }
   }
 
   // Has the callback thread deliver the queue: one task of this cache at a time, which delivers the
@@ -609,7 +644,9 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
   bool delivery_stopped = false;
   std::thread::id delivering_on;
   std::list<CacheEvent> queue;  // not delivered yet (enqueue_locked)
-  std::unordered_map<std::string_view, std::list<CacheEvent>::iterator> latest_of;  // each path's last in `queue`
+  // Each path's last event in `queue`, keyed by a view of that event's own path: an entry goes
+  // with its event (erase_queued_locked, dequeue_locked), and a later event's replaces it.
+  std::unordered_map<std::string_view, std::list<CacheEvent>::iterator> latest_of;
   std::list<CacheEvent>::iterator waiting_resynchronised = queue.end();
   bool delivery_posted = false;
   std::uint64_t queue_coalesced = 0;
@@ -689,18 +726,17 @@ bool TreeCache::wait_initialized(std::chrono::milliseconds timeout) const {
 }
 
 void TreeCache::async_wait_initialized(std::function<void(std::error_code)> done) {
-  std::error_code result;
-  {
-    std::lock_guard lock(state_->core->mutex());
-    std::lock_guard mirror(state_->mirror_mutex);
-    if (!state_->is_initialized && !state_->stopped) {
-      state_->waiters.push_back(std::move(done));
-      return;
-    }
-    if (!state_->is_initialized)
-      result = state_->failure ? state_->failure : make_error_code(errc::cancelled);
+  std::lock_guard lock(state_->core->mutex());
+  std::lock_guard mirror(state_->mirror_mutex);
+  if (!state_->is_initialized && !state_->stopped) {
+    state_->waiters.push_back(std::move(done));
+    return;
   }
-  done(result);
+  std::error_code result;
+  if (!state_->is_initialized) result = state_->failure ? state_->failure : make_error_code(errc::cancelled);
+  // Complete already: still on the callback thread, never inside this call (a caller that waits in
+  // a loop would otherwise nest a call a turn).
+  state_->core->post_callback([done = std::move(done), result] { done(result); });
 }
 
 std::error_code TreeCache::error() const {

@@ -32,8 +32,12 @@
 //
 // Completion runs on the handler's associated executor (the coroutine's, a strand's, ...), never on
 // the session's callback thread unless the handler has no executor of its own (plain lambdas,
-// use_future), in which case it runs there directly and must not block. The pending operation
-// counts as outstanding work of that executor, so io_context::run() does not return before it.
+// use_future), in which case it runs there directly and must not block. It never runs inside the
+// initiating function: an operation complete when it starts (a loaded cache, a latch never
+// started) completes as if by boost::asio::post, so that a coroutine awaiting it in a loop resumes
+// from its executor each turn and its stack does not grow (a handler without an executor of its
+// own may then run on Asio's system executor). The pending operation counts as outstanding work of
+// that executor, so io_context::run() does not return before it.
 //
 // Cancellation is by std::stop_token, as in the rest of the library (Boost 1.74 has no per-operation
 // cancellation slots). The Lock or Semaphore object may be destroyed while an operation is pending
@@ -41,6 +45,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -57,6 +62,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
 #include <zkr/barrier.hpp>
@@ -76,6 +82,14 @@ namespace detail {
 // Delivers a result to an Asio handler through its associated executor, keeping that executor's
 // work count up until then. Lock::async_acquire wants a copyable callable; Asio handlers are
 // move-only, hence the shared state.
+//
+// Asio's rule for an operation that completes inside its initiating function (a cache loaded
+// already, a latch never started): the handler runs as if by post, never before that function
+// returned. Otherwise a strand-bound handler would run inside the caller's own turn on the strand,
+// and a coroutine awaiting such operations in a loop would resume on top of its own stack each
+// turn until the stack overflows. Hence initiate() marks the thread that starts the operation, and
+// deliver() posts what that thread completes while starting it; later completions (on the
+// session's callback thread) are dispatched.
 template <typename Handler, typename... Result>  // no Result: a completion with the error alone
 class Delivery {
  public:
@@ -84,11 +98,26 @@ class Delivery {
                                   boost::asio::execution::outstanding_work.tracked)),
         handler_(std::move(handler)) {}
 
+  // Runs `start`, which starts the operation; it may call deliver() before returning.
+  template <typename Start>
+  void initiate(Start&& start) {
+    initiating_on_ = std::this_thread::get_id();
+    try {
+      std::forward<Start>(start)();
+    } catch (...) {
+      initiating_on_ = std::thread::id();
+      throw;
+    }
+    initiating_on_ = std::thread::id();
+  }
+
   void deliver(std::exception_ptr error, Result... result) {
     auto work = std::move(work_);
-    boost::asio::dispatch(work, [handler = std::move(handler_), error, ... result = std::move(result)]() mutable {
+    auto complete = [handler = std::move(handler_), error, ... result = std::move(result)]() mutable {
       std::move(handler)(error, std::move(result)...);
-    });
+    };
+    if (initiating_on_.load() == std::this_thread::get_id()) boost::asio::post(work, std::move(complete));
+    else boost::asio::dispatch(work, std::move(complete));
   }
 
  private:
@@ -98,6 +127,7 @@ class Delivery {
       Executor, boost::asio::execution::outstanding_work_t::tracked_t>::type>;
   TrackedExecutor work_;
   Handler handler_;
+  std::atomic<std::thread::id> initiating_on_{};  // the thread inside initiate(), if any
 };
 
 inline std::exception_ptr to_exception(std::error_code ec, const std::string& path,
@@ -135,11 +165,13 @@ auto async_recipe(CompletionToken&& token, const std::string& path, const char* 
   return boost::asio::async_initiate<CompletionToken, void(std::exception_ptr, Result)>(
       [](auto handler, std::string target, const char* what, Start begin) {
         auto delivery = std::make_shared<Delivery<decltype(handler), Result>>(std::move(handler));
-        begin([delivery, target, what](std::error_code ec, auto... value) {
-          using Results = Outcome<Result>;
-          if (!ec) delivery->deliver(nullptr, Results::done(std::move(value)...));
-          else if (Results::gives_up_quietly && ec == condition::gave_up) delivery->deliver(nullptr, Results::none());
-          else delivery->deliver(to_exception(ec, target, what), Results::none());
+        delivery->initiate([&] {
+          begin([delivery, target, what](std::error_code ec, auto... value) {
+            using Results = Outcome<Result>;
+            if (!ec) delivery->deliver(nullptr, Results::done(std::move(value)...));
+            else if (Results::gives_up_quietly && ec == condition::gave_up) delivery->deliver(nullptr, Results::none());
+            else delivery->deliver(to_exception(ec, target, what), Results::none());
+          });
         });
       },
       token, path, operation, std::move(start));
@@ -189,11 +221,13 @@ auto async_wait_for_leadership(LeaderLatch& latch, CompletionToken&& token, std:
           if (ec) delivery->deliver(detail::to_exception(ec, path, "wait for leadership"), Leadership{});
           else delivery->deliver(nullptr, std::move(term));
         };
-        try {
-          target.async_wait_for_leadership(std::chrono::nanoseconds(-1), complete, std::move(stop_token));
-        } catch (const Error&) {
-          delivery->deliver(std::current_exception(), Leadership{});
-        }
+        delivery->initiate([&] {
+          try {
+            target.async_wait_for_leadership(std::chrono::nanoseconds(-1), complete, std::move(stop_token));
+          } catch (const Error&) {
+            delivery->deliver(std::current_exception(), Leadership{});
+          }
+        });
       },
       token, std::ref(latch), std::move(stop));
 }
@@ -213,12 +247,14 @@ auto async_wait_for_leadership_for(LeaderLatch& latch, std::chrono::nanoseconds 
           else if (ec == condition::gave_up) delivery->deliver(nullptr, std::nullopt);
           else delivery->deliver(detail::to_exception(ec, path, "wait for leadership"), std::nullopt);
         };
-        try {
-          target.async_wait_for_leadership(std::max(wait, std::chrono::nanoseconds::zero()), complete,
-                                           std::move(stop_token));
-        } catch (const Error&) {
-          delivery->deliver(std::current_exception(), std::nullopt);
-        }
+        delivery->initiate([&] {
+          try {
+            target.async_wait_for_leadership(std::max(wait, std::chrono::nanoseconds::zero()), complete,
+                                             std::move(stop_token));
+          } catch (const Error&) {
+            delivery->deliver(std::current_exception(), std::nullopt);
+          }
+        });
       },
       token, std::ref(latch), timeout, std::move(stop));
 }
@@ -278,8 +314,10 @@ auto async_wait_initialized(TreeCache& cache, CompletionToken&& token) {
       [](auto handler, TreeCache& target) {
         using Handler = decltype(handler);
         auto delivery = std::make_shared<detail::Delivery<Handler>>(std::move(handler));
-        target.async_wait_initialized([delivery, root = target.root()](std::error_code ec) {
-          delivery->deliver(ec ? detail::to_exception(ec, root, "wait for the cache of") : nullptr);
+        delivery->initiate([&] {
+          target.async_wait_initialized([delivery, root = target.root()](std::error_code ec) {
+            delivery->deliver(ec ? detail::to_exception(ec, root, "wait for the cache of") : nullptr);
+          });
         });
       },
       token, std::ref(cache));
@@ -325,16 +363,18 @@ auto async_counter_operation(CompletionToken&& token, const SharedCounter& count
       [](auto handler, SharedCounter target, std::stop_token stop_token, Operation run) {
         using Handler = decltype(handler);
         auto delivery = std::make_shared<Delivery<Handler, Result>>(std::move(handler));
-        std::thread([delivery, target = std::move(target), stop_token = std::move(stop_token),
-                     run = std::move(run)]() mutable {
-          Result result{};
-          try {
-            result = run(target, stop_token);
-          } catch (...) {
-            return delivery->deliver(std::current_exception(), Result{});
-          }
-          delivery->deliver(nullptr, result);
-        }).detach();
+        delivery->initiate([&] {
+          std::thread([delivery, target = std::move(target), stop_token = std::move(stop_token),
+                       run = std::move(run)]() mutable {
+            Result result{};
+            try {
+              result = run(target, stop_token);
+            } catch (...) {
+              return delivery->deliver(std::current_exception(), Result{});
+            }
+            delivery->deliver(nullptr, result);
+          }).detach();
+        });
       },
       token, counter, std::move(stop), std::move(operation));
 }

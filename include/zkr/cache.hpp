@@ -129,9 +129,10 @@ class TreeCache {
   // Blocks until the initial load is complete (true), or the timeout passes or the cache stops
   // (false). Must not be called from the session's threads (a callback).
   bool wait_initialized(std::chrono::milliseconds timeout) const;
-  // Calls `done` once the initial load is complete (at once if it is): with no error, or with the
+  // Calls `done` once the initial load is complete (soon if it is): with no error, or with the
   // error that stopped the cache first (errc::cancelled after stop()). Runs on the session's
-  // callback thread, or on the caller's when it completes at once. For zkr::asio::async_wait_initialized.
+  // callback thread, also when the load was complete already: never inside this call. For
+  // zkr::asio::async_wait_initialized.
   void async_wait_initialized(std::function<void(std::error_code)> done);
 
   // Why the cache stopped by itself (zk_errc::no_auth, errc::cache_limit, errc::session_closed),

@@ -1,20 +1,32 @@
 // TreeCache and NodeCache on real servers: the initial load, ordered events under a writer, a
 // deleted subtree, a node created and deleted at once (no ghost), the depth limit and the node
 // limit, "stale" while the server is stopped and the differences told after its restart, a session
-// expired under the cache, the node cache's created/changed/deleted, and a callback that blocks
-// while the tree changes (the events waiting for it stay bounded).
+// expired under the cache, the node cache's created/changed/deleted, a callback that blocks
+// while the tree changes (the events waiting for it stay bounded), and one let through an event at
+// a time (several events waiting for one node, under and past max_pending_events); the Asio wait,
+// also when the cache is loaded already (it completes as if by post). The sanitizer pass runs
+// these too (scripts/sanitize-subset).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <utility>  // before Boost.Asio: 1.74's awaitable.hpp uses std::exchange without it
+
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
 #include <zkr/asio.hpp>
@@ -70,6 +82,64 @@ class Heard {
   std::vector<CacheEvent> events_;
 };
 
+// A callback that records what it is told and, while held, waits before each event until it is let
+// through (each wait bounded): the events that come meanwhile wait in the cache's queue.
+class Gate {
+ public:
+  TreeCache::Callback callback() {
+    return [this](const CacheEvent& event) {
+      std::unique_lock guard(mutex_);
+      changed_.wait_for(guard, testenv::scaled(30s), [&] { return !held_ || permits_ > 0; });
+      if (held_ && permits_ > 0) --permits_;
+      std::string line(to_string(event.kind));
+      if (!event.path.empty()) line += " " + event.path;
+      if (event.kind == Kind::added || event.kind == Kind::updated) line += " =" + event.node.data;
+      lines_.push_back(line);
+      changed_.notify_all();
+    };
+  }
+  void hold() {
+    std::lock_guard guard(mutex_);
+    held_ = true;
+    permits_ = 0;
+  }
+  void let_through(std::size_t events) {
+    std::lock_guard guard(mutex_);
+    permits_ += events;
+    changed_.notify_all();
+  }
+  void release() {
+    std::lock_guard guard(mutex_);
+    held_ = false;
+    changed_.notify_all();
+  }
+  // Waits (bounded) until `count` events were told in all.
+  bool told(std::size_t count) {
+    std::unique_lock guard(mutex_);
+    return changed_.wait_for(guard, testenv::scaled(10s), [&] { return lines_.size() >= count; });
+  }
+  std::vector<std::string> lines() const {
+    std::lock_guard guard(mutex_);
+    return lines_;
+  }
+  // Releases the gate when it goes out of scope: declare it after the cache, so that a failed
+  // ASSERT never leaves the cache's stop() waiting for a held callback.
+  [[nodiscard]] auto opener() {
+    struct Opener {
+      Gate* gate;
+      ~Opener() { gate->release(); }
+    };
+    return Opener{this};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+  std::size_t permits_ = 0;
+  std::vector<std::string> lines_;
+};
+
 std::string joined(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& line : lines) out += line + "\n";
@@ -112,6 +182,14 @@ class CacheTest : public ServerTest {
   void TearDown() override { sessions.close_all(); }
   void set(const std::string& node, const std::string& data) {
     ASSERT_EQ(zoo_set(raw.handle(), node.c_str(), data.data(), static_cast<int>(data.size()), -1), ZOK) << node;
+  }
+  // Writes `data` to `node` and waits until the cache has read it: its event is queued by then.
+  bool write_read(const TreeCache& cache, const std::string& node, const std::string& data) {
+    set(node, data);
+    return eventually([&] {
+      const auto cached = cache.get(node);
+      return cached && cached->data == data;
+    });
   }
 };
 
@@ -401,6 +479,94 @@ TEST_F(CacheTest, ASlowCallbackHasBoundedEventsWaitingAndIsStillToldTheFinalTree
   EXPECT_TRUE(misordered.empty()) << joined(misordered);
 }
 
+// A callback slower than the changes, well under max_pending_events: two, then three events wait
+// for one node, some of them told while others come; each is told once, in order.
+TEST_F(CacheTest, EventsWaitingTwoAndMoreForOneNodeAreEachToldInOrder) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  const std::string a = path + "/a", b = path + "/b";
+  ASSERT_EQ(raw.create(a, "0"), ZOK);
+  ASSERT_EQ(raw.create(b, "0"), ZOK);
+  Gate gate;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, gate.callback());
+  auto open_at_end = gate.opener();
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(gate.told(4));  // the root, a, b, initialized
+  gate.hold();
+  ASSERT_TRUE(write_read(cache, a, "1"));
+  ASSERT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));  // taken: waits at the gate
+  ASSERT_TRUE(write_read(cache, a, "2"));
+  ASSERT_TRUE(write_read(cache, a, "3"));  // two events wait for a
+  ASSERT_TRUE(write_read(cache, b, "1"));
+  ASSERT_TRUE(write_read(cache, a, "4"));  // three
+  EXPECT_EQ(cache.metrics().events_pending, 4u);
+  gate.let_through(2);  // a=1 and a=2 told: a=3 and a=4 still wait
+  ASSERT_TRUE(gate.told(4 + 2));
+  ASSERT_TRUE(write_read(cache, a, "5"));
+  ASSERT_TRUE(write_read(cache, b, "2"));
+  gate.let_through(3);  // a=3, b=1, a=4
+  ASSERT_TRUE(gate.told(4 + 5));
+  ASSERT_TRUE(write_read(cache, a, "6"));
+  gate.release();
+  ASSERT_TRUE(gate.told(4 + 8));
+  ASSERT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  auto lines = gate.lines();
+  lines.erase(lines.begin(), lines.begin() + 4);
+  EXPECT_EQ(lines, (std::vector<std::string>{"updated " + a + " =1", "updated " + a + " =2", "updated " + a + " =3",
+                                             "updated " + b + " =1", "updated " + a + " =4", "updated " + a + " =5",
+                                             "updated " + b + " =2", "updated " + a + " =6"}))
+      << joined(gate.lines());
+  EXPECT_EQ(cache.metrics().events_coalesced, 0u);
+}
+
+// Past max_pending_events, a node's event merges into the one waiting for it, also where several of
+// its events were queued before the bound was reached and the first of them has been told since.
+TEST_F(CacheTest, PastTheBoundEventsOfRepeatedNodesMergeIntoTheOnesWaiting) {
+  ASSERT_EQ(raw.create(path), ZOK);
+  const std::string a = path + "/a", b = path + "/b", c = path + "/c", d = path + "/d";
+  for (const auto& node : {a, b, c}) ASSERT_EQ(raw.create(node, "0"), ZOK);
+  Gate gate;
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path, gate.callback(), {.max_pending_events = 4});
+  auto open_at_end = gate.opener();
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  ASSERT_TRUE(gate.told(5));  // the root, a, b, c, initialized
+  ASSERT_TRUE(eventually([&] { return cache.metrics().events_pending == 0; }));
+  gate.hold();
+  const auto pending = [&](std::size_t events) {
+    return eventually([&] { return cache.metrics().events_pending == events; });
+  };
+  ASSERT_TRUE(write_read(cache, a, "1"));
+  ASSERT_TRUE(pending(0));  // taken by the callback, which waits at the gate
+  for (const auto& [node, data] : {std::pair{a, "2"}, {a, "3"}, {b, "1"}, {c, "1"}})
+    ASSERT_TRUE(write_read(cache, node, data));  // four wait: the bound
+  gate.let_through(1);                            // a=1 told; a=2 taken
+  ASSERT_TRUE(pending(3));
+  ASSERT_TRUE(write_read(cache, b, "2"));  // the fourth again: a=3 b=1 c=1 b=2
+  ASSERT_TRUE(write_read(cache, a, "4"));  // merges into a=3
+  ASSERT_TRUE(write_read(cache, b, "3"));  // into b=2
+  ASSERT_TRUE(write_read(cache, c, "2"));  // into c=1
+  EXPECT_EQ(cache.metrics().events_pending, 4u);
+  ASSERT_EQ(raw.remove(c), ZOK);  // c's waiting update goes: `removed` at the end
+  ASSERT_TRUE(eventually([&] { return !cache.get(c); }));
+  ASSERT_EQ(raw.create(d, "1"), ZOK);  // added at the end: a=4 b=1 b=3 removed-c added-d
+  ASSERT_TRUE(eventually([&] { return cache.get(d).has_value(); }));
+  gate.let_through(2);  // a=2 and a=4 told; b=1 taken
+  ASSERT_TRUE(pending(3));
+  ASSERT_TRUE(write_read(cache, a, "5"));  // the fourth: b=3 removed-c added-d a=5
+  ASSERT_TRUE(write_read(cache, b, "4"));  // merges into b=3
+  EXPECT_EQ(cache.metrics().events_coalesced, 5u);
+  gate.release();
+  ASSERT_TRUE(pending(0));
+  auto lines = gate.lines();
+  lines.erase(lines.begin(), lines.begin() + 5);
+  EXPECT_EQ(lines, (std::vector<std::string>{"updated " + a + " =1", "updated " + a + " =2", "updated " + a + " =4",
+                                             "updated " + b + " =1", "updated " + b + " =4", "removed " + c,
+                                             "added " + d + " =1", "updated " + a + " =5"}))
+      << joined(gate.lines());
+  EXPECT_EQ(contents(cache.snapshot()), server_tree(raw, path));
+}
+
 // The server stopped: the cache says stale; the tree changes before it can reconnect (its proxy
 // holds it off while another client writes); once through, the cache tells the differences and
 // says resynchronised.
@@ -486,6 +652,67 @@ TEST_F(CacheTest, ASessionExpiredUnderTheCacheIsFollowedByAFullResynchronisation
   set(path + "/stays", "changed");
   ASSERT_TRUE(eventually([&] { return cache.get(path + "/stays")->data == "changed"; })) << joined(heard.lines());
   EXPECT_EQ(heard.count(Kind::stale), 1u) << joined(heard.lines());
+}
+
+// An operation already complete when it starts completes as if by post, never inside the call
+// that starts it: a handler bound to a strand, started from that strand, runs after the call
+// returned; the callback form runs on the session's callback thread, not the caller's.
+TEST_F(CacheTest, AWaitForALoadedCacheCompletesOnlyAfterTheCallReturned) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  boost::asio::io_context io;
+  auto strand = boost::asio::make_strand(io);
+  bool returned = false;
+  std::vector<std::string> outcomes;
+  boost::asio::post(strand, [&] {
+    asio::async_wait_initialized(cache, boost::asio::bind_executor(strand, [&](std::exception_ptr error) {
+                                   outcomes.push_back(fmt::format("{} {}", error ? "failed" : "loaded",
+                                                                  returned ? "after the call" : "inside the call"));
+                                 }));
+    returned = true;
+  });
+  io.run_for(testenv::scaled(10s));
+  EXPECT_EQ(outcomes, std::vector<std::string>{"loaded after the call"});
+
+  std::promise<std::thread::id> ran_on;
+  cache.async_wait_initialized([&](std::error_code) { ran_on.set_value(std::this_thread::get_id()); });
+  auto told = ran_on.get_future();
+  ASSERT_EQ(told.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_NE(told.get(), std::this_thread::get_id());
+}
+
+// Where this frame is on the thread's stack (not in a coroutine's frame, which is on the heap).
+[[gnu::noinline]] std::uintptr_t stack_position() {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+// A coroutine that awaits an already-complete operation in a loop: each turn resumes from the
+// io_context, so its thread's stack stays where it was instead of growing by a frame a turn.
+TEST_F(CacheTest, ACoroutineAwaitingALoadedCacheInALoopKeepsItsStack) {
+  ASSERT_EQ(raw.create(path, "r"), ZOK);
+  Session& session = sessions.add(servers);
+  TreeCache cache(session, path);
+  ASSERT_TRUE(cache.wait_initialized(testenv::scaled(10s)));
+  constexpr int kTurns = 200'000;
+  constexpr std::uintptr_t kTooDeep = 256 * 1024;  // far below any thread's stack size
+  int turns = 0;
+  std::uintptr_t deepest = 0;
+  auto loop = [&]() -> boost::asio::awaitable<void> {
+    const std::uintptr_t start = stack_position();
+    for (; turns < kTurns; ++turns) {
+      co_await asio::async_wait_initialized(cache, boost::asio::use_awaitable);
+      const std::uintptr_t now = stack_position();
+      deepest = std::max(deepest, start > now ? start - now : now - start);
+      if (deepest > kTooDeep) co_return;  // growing: stop before the stack runs out
+    }
+  };
+  boost::asio::io_context io;
+  boost::asio::co_spawn(io, loop(), boost::asio::detached);
+  io.run_for(testenv::scaled(60s));
+  EXPECT_EQ(turns, kTurns);
+  EXPECT_LE(deepest, 4096u);
 }
 
 TEST_F(CacheTest, TheInitialLoadCanBeAwaitedTheAsioWay) {

@@ -9,8 +9,16 @@
 #include <thread>
 #include <vector>
 
+#include <utility>  // before Boost.Asio: 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_future.hpp>
 #include <fmt/format.h>
 
+#include <zkr/asio.hpp>
 #include <zkr/election.hpp>
 #include <zkr/error.hpp>
 #include <zkr/fence_gate.hpp>
@@ -353,6 +361,43 @@ TEST_F(ElectionTest, AsyncWaitsForLeadershipEndWithTheTermOrWhy) {
   third.async_wait_for_leadership(-1ns, [closed](std::error_code ec, Leadership) { closed->set_value(ec); });
   third.close();
   EXPECT_EQ(closed->get_future().get(), errc::cancelled);
+}
+
+// The Asio forms complete as if by post, also when they fail at once: on a latch never started
+// (whose callback form throws), a handler bound to a strand and started from it runs after the
+// call returned.
+TEST_F(ElectionTest, AsioWaitsThatFailAtOnceCompleteOnlyAfterTheCallReturned) {
+  Session& session = sessions.add(servers);
+  LeaderLatch never_started(session, path);
+  boost::asio::io_context io;
+  auto strand = boost::asio::make_strand(io);
+  bool returned = false;
+  std::vector<std::string> outcomes;
+  const auto record = [&](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+      outcomes.push_back("no error");
+    } catch (const Error& e) {
+      outcomes.push_back(fmt::format("{} {}", e.code() == errc::invalid_argument ? "refused" : e.code().message(),
+                                     returned ? "after the call" : "inside the call"));
+    }
+  };
+  boost::asio::post(strand, [&] {
+    asio::async_wait_for_leadership(never_started,
+                                    boost::asio::bind_executor(strand, [&](std::exception_ptr error, Leadership) {
+                                      record(error);
+                                    }));
+    asio::async_wait_for_leadership_for(
+        never_started, 1s,
+        boost::asio::bind_executor(strand, [&](std::exception_ptr error, std::optional<Leadership>) { record(error); }));
+    returned = true;
+  });
+  io.run_for(testenv::scaled(10s));
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"refused after the call", "refused after the call"}));
+  // A handler without an executor of its own is posted to Asio's system executor.
+  auto refused = asio::async_wait_for_leadership(never_started, boost::asio::use_future);
+  ASSERT_EQ(refused.wait_for(testenv::scaled(10s)), std::future_status::ready);
+  EXPECT_THROW(refused.get(), Error);
 }
 
 TEST_F(ElectionTest, InvalidPathsAndEmptyFunctionsAreRefused) {

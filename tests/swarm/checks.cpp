@@ -436,6 +436,17 @@ std::string Swarm::cache_problem() {
     }
     std::map<std::string, std::int64_t> cached;
     for (const auto& [path, node] : slot->cache->snapshot()) cached[path] = node.stat.ephemeral_owner;
+    if (cached == server && slot->cache_told) {
+      // What the callback was told adds up to the mirror once it caught up.
+      if (const auto pending = slot->cache->metrics().events_pending; pending > 0)
+        return fmt::format("after step {}: the TreeCache of session s{} still has {} events waiting for its callback",
+                           step_index_, slot->slot, pending);
+      std::lock_guard lock(slot->cache_told->mutex);
+      if (slot->cache_told->nodes != cached)
+        return fmt::format("after step {}: what the TreeCache of session s{} told its callback differs from its "
+                           "mirror",
+                           step_index_, slot->slot);
+    }
     if (cached == server) continue;
     std::vector<std::string> differences;
     for (const auto& [path, owner] : server)

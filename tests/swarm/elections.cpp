@@ -3,6 +3,7 @@
 // grants like a lock's, so that the same invariants hold for them: one leader whose node stands,
 // tokens that grow per path, every loss explained.
 #include <algorithm>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -154,8 +155,22 @@ bool Swarm::election_op(const Op& op) {
     slot.cache.reset();
     Session* s = slot.session.get();
     auto created = std::make_shared<std::unique_ptr<TreeCache>>();
-    on_actor([s, created] { *created = std::make_unique<TreeCache>(*s, std::string(kRoot)); }, slack);
+    auto told = std::make_shared<CacheTold>();
+    // A callback slower than the changes, and a small bound: events wait, several for one node,
+    // and merge past the bound.
+    auto callback = [told](const CacheEvent& event) {
+      std::this_thread::sleep_for(500us);
+      std::lock_guard lock(told->mutex);
+      if (event.kind == CacheEvent::Kind::added || event.kind == CacheEvent::Kind::updated)
+        told->nodes[event.path] = event.node.stat.ephemeral_owner;
+      else if (event.kind == CacheEvent::Kind::removed)
+        told->nodes.erase(event.path);
+    };
+    on_actor([s, created, callback] {
+      *created = std::make_unique<TreeCache>(*s, std::string(kRoot), callback, TreeCacheOptions{.max_pending_events = 4});
+    }, slack);
     slot.cache = std::move(*created);
+    slot.cache_told = std::move(told);
     return true;
   }
   if (op.kind == OpKind::cache_stop) {

@@ -71,6 +71,12 @@ struct Swarm::WatchSlot {
   bool stopped = false;
 };
 
+// What a tree cache's callback was told (path -> ephemeral owner), recorded on the callback thread.
+struct CacheTold {
+  std::mutex mutex;
+  std::map<std::string, std::int64_t> nodes;
+};
+
 struct Swarm::SessionSlot {
   int slot = 0;
   int epoch = 0;
@@ -89,6 +95,7 @@ struct Swarm::SessionSlot {
   // Objects of earlier epochs, kept until teardown (their HeldLocks may still be around).
   std::vector<std::unique_ptr<SessionSlot>> earlier;
   std::unique_ptr<TreeCache> cache;  // of the whole swarm tree (kRoot)
+  std::shared_ptr<CacheTold> cache_told;  // its callback's
 };
 
 struct Swarm::ActorState {
