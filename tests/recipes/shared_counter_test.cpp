@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -432,6 +433,57 @@ TEST_F(SharedCounterTest, AsioFormsCompleteOnTheCallersExecutorAndStopCancelsThe
   proxy.pass();
   EXPECT_EQ(asio::async_get(counter, boost::asio::use_future).get(), 7);
   EXPECT_EQ(raw_data(path), "7");
+}
+
+// Each Asio form runs its operation on a thread of its own, with a copy of the counter: that copy
+// (a reference to the session) is dropped before the handler is called, so once the handler ran
+// the Session can be destroyed and nothing of it is left. A handler with no executor of its own
+// runs on that thread: neither the caller's nor the session's callback thread, so it may block
+// without holding up the session's callbacks.
+TEST_F(SharedCounterTest, AsioFormsLetGoOfTheSessionBeforeTheHandlerRuns) {
+  auto session = std::make_unique<Session>(session_options(servers));
+  auto counter = std::make_unique<SharedCounter>(*session, path, CounterOptions{.layout = CounterLayout::kazoo});
+  std::weak_ptr<detail::SessionCore> core = detail::Internals::core(*session);
+  std::promise<std::thread::id> callback_thread;
+  auto subscription = counter->on_change([&, told = false](const CounterUpdate&) mutable {
+    if (!std::exchange(told, true)) callback_thread.set_value(std::this_thread::get_id());
+  });
+  const auto session_thread = callback_thread.get_future().get();
+  subscription.reset();
+
+  // A plain handler runs on the operation's thread, and may block there: the session is not
+  // held up, and the thread no longer holds it.
+  std::promise<std::thread::id> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  asio::async_add(*counter, 1, [&, released](std::exception_ptr error, std::int64_t) {
+    EXPECT_FALSE(error);
+    entered.set_value(std::this_thread::get_id());
+    released.wait();
+  });
+  const auto handler_thread = entered.get_future().get();
+  EXPECT_NE(handler_thread, std::this_thread::get_id());
+  EXPECT_NE(handler_thread, session_thread);
+  counter.reset();
+  session.reset();
+  EXPECT_TRUE(core.expired()) << "the operation's thread still held the session in the handler";
+  release.set_value();
+
+  // A handler bound to an io_context: the same, seen from the io_context's thread.
+  session = std::make_unique<Session>(session_options(servers));
+  counter = std::make_unique<SharedCounter>(*session, path, CounterOptions{.layout = CounterLayout::kazoo});
+  core = detail::Internals::core(*session);
+  boost::asio::io_context io;
+  bool expired_in_handler = false;
+  asio::async_get(*counter, boost::asio::bind_executor(io, [&](std::exception_ptr error, std::int64_t value) {
+    EXPECT_FALSE(error);
+    EXPECT_EQ(value, 1);
+    counter.reset();
+    session.reset();
+    expired_in_handler = core.expired();
+  }));
+  io.run();
+  EXPECT_TRUE(expired_in_handler);
 }
 
 }  // namespace
