@@ -39,9 +39,10 @@
 //     write a value whose bytes would be such text: errc::out_of_range, nothing written. These are
 //     15,402 values of curator_shared_count, all between 758,132,272 ("-0.0") and 962,935,097
 //     ("9e99"), and values of curator_atomic_long between 3.2e18 and 4.2e18.
-// What no decode can tell: a Curator counter that a peer brought to one of those values ("1234"
-// is also SharedCount's 825373492) reads as kazoo's text in the kazoo layout. The layout a path
-// holds is the user's choice; choose the one its peers use.
+// A peer (Curator, or kazoo with support_curator) may still bring a Curator counter to one of
+// those values: the Curator layouts then refuse the node until it holds another, and the kazoo
+// layout reads it as text ("1234" is also SharedCount's 825373492), which no decode can tell. The
+// layout a path holds is the user's choice; choose the one its peers use.
 #pragma once
 
 #include <chrono>
@@ -68,7 +69,8 @@ enum class CounterLayout {
 std::string_view to_string(CounterLayout layout) noexcept;  // "curator_atomic_long", ...
 
 // The value `data` holds in `layout` (empty data: 0), as the counter reads it; nullopt if it does
-// not decode in that layout. For tools that look at a node whose layout they do not know.
+// not decode in that layout. No data decodes in two layouts (see the top of this file). For tools
+// that look at a node whose layout they do not know.
 std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_view data) noexcept;
 
 struct CounterOptions {
