@@ -132,11 +132,17 @@ class ElectionQueue {
       request.kazoo_naming = true;
       request.marker = "__lock__";
     }
-    // Only nodes of our own layout share our queue: any other recipe's (a peer's latch beside our
-    // lock names, kazoo's beside Curator's) would be a second queue with a leader of its own.
+    // Only nodes of our own layout share our queue: any other queue of contenders (a peer's latch
+    // beside our lock names, kazoo's beside Curator's) would be a second one with a leader of its
+    // own. Curator's semaphore keeps its nodes under "locks" and "leases", which no election lists
+    // and which count nothing of ours: those names are no rival (and may be the user's own paths
+    // nested under this one). A kazoo Semaphore's 32-hex leases are: it counts every child of its
+    // path as a lease, our nodes included.
     const auto ours = detail::node_kind(naming_, role_);
     request.check_children = detail::refuse_peers(
-        path_, our_recipe_, [ours](detail::PeerNode kind) { return kind == ours; }, std::move(refusal));
+        path_, our_recipe_,
+        [ours](detail::PeerNode kind) { return kind == ours || kind == detail::PeerNode::curator_semaphore; },
+        std::move(refusal));
     return request;
   }
 

@@ -2,6 +2,7 @@
 // and a listener over a data watch set again with each read.
 #include <zkr/shared_counter.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <future>
 #include <limits>
@@ -61,45 +62,87 @@ std::uint64_t from_big_endian(std::string_view data) {
   return value;
 }
 
+// Whether `data` is a number in ASCII as a kazoo Counter writes one (repr() of a Python int or
+// float): an optional '-', then digits with an optional fraction and exponent ("12", "2.5",
+// "1e+16", "1.5e-07"), or inf or nan. Four or eight such bytes are also a big-endian integer: the
+// Curator layouts refuse them rather than guess, and never write them.
+bool reads_as_number_text(std::string_view data) {
+  std::string_view rest = data;
+  if (rest.starts_with('-')) rest.remove_prefix(1);
+  if (rest == "inf" || rest == "nan") return true;
+  const auto digits = [&rest] {
+    std::size_t n = 0;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') ++n;
+    rest.remove_prefix(n);
+    return n > 0;
+  };
+  if (!digits()) return false;
+  if (rest.starts_with('.')) {
+    rest.remove_prefix(1);
+    if (!digits()) return false;
+  }
+  if (rest.starts_with('e')) {
+    rest.remove_prefix(1);
+    if (rest.starts_with('+') || rest.starts_with('-')) rest.remove_prefix(1);
+    if (!digits()) return false;
+  }
+  return rest.empty();
+}
+
 // The value's bytes in `layout`; throws errc::out_of_range if the layout cannot hold it.
 std::string encode(CounterLayout layout, std::int64_t value, std::string_view operation, std::string_view path) {
+  std::string bytes;
   switch (layout) {
-    case CounterLayout::curator_atomic_long: return big_endian(static_cast<std::uint64_t>(value), 8);
+    case CounterLayout::curator_atomic_long: bytes = big_endian(static_cast<std::uint64_t>(value), 8); break;
     case CounterLayout::curator_shared_count:
       if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
         throw Error(make_error_code(errc::out_of_range), operation, path,
                     fmt::format("{} does not fit the 4 bytes of Curator's SharedCount (a signed 32-bit integer)", value));
-      return big_endian(static_cast<std::uint32_t>(static_cast<std::int32_t>(value)), 4);
+      bytes = big_endian(static_cast<std::uint32_t>(static_cast<std::int32_t>(value)), 4);
+      break;
     case CounterLayout::kazoo: return fmt::format("{}", value);
   }
-  throw Error(make_error_code(errc::invalid_argument), operation, path, "unknown counter layout");
+  if (bytes.empty()) throw Error(make_error_code(errc::invalid_argument), operation, path, "unknown counter layout");
+  if (reads_as_number_text(bytes))
+    throw Error(make_error_code(errc::out_of_range), operation, path,
+                fmt::format("{} cannot be written in the {} layout: its bytes are {}, a kazoo Counter's data, which "
+                            "this layout refuses to read",
+                            value, to_string(layout), describe_data(bytes)));
+  return bytes;
 }
 
-// The value `data` holds in `layout`; throws errc::undecodable_data naming what was found.
+// The value `data` holds in `layout`; throws errc::undecodable_data naming what was found. Strict:
+// a Curator layout takes its width and nothing that is a number in text, the kazoo layout only
+// what repr() of a Python int writes, so that no layout reads another's data as its own.
 std::int64_t decode(CounterLayout layout, std::string_view data, std::string_view operation, std::string_view path) {
   if (data.empty()) return 0;
   auto refuse = [&](std::string_view expected) -> std::int64_t {
     throw Error(make_error_code(errc::undecodable_data), operation, path,
                 fmt::format("found {}; the {} layout keeps {}", describe_data(data), to_string(layout), expected));
   };
+  constexpr std::string_view kText =
+      ", and these bytes are also a number in text, as a kazoo Counter writes it: refused rather than guessed";
   switch (layout) {
     case CounterLayout::curator_atomic_long:
       if (data.size() != 8) return refuse("8 bytes (a big-endian signed 64-bit integer)");
+      if (reads_as_number_text(data)) return refuse(fmt::format("8 bytes (a big-endian signed 64-bit integer){}", kText));
       return static_cast<std::int64_t>(from_big_endian(data));
     case CounterLayout::curator_shared_count:
       if (data.size() != 4) return refuse("4 bytes (a big-endian signed 32-bit integer)");
+      if (reads_as_number_text(data)) return refuse(fmt::format("4 bytes (a big-endian signed 32-bit integer){}", kText));
       return static_cast<std::int32_t>(static_cast<std::uint32_t>(from_big_endian(data)));
     case CounterLayout::kazoo: {
-      // kazoo writes repr() of a Python int: an optional '-' and digits. A kazoo counter of floats
-      // ("2.5") or a number past the int64 range is refused, never rounded.
-      std::string_view digits = data;
-      if (digits.starts_with('+')) digits.remove_prefix(1);
+      // Exactly repr() of a Python int: "0", or an optional '-' and digits without a leading zero.
+      // A kazoo counter of floats ("2.5"), other spellings ("+5", "007", "-0") and a number past
+      // the int64 range are refused, never rounded or guessed at.
+      const std::string_view digits = data.starts_with('-') ? data.substr(1) : data;
+      const bool canonical = !digits.empty() && (digits == "0" ? data.size() == 1 : digits.front() != '0') &&
+                             std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!canonical) return refuse("an integer in ASCII decimal as Python's repr() writes it (a kazoo Counter of floats is not supported)");
       std::int64_t value = 0;
-      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-      if (ec == std::errc::result_out_of_range)
+      auto [end, ec] = std::from_chars(data.data(), data.data() + data.size(), value);
+      if (ec == std::errc::result_out_of_range || end != data.data() + data.size())
         return refuse("an integer in ASCII decimal, and this one is past the signed 64-bit range");
-      if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty())
-        return refuse("an integer in ASCII decimal (a kazoo Counter of floats is not supported)");
       return value;
     }
   }

@@ -354,7 +354,10 @@ auto async_try_acquire_for(MultiLock& locks, std::chrono::nanoseconds timeout, C
 // zk_errc::connection_loss for an unknown outcome, errc::undecodable_data, ...).
 // A counter's operation is a read and conditional writes retried until one applies: each Asio form
 // runs the blocking one on a thread of its own (never the session's), with a copy of the counter,
-// so the SharedCounter may be destroyed while it is pending (the Session may not).
+// so the SharedCounter may be destroyed while it is pending (the Session may not). That copy is
+// dropped before the handler is called, so once the handler ran the Session may go and nothing of
+// it is left. A handler without an executor of its own runs on that thread (not on the session's
+// callback thread), where it may block without holding up the session.
 namespace detail {
 template <typename Result, typename CompletionToken, typename Operation>
 auto async_counter_operation(CompletionToken&& token, const SharedCounter& counter, std::stop_token stop,
@@ -364,15 +367,17 @@ auto async_counter_operation(CompletionToken&& token, const SharedCounter& count
         using Handler = decltype(handler);
         auto delivery = std::make_shared<Delivery<Handler, Result>>(std::move(handler));
         delivery->initiate([&] {
-          std::thread([delivery, target = std::move(target), stop_token = std::move(stop_token),
-                       run = std::move(run)]() mutable {
+          std::thread([delivery, target = std::optional<SharedCounter>(std::move(target)),
+                       stop_token = std::move(stop_token), run = std::move(run)]() mutable {
             Result result{};
+            std::exception_ptr error;
             try {
-              result = run(target, stop_token);
+              result = run(*target, stop_token);
             } catch (...) {
-              return delivery->deliver(std::current_exception(), Result{});
+              error = std::current_exception();
             }
-            delivery->deliver(nullptr, result);
+            target.reset();  // the session's reference, before the handler may let the Session go
+            delivery->deliver(error, error ? Result{} : result);
           }).detach();
         });
       },

@@ -14,7 +14,9 @@
 // Participants of one layout, ours and the peer's, agree on who leads. Two layouts on one path would
 // be two disjoint queues with a leader each: a participant that finds another layout's nodes on its
 // path refuses with errc::incompatible_peer, naming the peer's recipe, and deletes its node
-// (docs/migrating.md, "What may share a path").
+// (docs/migrating.md, "What may share a path"). So do kazoo Semaphore's 32-hex lease nodes (that
+// semaphore counts every child of its path); other children, "locks" and "leases" included (where
+// Curator's semaphore keeps its nodes), are no rival and are left alone.
 //
 // A term of leadership carries the fencing token (the czxid of the leader's node; a later leader
 // always has a larger one) and a loss signal (callback and std::stop_token), exactly like a held

@@ -34,6 +34,9 @@
 // "max_leases=N", or let the semaphore create it. Nodes of another recipe under the path (a Curator
 // or kazoo semaphore's leases or lock, a latch, a kazoo lock), which our queue would not count,
 // make the acquisition fail with errc::incompatible_peer naming that recipe (its node deleted).
+// Those are recognised by name alone: a child named "locks", "leases" or 32 hex digits, even one of
+// the user's own nested paths, is taken for a peer semaphore's, since running beside one would
+// grant more than N leases.
 // The path is a container node: the server
 // removes it some time after the last contender left, and the next participant records its N
 // afresh.

@@ -27,6 +27,22 @@
 // path and what was found; it is never overwritten. A value that the layout cannot hold (past
 // 2^31-1 in curator_shared_count, past the int64 range in any layout) fails with errc::out_of_range
 // and nothing is written: the counter never wraps.
+//
+// The width alone cannot tell the layouts apart: kazoo's "1234" is also 4 bytes, a valid int32
+// (825373492), and "12345678" 8. So the decode is strict, and one rule keeps any data readable in
+// at most one layout:
+//   - kazoo reads exactly what repr() of a Python int writes: "0", or an optional '-' and digits
+//     without a leading zero ("+5", "007", "-0", "2.5" are refused);
+//   - the Curator layouts refuse data that is a number in ASCII, as a kazoo Counter of ints or
+//     floats writes it (an optional '-', digits with an optional fraction and exponent, or
+//     inf/nan): such bytes are refused rather than guessed at. For the same reason they never
+//     write a value whose bytes would be such text: errc::out_of_range, nothing written. These are
+//     15,402 values of curator_shared_count, all between 758,132,272 ("-0.0") and 962,935,097
+//     ("9e99"), and values of curator_atomic_long between 3.2e18 and 4.2e18.
+// A peer (Curator, or kazoo with support_curator) may still bring a Curator counter to one of
+// those values: the Curator layouts then refuse the node until it holds another, and the kazoo
+// layout reads it as text ("1234" is also SharedCount's 825373492), which no decode can tell. The
+// layout a path holds is the user's choice; choose the one its peers use.
 #pragma once
 
 #include <chrono>
@@ -53,7 +69,8 @@ enum class CounterLayout {
 std::string_view to_string(CounterLayout layout) noexcept;  // "curator_atomic_long", ...
 
 // The value `data` holds in `layout` (empty data: 0), as the counter reads it; nullopt if it does
-// not decode in that layout. For tools that look at a node whose layout they do not know.
+// not decode in that layout. No data decodes in two layouts (see the top of this file). For tools
+// that look at a node whose layout they do not know.
 std::optional<std::int64_t> decode_counter(CounterLayout layout, std::string_view data) noexcept;
 
 // How a SharedCounter stores its value.

@@ -577,8 +577,9 @@ TEST_F(ElectionTest, EachLayoutRefusesPeerNodesItCannotShareAndLeavesNoNode) {
       {ElectionLayout::curator_lock, kKazooLockPrefix, true, "kazoo Lock or Election"},
       {ElectionLayout::kazoo, kCuratorLockPrefix, true, "Curator InterProcessMutex or LeaderSelector"},
       {ElectionLayout::kazoo, kCuratorLatchPrefix, true, "Curator LeaderLatch"},
-      {ElectionLayout::curator_latch, "leases", false, "Curator InterProcessSemaphoreV2"},
+      // kazoo's Semaphore counts every child of its path as a lease: ours would be counted.
       {ElectionLayout::kazoo, "0123456789abcdef0123456789abcdef", false, "kazoo Semaphore"},
+      {ElectionLayout::curator_latch, "0123456789abcdef0123456789abcdef", false, "kazoo Semaphore"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(fmt::format("{} beside {}", to_string(c.layout), c.peer_prefix));
@@ -599,6 +600,28 @@ TEST_F(ElectionTest, EachLayoutRefusesPeerNodesItCannotShareAndLeavesNoNode) {
     }
     EXPECT_EQ(latch.error(), errc::incompatible_peer);
     EXPECT_TRUE(eventually([&] { return raw.children(where) == std::vector<std::string>{peer}; }));
+  }
+}
+
+// Curator's InterProcessSemaphoreV2 keeps its nodes under "locks" and "leases": no election lists
+// them and that semaphore counts nothing of an election's, so they are no rival queue, and those
+// names are as likely the user's own paths nested under the election's. A latch leads beside them.
+TEST_F(ElectionTest, NestedLocksAndLeasesChildrenAreNoRivalQueue) {
+  for (const auto layout : {ElectionLayout::curator_latch, ElectionLayout::curator_lock, ElectionLayout::kazoo}) {
+    SCOPED_TRACE(std::string(to_string(layout)));
+    const std::string where = testenv::unique_path();
+    raw.create(where.substr(0, where.rfind('/')));
+    ASSERT_EQ(raw.create(where), ZOK);
+    for (const std::string nested : {"locks", "leases"}) {
+      ASSERT_EQ(raw.create(where + "/" + nested), ZOK);
+      ASSERT_EQ(raw.create(where + "/" + nested + "/app", "x"), ZOK);
+    }
+    LeaderLatch latch(sessions.add(servers), where, {.participant_data = "ours", .layout = layout});
+    latch.start();
+    EXPECT_TRUE(latch.wait_for_leadership(testenv::scaled(10s)));
+    EXPECT_FALSE(latch.error()) << latch.error().message();
+    latch.close();
+    EXPECT_TRUE(eventually([&] { return raw.children(where).size() == 2u; }));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -129,6 +130,19 @@ TEST_F(SharedCounterTest, DataOfAnotherLayoutIsRefusedNamingThePathAndNeverOverw
       {CounterLayout::kazoo, bytes({0, 0, 0, 5}), "4 bytes (00 00 00 05)"},
       {CounterLayout::curator_shared_count, bytes({0, 0, 0, 0, 0, 0, 0, 5}), "8 bytes (00 00 00 00 00 00 00 05)"},
       {CounterLayout::curator_atomic_long, "17", "the text \"17\""},
+      // kazoo's text as wide as Curator's bytes: it reads as a number in text, so it is kazoo's.
+      {CounterLayout::curator_shared_count, "1234", "the text \"1234\""},
+      {CounterLayout::curator_shared_count, "-123", "the text \"-123\""},
+      {CounterLayout::curator_shared_count, "12.5", "the text \"12.5\""},
+      {CounterLayout::curator_shared_count, "-inf", "the text \"-inf\""},
+      {CounterLayout::curator_atomic_long, "12345678", "the text \"12345678\""},
+      {CounterLayout::curator_atomic_long, "-1234567", "the text \"-1234567\""},
+      {CounterLayout::curator_atomic_long, "1.25e+20", "the text \"1.25e+20\""},
+      // Printable bytes that repr() of an int never writes: not kazoo's.
+      {CounterLayout::kazoo, "+123", "the text \"+123\""},
+      {CounterLayout::kazoo, "0012", "the text \"0012\""},
+      {CounterLayout::kazoo, "-0", "the text \"-0\""},
+      {CounterLayout::kazoo, " 12", "the text \" 12\""},
   };
   for (const auto& c : cases) {
     const std::string node = testenv::unique_path("node");
@@ -176,6 +190,40 @@ TEST_F(SharedCounterTest, AResultPastTheLayoutsRangeIsRefusedAndNothingIsWritten
   EXPECT_EQ(atomic_long.get(), std::numeric_limits<std::int64_t>::min());
   EXPECT_EQ(SharedCounter(session, path + "/long", {.layout = CounterLayout::kazoo}).read({}, ec).value, 0);
   EXPECT_EQ(ec, errc::undecodable_data);
+}
+
+// The Curator layouts refuse data that reads as a number in text, so they must never write such
+// bytes themselves: the few values whose bytes are such text ("1000" is SharedCount's 825241648)
+// are refused as out of range, and nothing is written.
+TEST_F(SharedCounterTest, TheCuratorLayoutsNeverWriteBytesThatReadAsText) {
+  Session& session = sessions.add(servers);
+  std::error_code ec;
+  SharedCounter shared_count(session, path + "/int", {.layout = CounterLayout::curator_shared_count});
+  shared_count.set(825241648, {}, ec);
+  EXPECT_EQ(ec, errc::out_of_range);
+  EXPECT_FALSE(raw_data(path + "/int"));
+  shared_count.set(825241647);  // "100/"
+  EXPECT_EQ(raw_data(path + "/int"), "100/");
+  shared_count.add(1, {}, ec);
+  EXPECT_EQ(ec, errc::out_of_range);
+  EXPECT_FALSE(shared_count.compare_and_set(825241647, 825373492, {}, ec));
+  EXPECT_EQ(ec, errc::out_of_range);
+  EXPECT_EQ(raw_data(path + "/int"), "100/");
+  EXPECT_EQ(shared_count.read().version, 0);  // only the create
+
+  SharedCounter atomic_long(session, path + "/long", {.layout = CounterLayout::curator_atomic_long});
+  atomic_long.set(3544952156018063160, {}, ec);  // "12345678"
+  EXPECT_EQ(ec, errc::out_of_range);
+  atomic_long.set(3256439201066202679, {}, ec);  // "-1234567"
+  EXPECT_EQ(ec, errc::out_of_range);
+  EXPECT_FALSE(raw_data(path + "/long"));
+  EXPECT_FALSE(decode_counter(CounterLayout::curator_shared_count, "1234"));
+  EXPECT_EQ(decode_counter(CounterLayout::kazoo, "1234"), 1234);
+
+  // The kazoo layout writes such a value as its text, as kazoo does.
+  SharedCounter kazoo(session, path + "/text", {.layout = CounterLayout::kazoo});
+  kazoo.set(1234);
+  EXPECT_EQ(raw_data(path + "/text"), "1234");
 }
 
 TEST_F(SharedCounterTest, ConcurrentAddsFromManySessionsSumExactly) {
@@ -432,6 +480,57 @@ TEST_F(SharedCounterTest, AsioFormsCompleteOnTheCallersExecutorAndStopCancelsThe
   proxy.pass();
   EXPECT_EQ(asio::async_get(counter, boost::asio::use_future).get(), 7);
   EXPECT_EQ(raw_data(path), "7");
+}
+
+// Each Asio form runs its operation on a thread of its own, with a copy of the counter: that copy
+// (a reference to the session) is dropped before the handler is called, so once the handler ran
+// the Session can be destroyed and nothing of it is left. A handler with no executor of its own
+// runs on that thread: neither the caller's nor the session's callback thread, so it may block
+// without holding up the session's callbacks.
+TEST_F(SharedCounterTest, AsioFormsLetGoOfTheSessionBeforeTheHandlerRuns) {
+  auto session = std::make_unique<Session>(session_options(servers));
+  auto counter = std::make_unique<SharedCounter>(*session, path, CounterOptions{.layout = CounterLayout::kazoo});
+  std::weak_ptr<detail::SessionCore> core = detail::Internals::core(*session);
+  std::promise<std::thread::id> callback_thread;
+  auto subscription = counter->on_change([&, told = false](const CounterUpdate&) mutable {
+    if (!std::exchange(told, true)) callback_thread.set_value(std::this_thread::get_id());
+  });
+  const auto session_thread = callback_thread.get_future().get();
+  subscription.reset();
+
+  // A plain handler runs on the operation's thread, and may block there: the session is not
+  // held up, and the thread no longer holds it.
+  std::promise<std::thread::id> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  asio::async_add(*counter, 1, [&, released](std::exception_ptr error, std::int64_t) {
+    EXPECT_FALSE(error);
+    entered.set_value(std::this_thread::get_id());
+    released.wait();
+  });
+  const auto handler_thread = entered.get_future().get();
+  EXPECT_NE(handler_thread, std::this_thread::get_id());
+  EXPECT_NE(handler_thread, session_thread);
+  counter.reset();
+  session.reset();
+  EXPECT_TRUE(core.expired()) << "the operation's thread still held the session in the handler";
+  release.set_value();
+
+  // A handler bound to an io_context: the same, seen from the io_context's thread.
+  session = std::make_unique<Session>(session_options(servers));
+  counter = std::make_unique<SharedCounter>(*session, path, CounterOptions{.layout = CounterLayout::kazoo});
+  core = detail::Internals::core(*session);
+  boost::asio::io_context io;
+  bool expired_in_handler = false;
+  asio::async_get(*counter, boost::asio::bind_executor(io, [&](std::exception_ptr error, std::int64_t value) {
+    EXPECT_FALSE(error);
+    EXPECT_EQ(value, 1);
+    counter.reset();
+    session.reset();
+    expired_in_handler = core.expired();
+  }));
+  io.run();
+  EXPECT_TRUE(expired_in_handler);
 }
 
 }  // namespace

@@ -29,7 +29,9 @@
 // round), sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
 // again until it succeeds) and atomiclong (DistributedAtomicLong.increment()): each client adds 1
 // ITERATIONS times to the counter at PATH and appends "ADD <name> <ns> <value written>" to LOG;
-// HOLD_MS is ignored.
+// HOLD_MS is ignored. sharedcount-set:V (SharedCount.setCount) and atomiclong-set:V
+// (DistributedAtomicLong.forceSet): the first client writes V to the counter at PATH once,
+// appends "SET <name> <ns> V" to LOG and the peer exits (for tests of what bytes a value makes).
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -95,6 +97,26 @@ public final class CuratorPeer {
     return token;
   }
 
+  private static void setCounter(CuratorFramework client, String path, String who, String mode) throws Exception {
+    final long value = Long.parseLong(mode.substring(mode.indexOf(':') + 1));
+    if (mode.startsWith("sharedcount-set:")) {
+      SharedCount count = new SharedCount(client, path, 0);
+      count.start();
+      try {
+        count.setCount(Math.toIntExact(value));
+      } finally {
+        count.close();
+      }
+    } else {
+      new DistributedAtomicLong(client, path, new RetryNTimes(10, 10)).forceSet(value);
+    }
+    record("SET", who + "-0", value);
+    System.out.println("DONE");
+    System.out.flush();
+    client.close();
+    System.exit(0);
+  }
+
   public static void main(String[] argv) throws Exception {
     if (argv.length != 8) {
       System.err.println("usage: CuratorPeer CONNECT PATH MODE WHO LOG ITERATIONS HOLD_MS CLIENTS");
@@ -125,6 +147,7 @@ public final class CuratorPeer {
     final BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
     stdin.readLine();
     if (mode.equals("group")) runGroup(clients, path, who, iterations, stdin);
+    if (mode.startsWith("sharedcount-set:") || mode.startsWith("atomiclong-set:")) setCounter(clients.get(0), path, who, mode);
     if (mode.startsWith("double-barrier:"))
       runDoubleBarrier(clients, path, who, Integer.parseInt(mode.substring("double-barrier:".length())), holdMs);
 

@@ -25,6 +25,8 @@ the end. MODE:
   counter             kazoo's Counter (an int, default 0): each client adds 1 ITERATIONS times and
                       appends "ADD <name> <ns> <value written>" to LOG; HOLD_MS is ignored;
   counter:curator     the same with Counter(..., support_curator=True) (Curator's 4-byte layout).
+  counter-add:X       kazoo's Counter of X's type (an int, or a float when X has a '.'; default 0 of
+                      that type): each client adds X ITERATIONS times, logged as above.
 """
 import os
 import sys
@@ -36,9 +38,9 @@ from kazoo.client import KazooClient
 
 def main(argv):
     usage = ("usage: kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS "
-             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree|counter|counter:curator]")
+             "[lock|election|semaphore:N|party|shallow-party|double-barrier:N|tree|counter|counter:curator|counter-add:X]")
     mode = argv[8] if len(argv) == 9 else "lock"
-    known = mode in ("lock", "election", "party", "shallow-party", "tree", "counter", "counter:curator") or mode.startswith(("semaphore:", "double-barrier:"))
+    known = mode in ("lock", "election", "party", "shallow-party", "tree", "counter", "counter:curator") or mode.startswith(("semaphore:", "double-barrier:", "counter-add:"))
     if len(argv) not in (8, 9) or not known:
         print(usage, file=sys.stderr)
         return 64
@@ -113,9 +115,14 @@ def main(argv):
                         time.sleep(hold)
                 return
             if mode.startswith("counter"):
-                counter = clients[index].Counter(path, support_curator=mode == "counter:curator")
+                amount = 1
+                if mode.startswith("counter-add:"):
+                    text = mode.split(":", 1)[1]
+                    amount = float(text) if "." in text else int(text)
+                counter = clients[index].Counter(path, default=type(amount)(),
+                                                 support_curator=mode == "counter:curator")
                 for _ in range(iterations):
-                    counter += 1
+                    counter += amount
                     record("ADD", name, counter.post_value)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
