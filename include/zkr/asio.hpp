@@ -32,7 +32,9 @@
 //
 // Completion runs on the handler's associated executor (the coroutine's, a strand's, ...), never on
 // the session's callback thread unless the handler has no executor of its own (plain lambdas,
-// use_future), in which case it runs there directly and must not block. It never runs inside the
+// use_future), in which case it runs there directly and must not block (a SharedCounter form's
+// handler without an executor runs on that form's own worker thread instead, where it may block).
+// It never runs inside the
 // initiating function: an operation complete when it starts (a loaded cache, a latch never
 // started) completes as if by boost::asio::post, so that a coroutine awaiting it in a loop resumes
 // from its executor each turn and its stack does not grow (a handler without an executor of its
