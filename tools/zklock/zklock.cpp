@@ -634,12 +634,14 @@ Zklock::Listing Zklock::read_listing() {
   }
 }
 
-// An outage a watcher waits through: the ensemble out of reach, or the session lost and being
-// replaced. Only a session zklock closed itself, or refused credentials, end it.
+// An outage a watcher waits through: the ensemble out of reach or silent (a read that got no
+// reply: nothing was changed), or the session lost and being replaced. Only a session zklock
+// closed itself, or refused credentials, end it.
 bool Zklock::passing_outage(const std::error_code& code) const {
   const auto state = session_->state();
   if (state == zkr::SessionState::closed || state == zkr::SessionState::auth_failed) return false;
-  return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended;
+  return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended ||
+         code == zkr::errc::timed_out;
 }
 
 // JSON carries the time the listing was read; --watch's text says it in a line of its own first.
