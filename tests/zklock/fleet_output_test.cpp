@@ -331,6 +331,15 @@ TEST_F(FleetOutputTest, FatalErrorsReachStderrBesideTheLogFile) {
   EXPECT_EQ(refused.exit_code, 64) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("zklock: --metrics-file " + bad + ": cannot create a file beside it"));
   EXPECT_THAT(read_file(log), HasSubstr("--metrics-file " + bad));
+
+  // A lock lost while the job ran is such an error, even with -q (cron mails it).
+  const auto lost_log = dir_.file("lost.log");
+  auto holder = start_holder(dir_.file("release"), {"-q", "--log-file", lost_log.string()});
+  EXPECT_EQ(run_to_end(zklock({"--break", path_, "--force", "-q"})).exit_code, 0);
+  const std::string said = holder->read_all(scaled(30s));
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
+  EXPECT_THAT(said, ContainsRegex("zklock: lost the lock on " + path_ + " \\(lock node deleted\\)")) << said;
+  EXPECT_THAT(read_file(lost_log), HasSubstr("lost the lock on " + path_));
 }
 
 // In text, a log file's lines say when and which zklock: several may append to one file.

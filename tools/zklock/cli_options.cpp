@@ -595,7 +595,7 @@ each option is given at most once:
                                 and a rename) with Prometheus text for node_exporter's textfile
                                 collector: wait and hold seconds, outcome, exit code, runs
                                 and losses, labelled by LOCKPATH
-  -q, --quiet                   print nothing but fatal errors
+  -q, --quiet                   print nothing but fatal errors (a lost lock is one)
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
                                 session, owner data, since when, and its last --once-per run;
                                 on another recipe's path, a group's members, a counter's value

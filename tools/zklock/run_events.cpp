@@ -79,15 +79,23 @@ void log_message(std::string_view text, std::string_view level) noexcept {
   }
 }
 
-void log_error(std::string_view text) noexcept {
+namespace {
+
+void log_fatal(std::string_view text, bool error_record) noexcept {
   try {
-    if (json_log()) run_events().error(text);
-    else write_line(fmt::format("{}: {}\n", text_prefix(), text));
+    if (!json_log()) write_line(fmt::format("{}: {}\n", text_prefix(), text));
+    else if (error_record) run_events().error(text);
+    else log_message(text, level::warning);
     if (log_state().destination.fd != STDERR_FILENO) write_all(STDERR_FILENO, fmt::format("zklock: {}\n", text));
   } catch (...) {
     // Out of memory while formatting: the line is lost, zklock carries on.
   }
 }
+
+}  // namespace
+
+void log_error(std::string_view text) noexcept { log_fatal(text, true); }
+void log_lost(std::string_view text) noexcept { log_fatal(text, false); }
 
 void route_library_log(const CliOptions& options) {
   if (options.log_format == LogFormat::text) {

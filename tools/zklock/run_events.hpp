@@ -45,8 +45,10 @@ bool json_log();
 
 // A fatal error (what -q still prints): to the log, as a message line or an "error" record, and
 // also as a "zklock: " line on stderr when the log goes to a --log-file, so that cron and the
-// journal still see it. Never throws.
+// journal still see it. A lost lock is said the same way, but as a "message" record of warning
+// level in JSON (its "lost" record is the event). Never throws.
 void log_error(std::string_view text) noexcept;
+void log_lost(std::string_view text) noexcept;
 
 // Routes the library's log records into zklock's log: in JSON as "log" records (warnings and
 // errors always, info with -v); in text only with -v, as "zklock: [level] message" lines.

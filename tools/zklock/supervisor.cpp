@@ -31,6 +31,10 @@ constexpr auto group_poll_interval = 20ms;
 constexpr auto monitor_verdict_bound = 500ms;
 constexpr auto noticeably_late = 100ms;
 
+// A lost lock ends the run with an error (the lost exit code): said even with -q, and on stderr
+// beside a --log-file.
+void lost_message(const std::string& text) { log_lost(escape_for_terminal(text)); }
+
 }  // namespace
 
 void report_session_states(Inbox& inbox, const CliOptions& options) {
@@ -76,7 +80,7 @@ void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (const auto reason = lock.loss_reason()) {
     run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason));
+    lost_message(fmt::format("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason)));
     return options_.lost_exit_code;
   }
 
@@ -103,7 +107,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (!deadline || deadline->session_id != lock.session_id() || deadline->at <= zkr::BootClock::now()) {
     const zkr::LossReason reason = lock.loss_reason().value_or(zkr::LossReason::session_lost);
     run_events().lost(loss_reason_name(reason), lock.describe_loss(reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(reason));
+    lost_message(fmt::format("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(reason)));
     return options_.lost_exit_code;
   }
 
@@ -141,7 +145,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   // whether our node stood until now, in our session: no read needed.
   if (const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason()) {
     run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason));
+    lost_message(fmt::format("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason)));
     lock.release();
     run_events().released();
     return options_.lost_exit_code;
@@ -158,7 +162,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
                           : released == zkr::ReleaseOutcome::lost ? std::string("its node is gone")
                                                                   : lock.describe_unconfirmed();
   run_events().lost(reason ? loss_reason_name(*reason) : unconfirmed_loss, why);
-  if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, why);
+  lost_message(fmt::format("lost the lock on {} ({}) while the job ran", options_.lock_path, why));
   return options_.lost_exit_code;
 }
 
@@ -175,16 +179,14 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
       const std::string message = describe_keeper_stop(job, lock, relayed_deadline);
       const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
       run_events().lost(reason ? loss_reason_name(*reason) : keeper_deadline_loss, message);
-      if (!options_.quiet()) say("{}", message);
+      lost_message(message);
       return {options_.lost_exit_code, true};
     }
     if (ended) break;
     if (const auto reason = inbox_.lost()) {
       run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
-      if (!options_.quiet()) {
-        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, lock.describe_loss(*reason),
-            signal_label(options_.kill_signal));
-      }
+      lost_message(fmt::format("lost the lock on {} ({}); stopping the job with {}", options_.lock_path,
+                               lock.describe_loss(*reason), signal_label(options_.kill_signal)));
       return {options_.lost_exit_code, true};
     }
     const Readiness ready = waiter_.wait(-1ms, job.keeper_socket());

@@ -460,7 +460,8 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
     throw ExitRequest{exit_code::data_error};
   } catch (const zkr::Error& error) {
     if (error.code() == zkr::errc::lock_lost) {
-      if (!options_.quiet()) say("lost the lock on {} before the job started: {}", options_.lock_path, error.what());
+      log_lost(escape_for_terminal(
+          fmt::format("lost the lock on {} before the job started: {}", options_.lock_path, error.what())));
       throw ExitRequest{options_.lost_exit_code};
     }
     fail(error.code(), fmt::format("cannot read or write the --once-per record of {}: {}", options_.lock_path,
