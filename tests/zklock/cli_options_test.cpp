@@ -281,6 +281,10 @@ TEST(ZklockOptions, DurationText) {
   EXPECT_EQ(format_duration(250ms), "250ms");
   EXPECT_EQ(format_duration(2s), "2s");
   EXPECT_EQ(format_duration(1500ms), "1.5s");
+  // Exact however long: never "1e+06s".
+  EXPECT_EQ(format_duration(1'000'000s), "1000000s");
+  EXPECT_EQ(format_duration(1'234'567'890ms), "1234567.89s");
+  EXPECT_EQ(format_duration(12'345'678us), "12.345678s");
 }
 
 TEST(ZklockOptions, HelpMentionsTheEnvironmentAndExitCodes) {

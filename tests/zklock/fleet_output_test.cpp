@@ -97,6 +97,34 @@ TEST(MetricsText, CarriesTheCountersOfItsOwnLockOn) {
   EXPECT_THAT(text, HasSubstr("# TYPE zklock_runs_total counter\n"));
 }
 
+// Counters are integers written exactly: a textfile reader takes "1e+06" for a million, and a
+// counter that stops there reads as flat to rate() and increase().
+TEST(MetricsText, CountersStayExactPastAMillion) {
+  zklock::RunSummary run;
+  run.job_ended = true;
+  run.exit_code = 0;
+  const auto runs_after = [&](std::string_view before) {
+    const std::string text = zklock::metrics_text("/a", run, fmt::format("zklock_runs_total{{lock=\"/a\"}} {}\n", before));
+    const auto at = text.find("\nzklock_runs_total{lock=\"/a\"} ");
+    if (at == std::string::npos) return std::string("(no sample)");
+    const auto value = at + std::string_view("\nzklock_runs_total{lock=\"/a\"} ").size();
+    return text.substr(value, text.find('\n', value) - value);
+  };
+  EXPECT_EQ(runs_after("999999"), "1000000");
+  EXPECT_EQ(runs_after("1000000"), "1000001");
+  EXPECT_EQ(runs_after("9007199254740993"), "9007199254740994");  // past a double's exact integers
+  EXPECT_EQ(runs_after("1e+06"), "1000001");  // as an older zklock wrote it
+  EXPECT_EQ(runs_after("-3"), "1");           // not a count: starts again
+  // The timestamp and the durations are fixed-point too, however large.
+  run.finished = std::chrono::system_clock::time_point(std::chrono::milliseconds(4'102'444'800'123));
+  run.wait_started = zklock::RunSummary::Clock::now() - std::chrono::hours(24 * 400);
+  run.acquired_at = *run.wait_started + std::chrono::hours(24 * 200);
+  const std::string text = zklock::metrics_text("/a", run, "");
+  EXPECT_THAT(text, HasSubstr("\nzklock_last_run_timestamp_seconds{lock=\"/a\"} 4102444800.123\n"));
+  EXPECT_THAT(text, HasSubstr("\nzklock_wait_seconds{lock=\"/a\"} 17280000.000000\n"));
+  EXPECT_THAT(text, Not(ContainsRegex("[0-9]e[+-]")));
+}
+
 class FleetOutputTest : public ::testing::Test {
  protected:
   std::vector<std::string> zklock(std::vector<std::string> rest) const {
@@ -240,8 +268,78 @@ TEST_F(FleetOutputTest, JsonLogRecordsConflictsTimeoutsSignalsAndLoss) {
   EXPECT_THAT(records.output, ContainsRegex("\nsignal signal=\"SIGTERM\" action=\"passed\" token=[0-9]+\n"));
   EXPECT_THAT(records.output, ContainsRegex("\njob_exit token=[0-9]+ exit_code=5\n"));
   EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit exit_code={} outcome=\"interrupted\"\n", 128 + SIGINT)));
-  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nlost reason=\"lock node deleted\" token={}\n", token)));
-  EXPECT_THAT(records.output, HasSubstr(fmt::format("\nexit token={} exit_code=75 outcome=\"lost\"\n", token)));
+  // One vocabulary: the loss reason as the library's metrics name it; the stopped job's exit comes
+  // after the loss, before the release.
+  EXPECT_THAT(records.output,
+              ContainsRegex(fmt::format("\nlost reason=\"node_deleted\" token={0}\n(message\n)?job_exit( signal=\"SIG[A-Z]+\")? "
+                                        "token={0} exit_code=[0-9]+\nreleased token={0}\nexit token={0} exit_code=75 "
+                                        "outcome=\"lost\"\n",
+                                        token)));
+}
+
+// Finding the lock held (-n) or the wait timing out (-w) is a routine outcome, not an error: a
+// fleet that alerts on levels must not page for a skipped turn, with or without -q.
+TEST_F(FleetOutputTest, JsonLogRecordsASkippedTurnAsAnOutcomeNotAnError) {
+  const auto log = dir_.file("zklock.log");
+  auto holder = start_holder(dir_.file("release"));
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"-n"}, {"-w", "0.3"}, {"-n", "-q"}, {"-w", "0.3", "-q"}}) {
+    std::vector<std::string> argv = {"--log-format", "json", "--log-file", log.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {path_, "true"});
+    const Outcome run = run_to_end(zklock(argv));
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(run.output, "") << "a routine outcome is for the log only";
+  }
+  std::ofstream(dir_.file("release")) << "go\n";
+  EXPECT_EQ(holder->wait(scaled(30s)), 0);
+  const Outcome records = json_records(log.string(), {"reason", "level", "outcome", "message"});
+  ASSERT_EQ(records.exit_code, 0) << records.output << read_file(log);
+  EXPECT_THAT(records.output, Not(HasSubstr("level=\"error\""))) << records.output;
+  EXPECT_THAT(records.output, Not(HasSubstr("level=\"warning\""))) << records.output;
+  EXPECT_THAT(records.output, Not(ContainsRegex("(^|\n)error "))) << records.output;
+  // Said once, in its own record, with the message text says (not under -q).
+  EXPECT_THAT(records.output, ContainsRegex(fmt::format("\nnot_acquired reason=\"held\" level=\"notice\" message=\"{} is held by ", path_)));
+  EXPECT_THAT(records.output, ContainsRegex("\nnot_acquired reason=\"timed_out\" level=\"notice\" message=\"timed out after 300ms "));
+  EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"held\" level=\"notice\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nnot_acquired reason=\"timed_out\" level=\"notice\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nexit level=\"notice\" outcome=\"held\"\n"));
+  EXPECT_THAT(records.output, HasSubstr("\nexit level=\"notice\" outcome=\"timed_out\"\n"));
+}
+
+// With --log-file, a fatal error still prints its line on stderr (cron mails it), as well as in
+// the file; routine outcomes and progress stay in the file.
+TEST_F(FleetOutputTest, FatalErrorsReachStderrBesideTheLogFile) {
+  const int closed_port = [] {
+    Process probe({python, "-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"},
+                  merged_output());
+    return std::stoi(probe.read_all(scaled(30s)));
+  }();
+  const std::string nowhere = fmt::format("127.0.0.1:{}", closed_port);
+  for (const std::string format : {"text", "json"}) {
+    const auto log = dir_.file("fatal-" + format + ".log");
+    const Outcome run = run_to_end({zklock_binary, "--zk", nowhere, "--connect-timeout", "0.5", "--log-format", format,
+                                    "--log-file", log.string(), "-q", path_, "echo", "job-ran"});
+    EXPECT_EQ(run.exit_code, 69) << run.output;
+    EXPECT_THAT(run.output, ContainsRegex("^zklock: cannot reach ZooKeeper at " + nowhere + " within 500ms [^\n]*\n$"))
+        << format;
+    EXPECT_THAT(read_file(log), HasSubstr("cannot reach ZooKeeper at " + nowhere)) << format;
+  }
+  // A metrics file that cannot be written, found once the log is open: a usage error, on stderr.
+  const auto log = dir_.file("usage.log");
+  const std::string bad = dir_.file("missing-dir").string() + "/zklock.prom";
+  const Outcome refused = run_to_end(zklock({"--log-file", log.string(), "--metrics-file", bad, path_, "true"}));
+  EXPECT_EQ(refused.exit_code, 64) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("zklock: --metrics-file " + bad + ": cannot create a file beside it"));
+  EXPECT_THAT(read_file(log), HasSubstr("--metrics-file " + bad));
+
+  // A lock lost while the job ran is such an error, even with -q (cron mails it).
+  const auto lost_log = dir_.file("lost.log");
+  auto holder = start_holder(dir_.file("release"), {"-q", "--log-file", lost_log.string()});
+  EXPECT_EQ(run_to_end(zklock({"--break", path_, "--force", "-q"})).exit_code, 0);
+  const std::string said = holder->read_all(scaled(30s));
+  EXPECT_EQ(holder->wait(scaled(30s)), 75);
+  EXPECT_THAT(said, ContainsRegex("zklock: lost the lock on " + path_ + " \\(lock node deleted\\)")) << said;
+  EXPECT_THAT(read_file(lost_log), HasSubstr("lost the lock on " + path_));
 }
 
 // In text, a log file's lines say when and which zklock: several may append to one file.
@@ -279,6 +377,26 @@ TEST(FleetOutputDocs, ManPageAndCompletionNameTheOptions) {
     EXPECT_THAT(man_page, HasSubstr(".BI " + escaped)) << option;
     EXPECT_THAT(completion, HasSubstr("--" + option)) << option;
   }
+}
+
+// docs/operations.md names every library the .deb depends on beyond the C/C++ runtime.
+TEST(FleetOutputDocs, OperationsGuideNamesThePackagesDependencies) {
+  const std::string package = read_file(scripts_dir + "/../../cmake/ZkrPackage.cmake");
+  const std::string guide = read_file(scripts_dir + "/../../docs/operations.md");
+  const auto depends = package.find("libc6 (");
+  ASSERT_NE(depends, std::string::npos) << "no Depends line in cmake/ZkrPackage.cmake";
+  const std::string line = package.substr(depends, package.find('"', depends) - depends);
+  std::istringstream packages(line);
+  std::string entry;
+  int named = 0;
+  while (std::getline(packages, entry, ',')) {
+    entry.erase(0, entry.find_first_not_of(' '));
+    const std::string name = entry.substr(0, entry.find(' '));
+    if (name == "libc6" || name == "libgcc-s1" || name == "libstdc++6") continue;  // "the C/C++ runtime"
+    EXPECT_THAT(guide, HasSubstr("`" + name + "`")) << "docs/operations.md does not name " << name;
+    ++named;
+  }
+  EXPECT_GE(named, 2) << line;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -357,6 +475,65 @@ TEST_F(FleetOutputTest, AWaiterSaysItsPlaceInTheQueueAndWhoHoldsWhenTheyChange) 
   EXPECT_TRUE(waiter.wait_for_line("job-ran", scaled(30s)));
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
   EXPECT_EQ(holder->wait(scaled(30s)), 0);
+}
+
+// Someone queueing behind changes nothing a text line says: no second, identical line.
+TEST_F(FleetOutputTest, AWaiterSaysItsPlaceOnceWhileOnlyTheQueueBehindItGrows) {
+  auto holder = start_holder(dir_.file("release"));
+  Process waiter(zklock({"-v", path_, "echo", "job-ran"}), merged_output());
+  ASSERT_TRUE(waiter.wait_for_line("zklock: queued for " + path_, scaled(30s)));
+  Process behind(zklock({path_, "true"}), merged_output());
+  ASSERT_TRUE(eventually([&] { return contender_count() == 3; }, 30s));
+  std::this_thread::sleep_for(scaled(1s));  // the waiter's watch fires and it reads the queue again
+  std::ofstream(dir_.file("release")) << "go\n";
+  const std::string output = waiter.read_all(scaled(30s));
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  EXPECT_EQ(behind.wait(scaled(30s)), 0);
+  EXPECT_EQ(holder->wait(scaled(30s)), 0);
+  EXPECT_THAT(output, Not(HasSubstr("zklock: queued for "))) << "said again:\n" << output;
+  EXPECT_THAT(output, HasSubstr("job-ran"));
+}
+
+// --once-per's own record beside the contenders is no stranger: no warning about it, run after run.
+TEST_F(FleetOutputTest, OncePerRunsDoNotWarnAboutTheirOwnRecord) {
+  for (int run = 0; run < 2; ++run) {
+    const Outcome text = run_to_end(zklock({"-v", "--once-per", "1s", path_, "true"}));
+    EXPECT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_THAT(text.output, Not(HasSubstr("not named like a contender"))) << text.output;
+    EXPECT_THAT(text.output, Not(HasSubstr("[warning]"))) << text.output;
+    const Outcome json = run_to_end(zklock({"--log-format", "json", "--once-per", "1s", path_, "true"}));
+    EXPECT_EQ(json.exit_code, 0) << json.output;
+    EXPECT_THAT(json.output, Not(HasSubstr("not named like a contender"))) << json.output;
+    std::this_thread::sleep_for(1100ms);  // the next window
+  }
+  // A child that is not zklock's is still named.
+  const Outcome created = run_to_end(
+      {python, "-c",
+       "import sys; from kazoo.client import KazooClient; client = KazooClient(hosts=sys.argv[1]); "
+       "client.start(timeout=15); client.create(sys.argv[2]); client.stop(); client.close()",
+       servers_, path_ + "/stranger"});
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  const Outcome stranger = run_to_end(zklock({"-v", "--once-per", "1s", path_, "true"}));
+  EXPECT_THAT(stranger.output, HasSubstr("'stranger'")) << stranger.output;
+}
+
+// An ensemble restart while watching: said as it happens (reconnecting), then the listing resumes.
+TEST(FleetOutputRestart, ListWatchSaysItIsReconnectingDuringARestart) {
+  zkr::testenv::Cluster cluster;
+  const std::string path = zkr::testenv::unique_path();
+  Process watcher({zklock_binary, "--zk", cluster.connect_string(), "--session-timeout", "8", "--list", path, "--watch"},
+                  merged_output());
+  ASSERT_TRUE(watcher.wait_for_line("observed ", scaled(30s)));
+  cluster.stop(0);
+  const auto reconnecting = watcher.wait_for_line("zklock: ", scaled(30s));
+  ASSERT_TRUE(reconnecting) << "nothing said while the ensemble is down";
+  EXPECT_THAT(*reconnecting, HasSubstr("reconnecting"));
+  cluster.start(0);
+  const auto back = watcher.wait_for_line("zklock: ", scaled(60s));
+  ASSERT_TRUE(back);
+  EXPECT_THAT(*back, ContainsRegex("reconnected|listing .* again"));
+  watcher.signal(SIGTERM);
+  EXPECT_EQ(watcher.wait(scaled(30s)), 0);
 }
 
 // On a terminal zklock says the same without -v (and nothing of it when stderr is not one: the

@@ -175,8 +175,14 @@ int parse_exit_code(std::string_view text, std::string_view option) {
 std::string format_duration(std::chrono::nanoseconds duration) {
   using namespace std::chrono;
   if (duration < 1s && duration % 1ms == 0ns) return fmt::format("{}ms", duration / 1ms);
-  const double seconds = duration_cast<std::chrono::duration<double>>(duration).count();
-  return fmt::format("{:g}s", seconds);
+  // Fixed-point to the nanosecond, trailing zeros dropped: exact however long ("1000000s", never
+  // "1e+06s").
+  const auto whole = duration_cast<seconds>(duration);
+  const auto fraction = duration - whole;
+  if (fraction == 0ns) return fmt::format("{}s", whole.count());
+  std::string digits = fmt::format("{:09}", std::chrono::abs(fraction).count());
+  while (digits.back() == '0') digits.pop_back();
+  return fmt::format("{}{}.{}s", duration < 0ns && whole == 0s ? "-" : "", whole.count(), digits);
 }
 
 namespace {
@@ -583,16 +589,17 @@ each option is given at most once:
                                 terminal even without -v)
       --log-format FORMAT       text (default): 'zklock: ...' lines; json: one JSON object a
                                 line - zklock's events (connected, queued, acquired with its
-                                token, not_acquired, signal, lost, job_exit, released, exit)
-                                and messages, and the library's log records
+                                token, not_acquired (a notice, not an error), signal, lost,
+                                job_exit, released, error, exit) and messages, and the
+                                library's log records
       --log-file FILE           append the log to FILE instead of stderr (checked before
                                 anything is acquired); text lines then start with the time
-                                and zklock's pid
+                                and zklock's pid; fatal errors still go to stderr too
       --metrics-file FILE       at the exit, replace FILE (through a temporary file beside it
                                 and a rename) with Prometheus text for node_exporter's textfile
                                 collector: wait and hold seconds, outcome, exit code, runs
                                 and losses, labelled by LOCKPATH
-  -q, --quiet                   print nothing but fatal errors
+  -q, --quiet                   print nothing but fatal errors (a lost lock is one)
       --list LOCKPATH           print the holder and the waiters of LOCKPATH: node, token,
                                 session, owner data, since when, and its last --once-per run;
                                 on another recipe's path, a group's members, a counter's value
@@ -603,7 +610,8 @@ each option is given at most once:
       --watch                   with --list: print the listing again each time the holders
                                 change (who leads an election, who holds a lock), until
                                 interrupted (then exit 0), each after an 'observed TIME' line;
-                                with --json, one JSON line each
+                                with --json, one JSON line each; says when the connection
+                                drops (reconnecting) and when the listing resumes
       --break LOCKPATH          operators: delete the holder's node of a stuck lock (asks
                                 first on a terminal); its zklock stops the job and exits 75;
                                 exit 1 if there is no holder, 66 if LOCKPATH does not exist

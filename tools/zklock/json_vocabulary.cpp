@@ -36,4 +36,14 @@ std::string format_utc_micros(std::chrono::system_clock::time_point time) {
                      utc.tm_hour, utc.tm_min, utc.tm_sec, fraction);
 }
 
+std::string_view loss_reason_name(zkr::LossReason reason) noexcept {
+  switch (reason) {
+    case zkr::LossReason::session_lost: return "session_lost";
+    case zkr::LossReason::connection_lost: return "connection_lost";
+    case zkr::LossReason::node_deleted: return "node_deleted";
+    case zkr::LossReason::session_closed: return "session_closed";
+  }
+  return "unknown";
+}
+
 }  // namespace zklock

@@ -3,7 +3,8 @@
 // everywhere: a lock path is "lock" in log records and "path" in a listing (the thing listed),
 // a fencing token is a number "token", a session is a number "session_id" together with the text
 // "session" ("0x...", as ZKLOCK_SESSION_ID, the text output and the library's log records write
-// it), times are UTC RFC 3339 strings.
+// it), times are UTC RFC 3339 strings. Reasons and outcomes are identifiers (lower case,
+// underscores), the same as the library's metrics labels where both name a thing.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include <zkr/session.hpp>
 
 namespace zklock {
 
@@ -24,5 +27,23 @@ std::optional<std::int64_t> parse_session_id_text(std::string_view text);
 
 // "2026-01-31T23:59:59.123456Z", microseconds, as the library's log records write "time".
 std::string format_utc_micros(std::chrono::system_clock::time_point time);
+
+// Levels of the log records, from the library's (debug, info, warning, error) plus "notice": a
+// routine outcome worth seeing that is no fault (the lock held with -n, a -w timeout).
+namespace level {
+inline constexpr std::string_view info = "info";
+inline constexpr std::string_view notice = "notice";
+inline constexpr std::string_view warning = "warning";
+inline constexpr std::string_view error = "error";
+}  // namespace level
+
+// A "lost" record's "reason": why the grant was lost, named as the library's metrics label it
+// (zkr_locks_lost_total{reason}): session_lost, connection_lost, node_deleted, session_closed.
+std::string_view loss_reason_name(zkr::LossReason reason) noexcept;
+// zklock's own reasons, when the library gave none: the release could not confirm the lock was
+// held to the end; the keeper stopped the job at the session monitor's deadline before the
+// monitor's verdict came.
+inline constexpr std::string_view unconfirmed_loss = "unconfirmed";
+inline constexpr std::string_view keeper_deadline_loss = "keeper_deadline";
 
 }  // namespace zklock

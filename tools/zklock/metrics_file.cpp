@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -32,8 +33,10 @@ std::string label_value(std::string_view text) {
   return out;
 }
 
-// The value of the sample `series` ("name{labels}") in `previous`, or 0.
-double previous_value(std::string_view previous, std::string_view series) {
+// The count of the sample `series` ("name{labels}") in `previous`, or 0. Counters are written as
+// integers; a value in exponent form (as older zklocks wrote past 999999) is read as the double it
+// says, the best that is left of it.
+std::uint64_t previous_count(std::string_view previous, std::string_view series) {
   std::size_t at = 0;
   while (at < previous.size()) {
     const std::size_t end = std::min(previous.find('\n', at), previous.size());
@@ -41,9 +44,12 @@ double previous_value(std::string_view previous, std::string_view series) {
     at = end + 1;
     if (!line.starts_with(series) || line.size() <= series.size() || line[series.size()] != ' ') continue;
     const std::string_view number = line.substr(series.size() + 1);
+    std::uint64_t count = 0;
+    auto [count_end, count_error] = std::from_chars(number.data(), number.data() + number.size(), count);
+    if (count_error == std::errc{} && count_end == number.data() + number.size()) return count;
     double value = 0;
-    auto [parsed_end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
-    if (error == std::errc{} && value >= 0) return value;
+    auto [value_end, value_error] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (value_error == std::errc{} && value >= 0 && value < 1.8e19) return static_cast<std::uint64_t>(value);
   }
   return 0;
 }
@@ -85,8 +91,8 @@ std::string metrics_text(std::string_view lock, const RunSummary& run, std::stri
   metric("zklock_last_run_timestamp_seconds", "gauge", "When the last run ended, in seconds since the Unix epoch.",
          fmt::format("{:.3f}", std::chrono::duration<double>(run.finished.time_since_epoch()).count()));
   const auto counter = [&](std::string_view name, std::string_view help, bool counts) {
-    const double value = previous_value(previous, fmt::format("{}{{{}}}", name, labels)) + (counts ? 1 : 0);
-    metric(name, "counter", help, fmt::format("{:g}", value));
+    const std::uint64_t value = previous_count(previous, fmt::format("{}{{{}}}", name, labels)) + (counts ? 1 : 0);
+    metric(name, "counter", help, std::to_string(value));
   };
   counter("zklock_runs_total", "Runs of the command under the lock (carried over from the file's previous content).",
           run.job_ended || run.lost);

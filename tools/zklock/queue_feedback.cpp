@@ -62,7 +62,13 @@ void QueueFeedback::refresh() noexcept {
     const auto place = queue_place(zkr::list_contenders(session_, options_.lock_path, max_holders), session_.id());
     if (!place || (told_ && told_->same_as(*place))) return;
     told_ = place;
-    if (say_it_) say("{}", describe_queue_place(options_.lock_path, *place));
+    // The line says the place and the holders, not how many wait behind: a change there alone
+    // (one more waiter queued) is a new record, not a new line.
+    if (say_it_) {
+      std::string line = describe_queue_place(options_.lock_path, *place);
+      if (line != said_) say("{}", line);
+      said_ = std::move(line);
+    }
     if (record_it_) {
       std::vector<QueueHolder> holders;
       for (const auto& holder : place->holders) holders.push_back({holder.token.value(), holder.session_id, holder.owner_data});

@@ -1,6 +1,7 @@
 // Feedback while queued: where a waiting zklock stands (its place in the queue) and who holds the
 // lock, said again each time either changes: a line each change, not a spinner. On a terminal
-// (stderr) or with -v, as a message; with --log-format json, as a "queued" record.
+// (stderr) or with -v, as a message; with --log-format json, as a "queued" record, which also
+// counts the waiters (so one more waiter behind makes a record, not a line).
 //
 // zklock's own node is found by its session (the queue's nodes carry their owner's session), so
 // nothing of the recipe's internals is needed: the same listing --list reads.
@@ -58,6 +59,7 @@ class QueueFeedback {
   bool record_it_ = false;
   bool watching_ = false;
   std::optional<QueuePlace> told_;
+  std::string said_;  // the last line said
 };
 
 }  // namespace zklock

@@ -15,6 +15,7 @@
 #include "json_vocabulary.hpp"
 #include "metrics_file.hpp"
 #include "messages.hpp"
+#include "once_per.hpp"
 
 namespace zklock {
 namespace {
@@ -37,6 +38,15 @@ void write_line(std::string_view line) noexcept { write_all(log_state().destinat
 std::string text_prefix() {
   if (!log_state().destination.stamped) return "zklock";
   return fmt::format("{} zklock[{}]", format_utc_micros(std::chrono::system_clock::now()), ::getpid());
+}
+
+// The library warns about children of a lock path not named like contenders (someone put them
+// there). --once-per's record is zklock's own, there by design: the warning that names it alone
+// is not passed on. One that names other children too still is.
+bool warns_of_the_run_record_alone(std::string_view message) {
+  static const std::string own =
+      fmt::format(": 1 child is not named like a contender node, never a holder: '{}'", run_record_name);
+  return message.ends_with(own);
 }
 
 }  // namespace
@@ -69,6 +79,24 @@ void log_message(std::string_view text, std::string_view level) noexcept {
   }
 }
 
+namespace {
+
+void log_fatal(std::string_view text, bool error_record) noexcept {
+  try {
+    if (!json_log()) write_line(fmt::format("{}: {}\n", text_prefix(), text));
+    else if (error_record) run_events().error(text);
+    else log_message(text, level::warning);
+    if (log_state().destination.fd != STDERR_FILENO) write_all(STDERR_FILENO, fmt::format("zklock: {}\n", text));
+  } catch (...) {
+    // Out of memory while formatting: the line is lost, zklock carries on.
+  }
+}
+
+}  // namespace
+
+void log_error(std::string_view text) noexcept { log_fatal(text, true); }
+void log_lost(std::string_view text) noexcept { log_fatal(text, false); }
+
 void route_library_log(const CliOptions& options) {
   if (options.log_format == LogFormat::text) {
     if (!options.verbose()) return;
@@ -76,6 +104,7 @@ void route_library_log(const CliOptions& options) {
         [](zkr::LogLevel level, std::string_view message) {
           // The C client's lines end with a newline of their own.
           while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
+          if (warns_of_the_run_record_alone(message)) return;
           try {
             write_line(fmt::format("{}: [{}] {}\n", text_prefix(), zkr::to_string(level), message));
           } catch (...) {
@@ -89,6 +118,7 @@ void route_library_log(const CliOptions& options) {
       [](const zkr::LogRecord& record) {
         std::string_view message = record.message;
         while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.remove_suffix(1);
+        if (warns_of_the_run_record_alone(message)) return;
         try {
           Event event("log", zkr::to_string(record.level));
           event.text("message", message);
@@ -191,9 +221,12 @@ void RunEvents::acquired(zkr::FencingToken token, std::string_view node, std::in
   event("acquired").session(session_id).text("node", node).seconds("wait_seconds", summary_.wait_time()).emit();
 }
 
-void RunEvents::not_acquired(std::string_view reason) {
+void RunEvents::not_acquired(std::string_view reason, std::string_view message) {
   summary_.not_acquired = std::string(reason);
-  event("not_acquired").text("reason", reason).seconds("wait_seconds", summary_.wait_time()).emit();
+  Event record = event("not_acquired", level::notice);
+  record.text("reason", reason).seconds("wait_seconds", summary_.wait_time());
+  if (!message.empty()) record.text("message", message);
+  record.emit();
 }
 
 void RunEvents::interrupted(int signal, std::string_view action) {
@@ -213,13 +246,13 @@ void RunEvents::skipped() {
 void RunEvents::lost(std::string_view reason, std::string_view detail) {
   if (summary_.lost) return;  // said once
   summary_.lost = true;
-  event("lost", "warning").text("reason", reason).text("detail", detail).emit();
+  event("lost", level::warning).text("reason", reason).text("detail", detail).emit();
 }
 
-void RunEvents::job_exit(int exit_code, std::optional<int> signal) {
+void RunEvents::job_exit(std::optional<int> exit_code, std::optional<int> signal) {
   summary_.job_ended = true;
   Event record = event("job_exit");
-  record.number("exit_code", exit_code);
+  if (exit_code) record.number("exit_code", *exit_code);
   if (signal) record.text("signal", signal_label(*signal));
   record.emit();
 }
@@ -229,7 +262,7 @@ void RunEvents::released() {
   event("released").seconds("hold_seconds", summary_.hold_time()).emit();
 }
 
-void RunEvents::error(std::string_view message) { event("error", "error").text("message", message).emit(); }
+void RunEvents::error(std::string_view message) { event("error", level::error).text("message", message).emit(); }
 
 void RunEvents::finished(int exit_code) noexcept {
   if (finished_) return;
@@ -242,13 +275,14 @@ void RunEvents::finished(int exit_code) noexcept {
     const bool running = options_ && options_->mode == Mode::run;
     const std::string outcome = summary_.outcome();
     const bool fine = running ? outcome == "ran" || outcome == "skipped" : exit_code == 0;
-    Event record = event("exit", fine ? "info" : "warning");
+    const bool routine = running && summary_.not_acquired && outcome == *summary_.not_acquired;
+    Event record = event("exit", fine ? level::info : routine ? level::notice : level::warning);
     record.number("exit_code", exit_code);
     if (running) record.text("outcome", outcome);
     record.emit();
     if (options_ && options_->metrics_file) {
       if (const auto problem = write_metrics_file(*options_->metrics_file, options_->lock_path, summary_))
-        log_message(*problem, "error");
+        log_error(*problem);
     }
   } catch (...) {
     // Out of memory at the exit: the exit code stands.

@@ -7,7 +7,9 @@
 // vocabulary of json_vocabulary.hpp ("token", "session_id", "session", "node", "exit_code"...).
 // Events are what a run goes through: connected, queued (the place in the queue, each time it
 // changes), acquired, not_acquired, signal, lost, job_exit, released, error, exit. In text form
-// events print nothing by themselves: the messages say what happened, as -v and -q ask.
+// events print nothing by themselves: the messages say what happened, as -v and -q ask. Levels
+// (json_vocabulary.hpp): a routine outcome (the lock held, a -w timeout) is a notice, never an
+// error; "error" is kept for what made zklock give up.
 //
 // The same events feed the run's summary, which --metrics-file writes at the exit
 // (metrics_file.hpp): one source for the log and the metrics, so that they cannot disagree.
@@ -40,6 +42,13 @@ struct LogDestination {
 std::optional<std::string> open_log(const CliOptions& options);
 const LogDestination& log_destination();
 bool json_log();
+
+// A fatal error (what -q still prints): to the log, as a message line or an "error" record, and
+// also as a "zklock: " line on stderr when the log goes to a --log-file, so that cron and the
+// journal still see it. A lost lock is said the same way, but as a "message" record of warning
+// level in JSON (its "lost" record is the event). Never throws.
+void log_error(std::string_view text) noexcept;
+void log_lost(std::string_view text) noexcept;
 
 // Routes the library's log records into zklock's log: in JSON as "log" records (warnings and
 // errors always, info with -v); in text only with -v, as "zklock: [level] message" lines.
@@ -97,16 +106,22 @@ class RunEvents {
   void waiting();
   void queued(int position, int waiters, const std::vector<QueueHolder>& holders);
   void acquired(zkr::FencingToken token, std::string_view node, std::int64_t session_id);
-  void not_acquired(std::string_view reason);  // "held", "timed_out"
+  // "held", "timed_out", at notice level: a skipped turn, not an error. `message` (what the text
+  // log says; empty under -q) goes into the record.
+  void not_acquired(std::string_view reason, std::string_view message);
   // A signal ended the run before the job started: "interrupted" (connecting), "withdrew" (queued).
   void interrupted(int signal, std::string_view action);
   // A signal while the job runs or is being stopped: "passed" to the job, "killed" the job (a
   // second INT or TERM), "insisted" (INT or TERM while stopping it: SIGKILL now), "ignored".
   void signal_passed(int signal, std::string_view action);
   void skipped();
+  // `reason` in the vocabulary of json_vocabulary.hpp (loss_reason_name(), unconfirmed_loss...).
   void lost(std::string_view reason, std::string_view detail);
-  void job_exit(int exit_code, std::optional<int> signal);
+  // The job ended, on its own or stopped after a loss; no exit code if none could be read (its
+  // keeper died, or it survived SIGKILL).
+  void job_exit(std::optional<int> exit_code, std::optional<int> signal);
   void released();
+  // What made zklock give up: an "error" record (JSON log only; see log_error()).
   void error(std::string_view message);
   // The run ends with `exit_code`: the "exit" record, then --metrics-file. Once; later calls do
   // nothing (an exit path may pass twice).

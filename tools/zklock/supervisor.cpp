@@ -12,6 +12,7 @@
 #include <zkr/session.hpp>
 
 #include "exit_status.hpp"
+#include "json_vocabulary.hpp"
 #include "messages.hpp"
 #include "run_events.hpp"
 
@@ -29,6 +30,10 @@ constexpr auto group_poll_interval = 20ms;
 // deadline that passed comes within that.
 constexpr auto monitor_verdict_bound = 500ms;
 constexpr auto noticeably_late = 100ms;
+
+// A lost lock ends the run with an error (the lost exit code): said even with -q, and on stderr
+// beside a --log-file.
+void lost_message(const std::string& text) { log_lost(escape_for_terminal(text)); }
 
 }  // namespace
 
@@ -74,8 +79,8 @@ void Supervisor::handle_inbox() { report_session_states(inbox_, options_); }
 // deadline, the keeper stops the tree as stop_job() would.
 int Supervisor::run_under_lock(SupervisedLock& lock) {
   if (const auto reason = lock.loss_reason()) {
-    run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason));
+    run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
+    lost_message(fmt::format("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(*reason)));
     return options_.lost_exit_code;
   }
 
@@ -102,8 +107,8 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   const std::optional<zkr::SessionDeadline> deadline = inbox_.deadline();
   if (!deadline || deadline->session_id != lock.session_id() || deadline->at <= zkr::BootClock::now()) {
     const zkr::LossReason reason = lock.loss_reason().value_or(zkr::LossReason::session_lost);
-    run_events().lost(zkr::to_string(reason), lock.describe_loss(reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(reason));
+    run_events().lost(loss_reason_name(reason), lock.describe_loss(reason));
+    lost_message(fmt::format("lost the lock on {} ({}) before the job started", options_.lock_path, lock.describe_loss(reason)));
     return options_.lost_exit_code;
   }
 
@@ -111,7 +116,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   try {
     job = start_job_(argv, environment, {deadline->at, options_.kill_signal, options_.kill_after});
   } catch (const JobStartError& error) {
-    say("{}", error.what());
+    log_error(error.what());
     lock.job_ended(error.exit_code());
     lock.release();  // no job was started: nothing to stop
     run_events().released();
@@ -131,6 +136,7 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   }
 
   if (outcome.lost) {
+    report_stopped_job(*job);
     lock.release();
     run_events().released();
     return options_.lost_exit_code;
@@ -139,8 +145,8 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   // thawed): the monitor may not have spoken yet when the exit is read. The delete's answer says
   // whether our node stood until now, in our session: no read needed.
   if (const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason()) {
-    run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
-    if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason));
+    run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
+    lost_message(fmt::format("lost the lock on {} ({}) while the job ran", options_.lock_path, lock.describe_loss(*reason)));
     lock.release();
     run_events().released();
     return options_.lost_exit_code;
@@ -156,8 +162,8 @@ int Supervisor::run_under_lock(SupervisedLock& lock) {
   const std::string why = reason                                  ? lock.describe_loss(*reason)
                           : released == zkr::ReleaseOutcome::lost ? std::string("its node is gone")
                                                                   : lock.describe_unconfirmed();
-  run_events().lost(reason ? zkr::to_string(*reason) : "unconfirmed", why);
-  if (!options_.quiet()) say("lost the lock on {} ({}) while the job ran", options_.lock_path, why);
+  run_events().lost(reason ? loss_reason_name(*reason) : unconfirmed_loss, why);
+  lost_message(fmt::format("lost the lock on {} ({}) while the job ran", options_.lock_path, why));
   return options_.lost_exit_code;
 }
 
@@ -173,17 +179,15 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
     if (job.stopped_by_keeper()) {
       const std::string message = describe_keeper_stop(job, lock, relayed_deadline);
       const auto reason = inbox_.lost() ? inbox_.lost() : lock.loss_reason();
-      run_events().lost(reason ? zkr::to_string(*reason) : "keeper deadline", message);
-      if (!options_.quiet()) say("{}", message);
+      run_events().lost(reason ? loss_reason_name(*reason) : keeper_deadline_loss, message);
+      lost_message(message);
       return {options_.lost_exit_code, true};
     }
     if (ended) break;
     if (const auto reason = inbox_.lost()) {
-      run_events().lost(zkr::to_string(*reason), lock.describe_loss(*reason));
-      if (!options_.quiet()) {
-        say("lost the lock on {} ({}); stopping the job with {}", options_.lock_path, lock.describe_loss(*reason),
-            signal_label(options_.kill_signal));
-      }
+      run_events().lost(loss_reason_name(*reason), lock.describe_loss(*reason));
+      lost_message(fmt::format("lost the lock on {} ({}); stopping the job with {}", options_.lock_path,
+                               lock.describe_loss(*reason), signal_label(options_.kill_signal)));
       return {options_.lost_exit_code, true};
     }
     const Readiness ready = waiter_.wait(-1ms, job.keeper_socket());
@@ -213,13 +217,24 @@ Supervisor::Supervised Supervisor::supervise(JobControl& job, const SupervisedLo
     }
   }
   if (job.keeper_failed()) {
-    say("zklock's keeper process died; the job was killed");
+    log_error("zklock's keeper process died; the job was killed");
+    run_events().job_exit(std::nullopt, std::nullopt);
     return {exit_code::internal, false};
   }
-  const int status = job.wait_status();
-  run_events().job_exit(exit_code_from_wait_status(status),
-                        WIFSIGNALED(status) ? std::optional<int>(WTERMSIG(status)) : std::nullopt);
-  return {exit_code_from_wait_status(status), false};
+  report_stopped_job(job);
+  return {exit_code_from_wait_status(job.wait_status()), false};
+}
+
+// The job's "job_exit" record: its status once it exited, or none known (its keeper died without
+// saying, or something of it survived SIGKILL).
+void Supervisor::report_stopped_job(JobControl& job) {
+  if (job.poll() && !job.keeper_failed()) {
+    const int status = job.wait_status();
+    run_events().job_exit(exit_code_from_wait_status(status),
+                          WIFSIGNALED(status) ? std::optional<int>(WTERMSIG(status)) : std::nullopt);
+    return;
+  }
+  run_events().job_exit(std::nullopt, std::nullopt);
 }
 
 // The keeper stopped the job at the session monitor's deadline (keeper.hpp) because zklock had

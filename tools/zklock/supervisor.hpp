@@ -121,6 +121,7 @@ class Supervisor {
   std::string describe_keeper_stop(JobControl& job, const SupervisedLock& lock, zkr::BootClock::time_point deadline);
   bool stop_job(JobControl& job, int signal, std::chrono::milliseconds grace);
   bool wait_a_little(JobControl& job, Clock::duration step);
+  void report_stopped_job(JobControl& job);
   void handle_inbox();
 
   const CliOptions& options_;

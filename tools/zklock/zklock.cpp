@@ -120,6 +120,7 @@ class Zklock {
   zkr::HeldLock acquire();
   bool once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held);
   [[noreturn]] void fail(std::error_code error, const std::string& message) const;
+  [[noreturn]] void not_acquired(std::error_code error, std::string_view reason, const std::string& message) const;
   std::string job_description() const;
 
   const CliOptions& options_;
@@ -140,9 +141,17 @@ class Zklock {
 // The single place that prints a library failure and turns it into an exit code.
 void Zklock::fail(std::error_code error, const std::string& message) const {
   const int code = exit_code_for(error, options_);
-  if (json_log()) run_events().error(escape_for_terminal(message));
-  else if (!(is_conflict(error) && options_.quiet())) say("{}", message);
+  log_error(escape_for_terminal(message));
   throw ExitRequest{code};
+}
+
+// The lock held (-n) or the wait timed out (-w): a routine outcome, not an error. Its own
+// not_acquired record in JSON, a message in text; neither under -q.
+void Zklock::not_acquired(std::error_code error, std::string_view reason, const std::string& message) const {
+  const std::string text = options_.quiet() ? std::string() : escape_for_terminal(message);
+  run_events().not_acquired(reason, text);
+  if (!json_log() && !text.empty()) log_message(text);
+  throw ExitRequest{exit_code_for(error, options_)};
 }
 
 zkr::SessionOptions Zklock::session_options() const {
@@ -172,7 +181,7 @@ zkr::SessionOptions Zklock::session_options() const {
       session.credentials = zkr::DigestCredentials::from_file(*options_.auth_file);
     } catch (const std::exception& error) {
       // The message names the file, never its content.
-      say("--auth-file: {}", error.what());
+      log_error(escape_for_terminal(fmt::format("--auth-file: {}", error.what())));
       throw ExitRequest{exit_code::usage};
     }
   }
@@ -249,15 +258,18 @@ void Zklock::connect() {
       }
       fail(error.code(), fmt::format("cannot connect to {}: {}", options_.servers, error.what()));
     } catch (const std::exception& error) {
-      say("cannot connect to {}: {}", options_.servers, error.what());
+      log_error(escape_for_terminal(fmt::format("cannot connect to {}: {}", options_.servers, error.what())));
       throw ExitRequest{exit_code::internal};
     }
   }
   session_ = std::move(attempt->session);
   run_events().connected(session_->id(), session_->negotiated_timeout());
-  if (options_.verbose()) {
+  // --list --watch says when it loses the ensemble, -v every state.
+  if (options_.verbose() || options_.watch) {
     state_subscription_ =
         session_->on_state_change([inbox = inbox_](zkr::SessionState state) { inbox->post_state(state); });
+  }
+  if (options_.verbose()) {
     // The tolerated silence is how long the ensemble may not answer through its leader (an
     // election, a restart) before the job is stopped: what an operator sizes --session-timeout by.
     say("connected to {}: session {}, negotiated timeout {}, lead time {}, tolerated silence {}", options_.servers,
@@ -276,7 +288,7 @@ void Zklock::refuse_a_wait_for_the_parent() {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
   if (!refusal) return;
-  say("{}", *refusal);
+  log_error(escape_for_terminal(*refusal));
   session_->close();
   throw ExitRequest{exit_code::usage};
 }
@@ -291,12 +303,13 @@ void Zklock::require_lead_time() const {
   const auto needed = lead_time_needed();
   const auto lead_time = session_->lead_time();
   if (lead_time >= needed) return;
-  say("--kill-after {} needs a lead time of {}, so a session timeout of at least {} (with --tick-time {}); "
+  log_error(fmt::format(
+      "--kill-after {} needs a lead time of {}, so a session timeout of at least {} (with --tick-time {}); "
       "the ensemble granted {} (its maxSessionTimeout?), a lead time of {}: lower --kill-after or raise "
       "maxSessionTimeout on the servers",
       format_duration(options_.kill_after), format_duration(needed),
       format_duration(zkr::shortest_session_timeout(needed, options_.tick_time)), format_duration(options_.tick_time),
-      format_duration(session_->negotiated_timeout()), format_duration(lead_time));
+      format_duration(session_->negotiated_timeout()), format_duration(lead_time)));
   throw ExitRequest{exit_code::usage};
 }
 
@@ -403,18 +416,16 @@ zkr::HeldLock Zklock::acquire() {
     throw ExitRequest{exit_code::signal_base + *interrupted_by};
   }
   if (outcome->error == zkr::errc::would_block) {
-    run_events().not_acquired("held");
     if (options_.kind == LockKind::semaphore) {
-      fail(outcome->error, fmt::format("all {} slots of {} are taken, held by {}", options_.slots, options_.lock_path,
-                                       current_holders()));
+      not_acquired(outcome->error, "held", fmt::format("all {} slots of {} are taken, held by {}", options_.slots,
+                                                       options_.lock_path, current_holders()));
     }
-    fail(outcome->error, fmt::format("{} is held by {}", options_.lock_path, current_holders()));
+    not_acquired(outcome->error, "held", fmt::format("{} is held by {}", options_.lock_path, current_holders()));
   }
   if (outcome->error == zkr::errc::timed_out) {
-    run_events().not_acquired("timed_out");
-    fail(outcome->error, fmt::format("timed out after {} waiting for {}, held by {}",
-                                     format_duration(*options_.wait_timeout), options_.lock_path,
-                                     current_holders()));
+    not_acquired(outcome->error, "timed_out",
+                 fmt::format("timed out after {} waiting for {}, held by {}", format_duration(*options_.wait_timeout),
+                             options_.lock_path, current_holders()));
   }
   if (outcome->error == zkr::zk_errc::no_auth || outcome->error == zkr::zk_errc::invalid_acl) {
     fail(outcome->error, fmt::format("not allowed to lock {}: the ACL refuses us ({})", options_.lock_path,
@@ -445,11 +456,12 @@ bool Zklock::once_per_window_done(OncePerGate& gate, const zkr::HeldLock* held) 
   try {
     verdict = held ? gate.claim(*held, owner_data(), lock_acl()) : gate.look();
   } catch (const ForeignRecord& error) {
-    say("{}: not running the command", error.what());
+    log_error(escape_for_terminal(fmt::format("{}: not running the command", error.what())));
     throw ExitRequest{exit_code::data_error};
   } catch (const zkr::Error& error) {
     if (error.code() == zkr::errc::lock_lost) {
-      if (!options_.quiet()) say("lost the lock on {} before the job started: {}", options_.lock_path, error.what());
+      log_lost(escape_for_terminal(
+          fmt::format("lost the lock on {} before the job started: {}", options_.lock_path, error.what())));
       throw ExitRequest{options_.lost_exit_code};
     }
     fail(error.code(), fmt::format("cannot read or write the --once-per record of {}: {}", options_.lock_path,
@@ -623,12 +635,14 @@ Zklock::Listing Zklock::read_listing() {
   }
 }
 
-// An outage a watcher waits through: the ensemble out of reach, or the session lost and being
-// replaced. Only a session zklock closed itself, or refused credentials, end it.
+// An outage a watcher waits through: the ensemble out of reach or silent (a read that got no
+// reply: nothing was changed), or the session lost and being replaced. Only a session zklock
+// closed itself, or refused credentials, end it.
 bool Zklock::passing_outage(const std::error_code& code) const {
   const auto state = session_->state();
   if (state == zkr::SessionState::closed || state == zkr::SessionState::auth_failed) return false;
-  return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended;
+  return code == zkr::condition::connection_trouble || code == zkr::condition::session_ended ||
+         code == zkr::errc::timed_out;
 }
 
 // JSON carries the time the listing was read; --watch's text says it in a line of its own first.
@@ -665,7 +679,8 @@ int Zklock::list() {
 // session does not carry the old one's watches). A path that does not exist cannot carry one: it
 // is read again every second until it does.
 // An outage (the ensemble unreachable, the session lost and replaced) is waited through: said
-// once on stderr, then the listing resumes, with a watch set again on the new session.
+// once on stderr as it starts (the connection dropped: reconnecting), then the listing resumes,
+// with a watch set again on the new session.
 int Zklock::watch_list() {
   constexpr auto missing_path_poll = 1000ms;
   constexpr auto safety_poll = 10s;  // should a watch ever be missed, the listing still catches up
@@ -675,7 +690,8 @@ int Zklock::watch_list() {
   const auto outage = [&](const zkr::Error& error) {
     if (!passing_outage(error.code())) fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
     if (!in_outage && !options_.quiet())
-      say("cannot list {} now ({}); watching on once the ensemble answers", options_.lock_path, error.what());
+      say("cannot list {} now ({}); reconnecting, the listing resumes once the ensemble answers", options_.lock_path,
+          error.what());
     in_outage = true;
   };
   while (true) {
@@ -717,7 +733,17 @@ int Zklock::watch_list() {
       }
     }
     if (ready.wakeup) {
-      report_session_states(*inbox_, options_);
+      inbox_->wakeup().drain();
+      for (const zkr::SessionState state : inbox_->take_states()) {
+        if (options_.verbose()) say("session state: {}", zkr::to_string(state));
+        const bool dropped = state == zkr::SessionState::suspended || state == zkr::SessionState::lost ||
+                             state == zkr::SessionState::connecting;
+        if (!dropped || in_outage) continue;
+        if (!options_.quiet())
+          say("lost the connection to {} (session {}); reconnecting, the listing resumes once the ensemble answers",
+              options_.servers, zkr::to_string(state));
+        in_outage = true;
+      }
       if (inbox_->take_path_changed()) watched_session = 0;  // fired: set it again
     }
   }
@@ -766,7 +792,8 @@ int Zklock::break_lock() {
   const std::string node = escape_for_terminal(holder.node);
   if (!options_.force) {
     if (!::isatty(STDIN_FILENO)) {
-      say("--break asks before deleting {}'s node; standard input is not a terminal: add --force", who);
+      log_error(escape_for_terminal(
+          fmt::format("--break asks before deleting {}'s node; standard input is not a terminal: add --force", who)));
       return exit_code::usage;
     }
     std::fprintf(stderr, "zklock: break %s: delete the node %s of %s, token %lld? [y/N] ", options_.lock_path.c_str(),
@@ -854,7 +881,7 @@ int zklock_main(int argc, char** argv) {
   }
   if (options.metrics_file) {
     if (const auto problem = check_metrics_file(*options.metrics_file)) {
-      say("{}", *problem);
+      log_error(escape_for_terminal(*problem));
       return exit_code::usage;
     }
   }
@@ -876,7 +903,7 @@ int zklock_main(int argc, char** argv) {
   } catch (const ExitRequest& request) {
     return finish(request.code);
   } catch (const std::exception& error) {
-    say("{}", error.what());
+    log_error(escape_for_terminal(error.what()));
     return finish(exit_code::internal);
   }
 }
