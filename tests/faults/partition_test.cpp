@@ -405,9 +405,9 @@ TEST_F(SilentServerTest, OneSilentServerStopsNoJobAndLosesNoLock) {
   }
 
   // Fresh sessions from c0, which still cannot reach zklock's server: the C client tries servers in
-  // a random order, so most likely some try the silent one first. None waits for it longer than its share of
-  // the connect timeout (15 s over 3 servers), where the C client would give it 2/3 of the session
-  // timeout (13.3 s of zklock's 20 s).
+  // a random order, so most likely some try the silent one first. None waits for it longer than its
+  // share of the connect timeout (15 s over 3 servers), where the C client would give it 2/3 of the
+  // session timeout (13.3 s of zklock's 20 s).
   Process::Options session_options;
   session_options.pipe_stdin = true;
   std::vector<std::unique_ptr<Process>> fresh;
