@@ -25,6 +25,8 @@ namespace {
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
+// How often the server watch looks at the connection (see SessionCore::watch_server).
+constexpr auto kServerWatchInterval = std::chrono::milliseconds(100);
 // Creates per multi-op in an acquisition batch: few enough that a refused multi costs little to
 // redo one by one. Their size is bounded too (see send_batched_requests_locked).
 constexpr std::size_t kCreatesPerMulti = 100;
@@ -57,7 +59,8 @@ SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
       worker_guard_(boost::asio::make_work_guard(*worker_)),
       callbacks_guard_(boost::asio::make_work_guard(*callbacks_)),
       deadline_timer_(*worker_),
-      heartbeat_timer_(*worker_) {
+      heartbeat_timer_(*worker_),
+      server_watch_timer_(*worker_) {
   worker_thread_ = std::thread([worker = worker_] { worker->run(); });
   callback_thread_ = std::thread([callbacks = callbacks_] { callbacks->run(); });
   // The closer thread starts with the first lost session (close_in_background): most sessions
@@ -138,6 +141,18 @@ std::chrono::milliseconds SessionCore::silence_tolerance() const {
   return timeout - margin_for(timeout) - forward_lag();
 }
 
+// Halfway between one heartbeat interval (the silence a healthy server shows just before a reply)
+// and the silence tolerated: the other half is left for the move (see watch_server).
+std::chrono::milliseconds SessionCore::move_after() const { return (silence_tolerance() + heartbeat_interval()) / 2; }
+
+// While a session lives, the time left after a move, halved: a second silent server is left in
+// time too. Before there is one, an equal share of the connect timeout for each server.
+std::chrono::milliseconds SessionCore::attempt_patience() const {
+  if (!session_established_)
+    return options_.connect_timeout / static_cast<int>(std::max<std::size_t>(server_count_, 1));
+  return (silence_tolerance() - heartbeat_interval()) / 4;
+}
+
 void SessionCore::connect_or_throw() {
   if (auto problem = describe_servers_problem(options_.servers); !problem.empty())
     throw Error(make_error_code(errc::invalid_connect_string), "connect to", options_.servers, problem);
@@ -172,6 +187,8 @@ void SessionCore::connect_or_throw() {
   }
 
   std::unique_lock lock(mutex_);
+  std::error_code parse_error;
+  if (const auto list = parse_servers(options_.servers, parse_error)) server_count_ = list->hosts.size();
   open_connection_locked();
   if (!connection_) {
     // Not even a handle: a name of the connect string does not resolve. Waiting will not help a
@@ -302,6 +319,8 @@ void SessionCore::open_connection_locked() {
     return;
   }
   reopen_backoff_ = std::chrono::milliseconds::zero();
+  attempt_server_.clear();
+  arm_server_watch_locked(generation);
   if (options_.credentials) {
     std::string user_password = options_.credentials->user + ":" + options_.credentials->password;
     connection_->add_digest_auth(user_password, [](zk_errc rc) {
@@ -385,6 +404,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         session_established_ = true;
         ++session_metrics_.sessions_established;
       }
+      on_server_since_ = BootClock::now();
       set_state_locked(SessionState::connected);
       announce_deadline_locked();  // a new session's, or a resumed one's under a renegotiated timeout
       for (const auto& listener : snapshot_listeners_locked()) {
@@ -556,6 +576,71 @@ void SessionCore::send_heartbeat(std::uint64_t generation) {
     if (ec) return;
     if (auto core = self.lock()) core->send_heartbeat(generation);
   });
+}
+
+// The server watch. The C client leaves a server that does not answer only after 2/3 of the session
+// timeout, for a fresh connect as for a connected session: later than the monitor tolerates
+// silence (zklock's 20 s session: 13.3 s against 12 s), so one silent server (a host that lost
+// power, a cut cable) would cost the session while the rest of the ensemble serves. The watch
+// sends the connection on to the next server of the list (ZooKeeperConnection::
+// leave_current_server, the client's own connection-loss path) when
+//   - connected: nothing was answered through the leader for move_after() since the latest proof
+//     or the latest (re)connect, whichever is later: halfway between one heartbeat interval and the
+//     tolerated silence, which leaves half the rest for the move and the reconnect;
+//   - connecting: the attempt on one server has gone unanswered for attempt_patience().
+// Moving proves nothing and moves no deadline: the session's deadline is still the latest proof
+// through the leader plus the tolerated silence (see deadline_locked), so a session whose last
+// proof is too old is declared lost in time wherever it is connected, and the lead time argument
+// of zkr/session.hpp holds unchanged. A resumed session proves itself with its first heartbeat on
+// the new server. With one server in the list there is nowhere to go: the watch does nothing.
+void SessionCore::arm_server_watch_locked(std::uint64_t generation) {
+  // Timers belong to the worker thread.
+  post_to_worker([self = weak_from_this(), generation] {
+    auto core = self.lock();
+    if (!core) return;
+    std::lock_guard lock(core->mutex_);
+    if (generation != core->generation_ || core->ended()) return;
+    core->server_watch_timer_.expires_after(kServerWatchInterval);
+    core->server_watch_timer_.async_wait([self, generation](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto again = self.lock()) again->watch_server(generation);
+    });
+  });
+}
+
+void SessionCore::watch_server(std::uint64_t generation) {
+  std::unique_lock lock(mutex_);
+  if (generation != generation_ || ended() || !connection_) return;
+  if (server_count_ >= 2) {
+    const auto now = BootClock::now();
+    if (state_ == SessionState::connected) {
+      attempt_server_.clear();
+      const auto quiet_since = std::max(last_leader_proof_, on_server_since_);
+      if (now - quiet_since >= move_after()) {
+        const std::string server = connection_->current_server();
+        // A connection that heard anything for half that time is left alone (see zk_client.cpp).
+        const bool left = connection_->leave_current_server(move_after() / 2);
+        log(LogLevel::warning, LogContext{session_id_.load(), {}, {}},
+            "session {}: no reply through the leader for {} ms on {}; {}", session_id_text(session_id_.load()),
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since).count(), server,
+            left ? "moving to the next server" : "its connection could not be ended");
+        on_server_since_ = now;  // not again before another move_after()
+      }
+    } else {
+      std::string server = connection_->current_server();
+      if (server != attempt_server_) {
+        attempt_server_ = std::move(server);
+        attempt_since_ = now;
+      } else if (!attempt_server_.empty() && now - attempt_since_ >= attempt_patience()) {
+        const bool left = connection_->leave_current_server(attempt_patience() / 2);
+        log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "connecting to {}: no answer for {} ms; {}",
+            attempt_server_, std::chrono::duration_cast<std::chrono::milliseconds>(now - attempt_since_).count(),
+            left ? "trying the next server" : "its connection could not be ended");
+        attempt_since_ = now;
+      }
+    }
+  }
+  arm_server_watch_locked(generation);
 }
 
 void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent) {

@@ -135,6 +135,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // How late the leader may hear of this session, through a follower (see zkr/session.hpp).
   std::chrono::milliseconds forward_lag() const;
   std::chrono::milliseconds silence_tolerance() const;
+  // Silence on a connected server before the session leaves it for the next (see watch_server).
+  std::chrono::milliseconds move_after() const;
+  // How long one connect attempt may go unanswered before the next server is tried.
+  std::chrono::milliseconds attempt_patience() const;
   // Before a grant: true while the session of `generation` is inside its deadline. Past it, the
   // session is declared lost right here (the monitor's timer may not have run yet), and false.
   bool alive_by_deadline_locked(std::uint64_t generation);
@@ -242,6 +246,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void arm_deadline_timer_locked(std::uint64_t generation);
   void on_deadline_timer(std::uint64_t generation);
   void send_heartbeat(std::uint64_t generation);
+  void arm_server_watch_locked(std::uint64_t generation);
+  void watch_server(std::uint64_t generation);
   void close_in_background(std::shared_ptr<ZooKeeperConnection> connection);
   void close_retired_locked(std::uint64_t generation);
   BootClock::time_point deadline_locked() const;
@@ -284,6 +290,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
   // Send time of the latest request answered through the leader (or the session's establishment).
   BootClock::time_point last_leader_proof_{};
+  // The server watch (watch_server): servers in the connect string, when the connection was last
+  // (re)established or sent away, and the connect attempt being timed (server and start).
+  std::size_t server_count_ = 0;
+  BootClock::time_point on_server_since_{};
+  std::string attempt_server_;
+  BootClock::time_point attempt_since_{};
   std::error_code end_reason_;
   // The attached listeners, in attach order (linked through SessionListener). Each holds the
   // session's strong reference to itself: the session keeps its active contenders alive until
@@ -354,6 +366,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> callbacks_guard_;
   boost::asio::steady_timer deadline_timer_;
   boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer server_watch_timer_;
   std::thread worker_thread_;
   std::thread callback_thread_;
   // Handles of lost sessions, kept open while holders on them are still stopping.

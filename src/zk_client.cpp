@@ -1,18 +1,29 @@
 // The one file that includes the ZooKeeper C client's header.
 #include "zk_client.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <vector>
 
 #include <zookeeper/zookeeper.h>
@@ -263,6 +274,115 @@ void on_multi(int rc, const void* data) {
   request->done(code(rc), std::move(outcomes));
 }
 
+// ---- Leaving a silent server ----
+//
+// The C client (3.8.0) has no call that ends its connection: zoo_cycle_next_server only picks the
+// server of the next attempt, and zoo_set_servers without the current server closes the socket but
+// leaves the requests sent on it queued, unanswered, until a reply on the next connection fails to
+// match them (a second drop, and "runtime inconsistency" for every request then in flight). So the
+// connection's socket is shut down instead: the client's I/O thread sees it end (end of file, or
+// ECONNRESET for a connect still in progress) and takes its ordinary connection-loss path to the
+// next server of its list, exactly as after its own timeout.
+
+// A TCP end point as /proc/net/tcp{,6} write it: each 32-bit word of the address as it lies in
+// memory, and the port as a number.
+struct TcpEndpoint {
+  bool v6 = false;
+  std::array<std::uint32_t, 4> words{};
+  unsigned port = 0;
+  bool operator==(const TcpEndpoint&) const = default;
+};
+
+// "10.0.0.1:2181" or "[::1]:2181", as zoo_get_current_server writes them.
+std::optional<TcpEndpoint> parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  TcpEndpoint endpoint;
+  const char* port_begin = text.data() + colon + 1;
+  const char* port_end = text.data() + text.size();
+  if (auto [end, ec] = std::from_chars(port_begin, port_end, endpoint.port); ec != std::errc() || end != port_end)
+    return std::nullopt;
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    in6_addr address{};
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &address) != 1) return std::nullopt;
+    endpoint.v6 = true;
+    std::memcpy(endpoint.words.data(), &address, sizeof address);
+  } else {
+    in_addr address{};
+    if (inet_pton(AF_INET, host.c_str(), &address) != 1) return std::nullopt;
+    endpoint.words[0] = address.s_addr;
+  }
+  return endpoint;
+}
+
+// "0100007F:0885" (or 32 hex digits for IPv6) from a line of /proc/net/tcp{,6}.
+std::optional<TcpEndpoint> parse_proc_endpoint(const std::string& text, bool v6) {
+  const auto colon = text.find(':');
+  const std::size_t words = v6 ? 4 : 1;
+  if (colon != words * 8) return std::nullopt;
+  TcpEndpoint endpoint;
+  endpoint.v6 = v6;
+  for (std::size_t i = 0; i < words; ++i) {
+    const char* begin = text.data() + i * 8;
+    if (std::from_chars(begin, begin + 8, endpoint.words[i], 16).ec != std::errc()) return std::nullopt;
+  }
+  const char* port_begin = text.data() + colon + 1;
+  if (std::from_chars(port_begin, text.data() + text.size(), endpoint.port, 16).ec != std::errc()) return std::nullopt;
+  return endpoint;
+}
+
+// The socket inodes of this process's network namespace whose remote end is `server`: connects in
+// progress included, which getpeername does not show.
+std::set<unsigned long> socket_inodes_to(const TcpEndpoint& server) {
+  std::set<unsigned long> inodes;
+  std::ifstream table(server.v6 ? "/proc/self/net/tcp6" : "/proc/self/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  for (int lines = 0; lines < 1'000'000 && std::getline(table, line); ++lines) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout;
+    unsigned long inode = 0;
+    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode))
+      continue;
+    if (parse_proc_endpoint(remote, server.v6) == server && inode != 0) inodes.insert(inode);
+  }
+  return inodes;
+}
+
+// Shuts down every TCP socket of this process to `server` that has received nothing for
+// `quiet_for` (or is still connecting). The socket is found through the process's file
+// descriptors, so another handle of the process on the same server, just as silent, is ended
+// too (which only moves it on as well); a connection that hears from its server is left alone.
+int shut_down_quiet_sockets_to(const std::string& server, std::chrono::milliseconds quiet_for) {
+  const auto endpoint = parse_endpoint(server);
+  if (!endpoint) return 0;
+  const auto inodes = socket_inodes_to(*endpoint);
+  if (inodes.empty()) return 0;
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (directory == nullptr) return 0;
+  int ended = 0;
+  for (int entries = 0; entries < 1'000'000; ++entries) {
+    const dirent* entry = ::readdir(directory);
+    if (entry == nullptr) break;
+    int fd = -1;
+    const char* name_end = entry->d_name + std::strlen(entry->d_name);
+    if (std::from_chars(entry->d_name, name_end, fd).ec != std::errc() || fd == ::dirfd(directory)) continue;
+    char target[64] = {};
+    const auto length = ::readlinkat(::dirfd(directory), entry->d_name, target, sizeof target - 1);
+    unsigned long inode = 0;
+    if (length <= 0 || std::sscanf(target, "socket:[%lu]", &inode) != 1 || !inodes.contains(inode)) continue;
+    tcp_info info{};
+    socklen_t size = sizeof info;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &size) != 0) continue;
+    const bool connecting = info.tcpi_state == TCP_SYN_SENT;
+    if (!connecting && info.tcpi_last_data_recv < static_cast<std::uint32_t>(quiet_for.count())) continue;
+    if (::shutdown(fd, SHUT_RDWR) == 0) ++ended;
+  }
+  ::closedir(directory);
+  return ended;
+}
+
 class CConnection final : public ZooKeeperConnection {
  public:
   CConnection(std::unique_ptr<HandleContext> context, zhandle_t* handle)
@@ -395,6 +515,20 @@ class CConnection final : public ZooKeeperConnection {
     return std::chrono::milliseconds(handle_ ? zoo_recv_timeout(handle_) : 0);
   }
 
+  std::string current_server() const override {
+    std::unique_lock lock(close_mutex_, std::try_to_lock);
+    if (!lock || !handle_) return {};
+    // The client formats it into a buffer of its own: copy it at once.
+    const char* server = zoo_get_current_server(handle_);
+    return server ? std::string(server) : std::string();
+  }
+
+  bool leave_current_server(std::chrono::milliseconds quiet_for) override {
+    const std::string server = current_server();
+    if (server.empty()) return false;
+    return shut_down_quiet_sockets_to(server, quiet_for) > 0;
+  }
+
   void close() override {
     std::lock_guard lock(close_mutex_);
     if (!handle_) return;
@@ -430,7 +564,7 @@ class CConnection final : public ZooKeeperConnection {
   }
 
   std::unique_ptr<HandleContext> context_;
-  std::mutex close_mutex_;
+  mutable std::mutex close_mutex_;
   zhandle_t* handle_;
 };
 

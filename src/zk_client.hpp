@@ -105,6 +105,17 @@ class ZooKeeperConnection {
   // The node watches this connection registered that have not fired yet (the client keeps each
   // watching request's own; the server keeps one per path, kind and session).
   virtual std::size_t pending_watches() const = 0;
+  // The server the client is connected to or trying ("10.0.0.1:2181", "[::1]:2181"); "" if unknown.
+  virtual std::string current_server() const { return {}; }
+  // Makes the client leave current_server() for the next server of its list, through its own
+  // connection-loss path (requests in flight fail with connection_loss, the session event
+  // "connecting" follows, the session is resumed elsewhere): what the client does by itself only
+  // after 2/3 of the session timeout without a reply. Only a connection that has received nothing
+  // for `quiet_for` is ended (see zk_client.cpp). False if there was none to end.
+  virtual bool leave_current_server(std::chrono::milliseconds quiet_for) {
+    (void)quiet_for;
+    return false;
+  }
   // Blocks until the handle is closed; never call it from a callback. Unfired watches are dropped.
   virtual void close() = 0;
 };

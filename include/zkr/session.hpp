@@ -21,6 +21,20 @@
 // is the whole heartbeat traffic, however many locks the session holds. Time is measured on
 // CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the servers' clocks do.
 //
+// One silent server (its host lost power, a cable cut: packets vanish, nothing is refused) must not
+// cost the session while the rest of the ensemble serves. The C client leaves a server only after
+// 2/3 of the timeout without a reply, later than the silence tolerated, so the monitor moves the
+// connection to the next server of the list itself (the client's own connection-loss path) when
+// nothing came back through the leader for
+//
+//     move_after = (silence_tolerance + heartbeat_interval) / 2
+//
+// since the latest proof or (re)connect, and when a connect attempt on one server goes unanswered
+// for (silence_tolerance - heartbeat_interval) / 4, or, before the first session, for
+// connect_timeout / the number of servers. A move proves nothing and moves no deadline: the
+// formula above still runs from the latest proof through the leader, wherever the session is
+// connected, so the lead time holds unchanged.
+//
 // A lost session is replaced by a new one (a new session id); nothing of the old one is ever
 // adopted. Locks granted on the old session stay lost. The old handle is closed (which deletes its
 // nodes on the server at once) only after every holder on it has let go of its lock (released or
@@ -257,7 +271,8 @@ struct SessionOptions {
   std::string servers = "127.0.0.1:2181";
   // Requested session timeout; the server may negotiate another (see negotiated_timeout()).
   std::chrono::milliseconds session_timeout{10'000};
-  // How long the constructor waits for the first connection.
+  // How long the constructor waits for the first connection. A server that does not answer a first
+  // connect is left for the next after its share of it (connect_timeout / the number of servers).
   std::chrono::milliseconds connect_timeout{15'000};
   LossPolicy loss_policy = LossPolicy::at_deadline;
   // Lead time given to holders before the earliest possible server-side expiry. Zero means the

@@ -307,6 +307,138 @@ TEST_F(FastPartitionTest, PausedZklockAloneItsKeeperStopsTheJobBeforeTheNextJobS
 }
 #endif
 
+// One server of a healthy ensemble goes silent for its clients (its host lost power, a cable is
+// cut: packets vanish, nothing is refused) while the other two serve on, with Debian's timings and
+// the defaults of zklock (20 s session) and of the library (10 s). The C client would leave the silent
+// server only after 2/3 of the session timeout, later than the monitor tolerates silence: each
+// session must move to a healthy server in time, so that no holder is told "lost" and no job is
+// stopped, whether its server is the leader or a follower; waiters cut off the same way are granted
+// once the lock is released. A fresh session must not wait for the silent server longer than its
+// share of the connect timeout.
+class SilentServerTest : public PartitionTest {
+ protected:
+  // The server that client `client`'s one ZooKeeper connection is on (from the servers' `cons`).
+  static int server_of(const NetLab& lab, int client) {
+    const std::string needle = "/" + lab.host_address(fmt::format("c{}", client)) + ":";
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      for (int i = 0; i < lab.servers(); ++i)
+        if (lab.four_letter(i, "cons").find(needle) != std::string::npos) return i;
+      std::this_thread::sleep_for(100ms);
+    }
+    return -1;
+  }
+};
+
+#ifdef ZKLOCK_BINARY
+TEST_F(SilentServerTest, OneSilentServerStopsNoJobAndLosesNoLock) {
+  NetLab lab(NetLabOptions::debian_defaults(3, 5));
+  const int leader = lab.leader();
+  ASSERT_GE(leader, 0) << "no leader";
+  TempDir work;
+  const auto done_file = work.file("done");
+  const std::string servers = lab.connect_string();
+  const std::string zklock_path = unique_path("silent-zklock"), library_path = unique_path("silent-library");
+
+  // c0: zklock with its defaults, its job running until the test says so.
+  Process::Options zklock_options;
+  zklock_options.merge_stderr = true;
+  zklock_options.new_process_group = true;
+  auto zklock = lab.spawn(0,
+                          {ZKLOCK_BINARY, "-v", "--zk", servers, zklock_path, "bash", "-c",
+                           fmt::format("echo started; for i in $(seq 1200); do [ -e {} ] && exit 0; sleep 0.1; done; "
+                                       "exit 3",
+                                       done_file.string())},
+                          zklock_options);
+  ASSERT_TRUE(zklock->wait_for_line("started", scaled(60s)));
+  const int zklock_server = server_of(lab, 0);
+  ASSERT_GE(zklock_server, 0);
+
+  // c1: a library holder with the library's defaults (10 s session), on the other kind of server
+  // (leader or follower) than zklock: a new holder until it lands there.
+  Process::Options holder_options;
+  holder_options.pipe_stdin = true;
+  std::unique_ptr<Process> holder;
+  int holder_server = -1;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    holder = lab.spawn(1, {ZKR_TEST_HOLDER, servers, library_path, "10000", "2000"}, holder_options);
+    ASSERT_TRUE(holder->wait_for_line("ACQUIRED", scaled(60s)));
+    holder_server = server_of(lab, 1);
+    if ((holder_server == leader) != (zklock_server == leader)) break;
+    holder->close_stdin();
+    holder->wait(scaled(10s));
+    holder.reset();
+    holder_server = -1;
+  }
+  ASSERT_GE(holder_server, 0) << "no holder landed on the other kind of server than zklock's";
+
+  // c2, c3: a waiter behind each (library defaults).
+  auto zklock_waiter = lab.spawn(2, {ZKR_TEST_HOLDER, servers, zklock_path, "10000", "2000"}, holder_options);
+  auto library_waiter = lab.spawn(3, {ZKR_TEST_HOLDER, servers, library_path, "10000", "2000"}, holder_options);
+  ASSERT_TRUE(zklock_waiter->wait_for_line("SESSION", scaled(60s)));
+  ASSERT_TRUE(library_waiter->wait_for_line("SESSION", scaled(60s)));
+  const int zklock_waiter_server = server_of(lab, 2), library_waiter_server = server_of(lab, 3);
+  ASSERT_GE(zklock_waiter_server, 0);
+  ASSERT_GE(library_waiter_server, 0);
+  std::cout << fmt::format("leader s{}; zklock on s{}, library holder on s{}, waiters on s{} and s{} ({})", leader,
+                           zklock_server, holder_server, zklock_waiter_server, library_waiter_server, lab.describe())
+            << std::endl;
+
+  // Each client's own server goes silent for it (each cut takes the lab a moment: zklock's first).
+  const auto cut_at = std::chrono::steady_clock::now();
+  lab.cut("c0", fmt::format("s{}", zklock_server));
+  lab.cut("c1", fmt::format("s{}", holder_server));
+  lab.cut("c2", fmt::format("s{}", zklock_waiter_server));
+  lab.cut("c3", fmt::format("s{}", library_waiter_server));
+
+  // Past zklock's tolerated silence (12 s) and the C client's own move (13.3 s), with room.
+  const auto early_exit = zklock->wait(std::chrono::duration_cast<std::chrono::milliseconds>(
+      cut_at + 17s - std::chrono::steady_clock::now()));
+  EXPECT_FALSE(early_exit) << "zklock stopped its job " << std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count()
+                           << " s after the cut (exit " << early_exit.value_or(-1) << "): " << zklock->read_all(1s);
+  // Everything the holder said until now.
+  const long long checked_ns = monotonic_now_ns();
+  for (int i = 0; i < 100000; ++i) {
+    const auto line = holder->read_line(scaled(5s));
+    ASSERT_TRUE(line) << "the library holder went quiet";
+    EXPECT_FALSE(line->starts_with("LOST")) << "the library holder was told: " << *line;
+    if (line->starts_with("LOST") || (line->starts_with("WRITE") && time_of(*line) >= checked_ns)) break;
+  }
+
+  // Fresh sessions from c0, which still cannot reach zklock's server: the C client tries servers in
+  // a random order, so most likely some try the silent one first. None waits for it longer than its
+  // share of the connect timeout (15 s over 3 servers), where the C client would give it 2/3 of the
+  // session timeout (13.3 s of zklock's 20 s).
+  Process::Options session_options;
+  session_options.pipe_stdin = true;
+  std::vector<std::unique_ptr<Process>> fresh;
+  const auto fresh_started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 6; ++i)
+    fresh.push_back(lab.spawn(0, {ZKR_TEST_SESSION, servers, "20000", "2000", "15000"}, session_options));
+  std::string connect_times;
+  for (auto& session : fresh) {
+    const auto line = session->read_line(scaled(20s));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fresh_started).count();
+    ASSERT_TRUE(line);
+    EXPECT_TRUE(line->starts_with("STATE connected")) << *line;
+    EXPECT_LT(seconds, 9.0) << "a fresh session waited for the silent server: " << *line;
+    connect_times += fmt::format("{}{:.1f} s", connect_times.empty() ? "" : ", ", seconds);
+  }
+  std::cout << "fresh sessions beside the silent server connected after " << connect_times << std::endl;
+
+  // The locks are still held, and pass on to the waiters when released.
+  std::ofstream(done_file) << "done\n";
+  const auto zklock_status = zklock->wait(scaled(30s));
+  ASSERT_TRUE(zklock_status);
+  EXPECT_EQ(*zklock_status, 0) << zklock->read_all(1s);
+  EXPECT_TRUE(zklock_waiter->wait_for_line("ACQUIRED", scaled(30s))) << "zklock's waiter was never granted";
+  holder->close_stdin();
+  EXPECT_TRUE(library_waiter->wait_for_line("ACQUIRED", scaled(30s))) << "the library holder's waiter was never granted";
+  lab.heal();
+  for (auto* process : {holder.get(), zklock_waiter.get(), library_waiter.get()}) process->close_stdin();
+  for (auto& session : fresh) session->close_stdin();
+}
+#endif
+
 // Name resolution inside a lab host: `ip netns exec` shows /etc/netns/<namespace>/hosts and
 // resolv.conf as /etc/hosts and /etc/resolv.conf, and the resolver reads them on every lookup.
 // The resolv.conf points at a name server that is not there (in the host's own namespace), so a

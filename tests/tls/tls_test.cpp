@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -533,6 +534,45 @@ TEST(Tls, OnAnEnsembleTheSessionMovesToAnotherServerThroughTheRelay) {
   // The lock works on the server the session moved to.
   HeldLock again = lock.acquire();
   EXPECT_GT(again.token(), first);
+}
+
+// One silent server through TLS: the server the session is on is frozen (SIGSTOP: it takes packets
+// and answers nothing) while the other two serve. The C client alone would leave it after 2/3 of the
+// session timeout (2.67 s of 4 s), later than the 2 s of silence this session tolerates (lead time
+// 1.8 s); the session monitor moves the session through the relay in time, and the lock is kept.
+TEST(Tls, OneSilentServerLosesNoLockThroughTheRelay) {
+  // Tick 200 ms: sessions up to 4 s (20 ticks).
+  testenv::Cluster cluster({.servers = 3, .tick_ms = 200, .tls = true, .tls_client_auth = "need"});
+  SessionOptions options = tls_options(cluster.connect_string(), client_tls(cluster.state_dir() / "tls"));
+  options.session_timeout = 4000ms;
+  options.ensemble_tick_time = 200ms;
+  options.safety_margin = 1800ms;
+  // A follower goes silent, so that the ensemble keeps its leader: a new session until one is on one.
+  std::unique_ptr<Session> session;
+  int on = -1;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    session = std::make_unique<Session>(options);
+    on = connected_server(cluster);
+    if (on >= 0 && on != cluster.leader()) break;
+    session.reset();
+    on = -1;
+  }
+  ASSERT_GE(on, 0) << "no session landed on a follower";
+  ASSERT_EQ(session->silence_tolerance(), 2000ms);
+  const auto id = session->id();
+  const std::string path = testenv::unique_path();
+  Lock lock(*session, path);
+  HeldLock held = lock.acquire();
+
+  cluster.freeze(on);
+  std::this_thread::sleep_for(3500ms);  // past the tolerated silence and the C client's own move
+  const int now_on = connected_server(cluster);
+  cluster.thaw(on);
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session->id(), id);
+  EXPECT_EQ(session->state(), SessionState::connected);
+  EXPECT_NE(now_on, on);
+  EXPECT_EQ(session->children(path).size(), 1u);
 }
 
 struct ZklockRun {

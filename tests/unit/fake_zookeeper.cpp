@@ -357,6 +357,8 @@ class FakeConnection final : public detail::ZooKeeperConnection {
   std::chrono::milliseconds negotiated_timeout() const override { return link_->timeout; }
   std::size_t pending_watches() const override { return server_->watches_of(link_->session); }
   void close() override { server_->close_link(*link_); }
+  std::string current_server() const override { return "fake:2181"; }
+  bool leave_current_server(std::chrono::milliseconds) override { return server_->move_on(link_->session); }
 
  private:
   std::shared_ptr<FakeServer> server_;
@@ -946,6 +948,32 @@ void FakeServer::expire_session(std::int64_t session, bool tell_client_now) {
   if (!link) return;
   drop_locked(*link);  // the server closes the session's socket
   if (tell_client_now) reconnect_locked(*link);
+}
+
+bool FakeServer::move_on(std::int64_t session) {
+  std::lock_guard lock(mutex_);
+  Link* link = link_locked(session);
+  if (!link || link->state != Link::State::connected) return false;
+  ++server_moves_[session];
+  drop_locked(*link);
+  if (!next_server_silent_) {
+    link->paused = false;
+    link->credit = 0;
+    reconnect_locked(*link);
+  }
+  changed_locked();
+  return true;
+}
+
+int FakeServer::server_moves(std::int64_t session) const {
+  std::lock_guard lock(mutex_);
+  auto it = server_moves_.find(session);
+  return it == server_moves_.end() ? 0 : it->second;
+}
+
+void FakeServer::set_next_server_silent(bool silent) {
+  std::lock_guard lock(mutex_);
+  next_server_silent_ = silent;
 }
 
 void FakeServer::pause(std::int64_t session) {

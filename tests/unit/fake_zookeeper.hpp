@@ -167,6 +167,11 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   void expire_session(std::int64_t session, bool tell_client_now = true);
   void pause(std::int64_t session);
   void resume(std::int64_t session);
+  // The client's connection reports the server "fake:2181"; when the session monitor leaves it
+  // (ZooKeeperConnection::leave_current_server) the connection drops and is counted here. The next
+  // server answers (the connection is resumed at once, unpaused) unless set_next_server_silent.
+  int server_moves(std::int64_t session) const;
+  void set_next_server_silent(bool silent);
   // While paused: delivers the next min(n, queued) entries and waits until their callbacks have
   // run. Returns how many were delivered.
   std::size_t step(std::int64_t session, std::size_t n = 1);
@@ -261,6 +266,9 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::set<std::uint64_t> known_watches_;  // watches whose setting reply reached the client
   std::vector<Fault> faults_;
   std::vector<RequestRecord> records_;
+  bool move_on(std::int64_t session);  // FakeConnection::leave_current_server
+  std::map<std::int64_t, int> server_moves_;
+  bool next_server_silent_ = false;
   std::map<std::int64_t, FakeClock::time_point> last_answered_send_;  // by session, outlives connections
 };
 

@@ -754,6 +754,72 @@ TEST_F(QueueInterleaving, LoseOnDisconnectTellsTheHolderAndRequeuesTheWaiter) {
   EXPECT_EQ(held.node_path(), child_of(parent, server->children(parent)[0]));
 }
 
+// The server watch (SessionCore::watch_server) with a connect string of two servers: the session's
+// server goes silent (the fake's connection answers nothing). With a 3 s session and a 20 ms tick the
+// session tolerates 2.22 s of silence and leaves a silent server after (2.22 + 0.02) / 2 = 1.12 s.
+class ServerWatch : public QueueInterleaving {
+ protected:
+  std::unique_ptr<Session> open_on_two_servers() {
+    SessionOptions options;
+    options.servers = "fake:2181,fake2:2181";
+    options.session_timeout = 3s;
+    options.connect_timeout = scaled(10s);
+    options.ensemble_tick_time = 20ms;
+    auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+    core->connect_or_throw();
+    return std::make_unique<Session>(detail::Internals::key(), core);
+  }
+};
+
+// The next server answers: the session resumes there long before its deadline, and the lock is kept.
+TEST_F(ServerWatch, ASilentServerIsLeftForTheNextBeforeTheDeadline) {
+  const std::string parent = "/locks/silent-server";
+  server->ensure_path(parent);
+  auto session = open_on_two_servers();
+  ASSERT_EQ(session->silence_tolerance(), 2220ms);
+  const auto id = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+
+  const auto paused_at = std::chrono::steady_clock::now();
+  server->pause(id);
+  ASSERT_TRUE(wait_until([&] { return server->server_moves(id) >= 1; }, 5s));
+  const auto moved_after = std::chrono::steady_clock::now() - paused_at;
+  EXPECT_GE(moved_after, 1000ms);  // 1.12 s after the latest proof, a heartbeat (20 ms) before the pause
+  EXPECT_LT(moved_after, session->silence_tolerance());
+  std::this_thread::sleep_for(session->silence_tolerance());  // past where the silence would have ended it
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(session->state(), SessionState::connected);
+  EXPECT_EQ(session->id(), id);
+  EXPECT_EQ(server->server_moves(id), 1);
+  EXPECT_EQ(session->metrics().sessions_lost, 0u);
+}
+
+// A move proves nothing: when the next server is silent too, the session is still declared lost at
+// the deadline of its latest proof, not later.
+TEST_F(ServerWatch, MovingDoesNotMoveTheDeadline) {
+  const std::string parent = "/locks/silent-servers";
+  server->ensure_path(parent);
+  server->set_next_server_silent(true);
+  auto session = open_on_two_servers();
+  const auto id = session->id();
+  Lock lock(*session, parent);
+  HeldLock held = lock.acquire();
+  std::promise<std::chrono::steady_clock::time_point> lost;
+  held.on_lost([&lost](LossReason) { lost.set_value(std::chrono::steady_clock::now()); });
+  auto told = lost.get_future();
+
+  const auto paused_at = std::chrono::steady_clock::now();
+  server->pause(id);
+  ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
+  const auto told_after = told.get() - paused_at;
+  EXPECT_GE(server->server_moves(id), 1);
+  // The latest proof was sent at most a heartbeat and a reply before the pause.
+  EXPECT_LE(told_after, session->silence_tolerance() + 200ms);
+  EXPECT_GE(told_after, session->silence_tolerance() - 100ms);
+  EXPECT_EQ(session->last_loss_cause(), SessionLossCause::local_deadline);
+}
+
 // Someone else (an operator) deletes the holder's node: the holder is told, with the reason.
 TEST_F(QueueInterleaving, HolderNodeDeletedBySomeoneElseIsLostAsNodeDeleted) {
   const std::string parent = "/locks/deleted-under-holder";
