@@ -677,11 +677,11 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
         detail::when_alive_locked(weak, [generation, name](const auto& self, zk_errc rc, std::string data, NodeStat stat) {
           if (self->stopped || generation != self->core->generation_locked()) return;
           self->reading.erase(name);
-          if (self->read_again.erase(name) && self->current.contains(name)) return self->read_locked(generation, name);
+          const bool again = self->read_again.erase(name) > 0;
+          if (is_connection_trouble(rc) || is_session_ended(rc)) return;  // the listing on reconnection reads it again
+          if (again && self->current.contains(name)) return self->read_locked(generation, name);
           if (rc == zk_errc::ok) {
             if (self->current.contains(name)) self->known.insert_or_assign(name, self->info_of(name, std::move(data), stat));
-          } else if (is_connection_trouble(rc) || is_session_ended(rc)) {
-            return;  // the listing on reconnection reads it again
           } else if (rc != zk_errc::no_node) {
             // A member this view may not read (no_auth): it cannot know the group, and says so.
             return self->stop_locked(make_error_code(rc));

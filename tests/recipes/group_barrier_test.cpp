@@ -617,6 +617,51 @@ TEST_F(BarrierTest, DoubleBarrierHoldsEnterAndLeaveUntilAllAreThere) {
   EXPECT_TRUE(eventually([&] { return nodes().empty(); }));  // no participant, no "ready"
 }
 
+// The leave protocol Curator's and kazoo's participants follow: the participant whose node sorts
+// lowest deletes it last, once alone (the peers wait for the lowest node only); the others delete
+// theirs at once. A leave that gives up deletes its node all the same.
+TEST_F(BarrierTest, DoubleBarrierLowestParticipantDeletesItsNodeLast) {
+  constexpr int kParticipants = 3;
+  std::vector<std::unique_ptr<DoubleBarrier>> barriers;
+  for (int i = 0; i < kParticipants; ++i)
+    barriers.push_back(std::make_unique<DoubleBarrier>(sessions.add(servers), path, kParticipants));
+  std::sort(barriers.begin(), barriers.end(), [](const auto& a, const auto& b) { return a->node() < b->node(); });
+  const auto name = [&](int i) { return barriers[i]->node().substr(path.size() + 1); };
+  std::vector<std::future<bool>> entered;
+  for (auto& barrier : barriers)
+    entered.push_back(std::async(std::launch::async, [&] { return barrier->enter(testenv::scaled(10s)); }));
+  for (auto& f : entered) ASSERT_TRUE(f.get());
+
+  auto lowest_left = std::async(std::launch::async, [&] { return barriers[0]->leave(testenv::scaled(10s)); });
+  EXPECT_EQ(lowest_left.wait_for(300ms), std::future_status::timeout);
+  auto children = nodes();
+  EXPECT_NE(std::find(children.begin(), children.end(), name(0)), children.end()) << "the lowest deleted its node first";
+  auto middle_left = std::async(std::launch::async, [&] { return barriers[1]->leave(testenv::scaled(10s)); });
+  EXPECT_TRUE(eventually([&] {
+    auto now = nodes();
+    return std::find(now.begin(), now.end(), name(1)) == now.end();
+  })) << "a participant that is not the lowest keeps its node";
+  EXPECT_EQ(middle_left.wait_for(200ms), std::future_status::timeout);
+  EXPECT_TRUE(barriers[2]->leave(testenv::scaled(10s)));
+  EXPECT_TRUE(lowest_left.get());
+  EXPECT_TRUE(middle_left.get());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+
+  // Once more; the lowest gives up: its node goes, and the others are not held by it.
+  entered.clear();
+  for (auto& barrier : barriers)
+    entered.push_back(std::async(std::launch::async, [&] { return barrier->enter(testenv::scaled(10s)); }));
+  for (auto& f : entered) ASSERT_TRUE(f.get());
+  EXPECT_FALSE(barriers[0]->leave(200ms));
+  EXPECT_TRUE(eventually([&] {
+    auto now = nodes();
+    return std::find(now.begin(), now.end(), name(0)) == now.end();
+  })) << "a leave that gave up kept its node";
+  auto last_left = std::async(std::launch::async, [&] { return barriers[2]->leave(testenv::scaled(10s)); });
+  EXPECT_TRUE(barriers[1]->leave(testenv::scaled(10s)));
+  EXPECT_TRUE(last_left.get());
+}
+
 TEST_F(BarrierTest, DoubleBarrierEnterTimesOutWithoutLeavingItsNode) {
   DoubleBarrier alone(sessions.add(servers), path, 2);
   EXPECT_FALSE(alone.enter(200ms));
