@@ -16,6 +16,7 @@
 #include "session_core.hpp"
 #include "without_exceptions.hpp"
 #include "path_check.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 namespace {
@@ -276,6 +277,8 @@ DoubleBarrier::DoubleBarrier(Session& session, std::string path, int participant
   state_->path = std::move(path);
   state_->data = data.empty() ? default_owner_data() : std::move(data);
   state_->participants = participants;
+  if (auto problem = detail::request_size_problem(state_->path.size(), state_->data.size()); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "double barrier", state_->path, "data: " + problem);
 }
 
 std::optional<DoubleBarrier> DoubleBarrier::make(Session& session, std::string path, int participants,
@@ -358,41 +361,60 @@ void DoubleBarrier::async_enter(std::chrono::nanoseconds timeout, BarrierHandler
       });
 }
 
+// The peers' leave protocol (Curator's DistributedDoubleBarrier, kazoo's DoubleBarrier): the
+// participant whose node sorts lowest by name ("ready" aside) deletes it last, once it is alone;
+// every other one deletes its own node and waits for the lowest to go. A peer waits for the lowest
+// node only, so the lowest one leaving early would let it through while others are still in.
 void DoubleBarrier::async_leave(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop) {
   auto state = state_;
   NodeWait::start(
       state->core, zero_means_shortest(timeout), std::move(stop),
       [state](NodeWait& wait, std::uint64_t generation) {
-        // Our node first (if a lost session did not take it along already).
-        if (state->created_generation == generation) {
-          if (state->removing) return;
-          state->removing = true;
-          wait.core().remove(generation, state->node, -1, [state, weak = wait.weak_from_this()](zk_errc rc) {
-            std::lock_guard lock(state->core->mutex());
-            state->removing = false;
-            if (rc == zk_errc::ok || rc == zk_errc::no_node) state->created_generation = 0;
-            auto self = weak.lock();
-            if (!self || self->finished()) return;
-            if (rc == zk_errc::ok || rc == zk_errc::no_node || is_connection_trouble(rc) || is_session_ended(rc))
-              return self->rerun_locked();  // (a connection that is not back yet: on reconnection)
-            self->finish_locked(make_error_code(rc));
-          });
-          return;
-        }
-        // Then wait until no participant's node is left; the last to see it removes "ready".
+        if (state->removing) return;  // its reply runs the step again
         wait.core().get_children(
             generation, state->path,
             wait.reply([state, generation](NodeWait& self, zk_errc rc, std::vector<std::string> children, NodeStat) {
-              if (rc == zk_errc::no_node) return self.finish_locked({});
+              if (rc == zk_errc::no_node) {  // the path went, our node with it
+                state->created_generation = 0;
+                return self.finish_locked({});
+              }
               if (rc != zk_errc::ok) return self.failed_locked(rc);
               std::erase(children, std::string(kReadyNode));
-              if (!children.empty()) return;  // the watch wakes us as they go
+              std::sort(children.begin(), children.end());
+              const std::string ours = state->node.substr(state->path.size() + 1);
+              const bool ours_in = state->created_generation == generation &&
+                                   std::binary_search(children.begin(), children.end(), ours);
+              if (!ours_in && state->created_generation == generation) state->created_generation = 0;  // deleted
+              if (ours_in && (children.size() == 1 || children.front() != ours)) {
+                state->removing = true;
+                self.core().remove(generation, state->node, -1, [state, weak = self.weak_from_this()](zk_errc removed) {
+                  std::lock_guard lock(state->core->mutex());
+                  state->removing = false;
+                  if (removed == zk_errc::ok || removed == zk_errc::no_node) state->created_generation = 0;
+                  auto again = weak.lock();
+                  if (!again || again->finished()) return;
+                  if (removed == zk_errc::ok || removed == zk_errc::no_node || is_connection_trouble(removed) ||
+                      is_session_ended(removed))
+                    return again->rerun_locked();  // (a connection that is not back yet: on reconnection)
+                  again->finish_locked(make_error_code(removed));
+                });
+                return;
+              }
+              // The lowest waits for the others; the others for every node to go (the lowest goes
+              // last). The children watch wakes us as they go; the last to see none removes "ready".
+              if (!children.empty()) return;
               self.core().remove(generation, state->path + "/" + std::string(kReadyNode), -1, [](zk_errc) {});
               self.finish_locked({});
             }),
             wait.watch());
       },
-      std::move(handler));
+      [state, handler = std::move(handler)](std::error_code ec) {
+        if (ec) {  // gave up or failed: out of the barrier all the same, so the others are not held
+          std::lock_guard lock(state->core->mutex());
+          state->remove_node_locked();
+        }
+        handler(ec);
+      });
 }
 
 bool DoubleBarrier::enter(std::chrono::nanoseconds timeout, std::stop_token stop) {

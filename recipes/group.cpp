@@ -22,6 +22,7 @@
 #include "watched_read.hpp"
 #include "without_exceptions.hpp"
 #include "path_check.hpp"
+#include "request_limits.hpp"
 
 namespace zkr {
 namespace {
@@ -57,6 +58,28 @@ std::string id_problem(GroupLayout layout, std::string_view id, std::string_view
   if (id.empty()) return "the member id is empty";
   if (id.find('/') != std::string_view::npos) return "the member id contains '/'";
   if (layout == GroupLayout::curator && (id == "." || id == "..")) return "the member id is '.' or '..'";
+  return {};
+}
+
+// A member's create must fit the server's request limit (src/request_limits.hpp): its node's path
+// (which the member id names in the curator and shallow layouts) and its data (the member's, or the
+// id in kazoo's layouts). Empty if it fits, else the problem.
+std::string size_problem(GroupLayout layout, std::string_view path, std::string_view id, std::string_view data) {
+  switch (layout) {
+    case GroupLayout::curator:
+      if (auto problem = detail::request_size_problem(path.size() + 1 + id.size(), data.size()); !problem.empty())
+        return "member data (in the node named by the member id): " + problem;
+      return {};
+    case GroupLayout::kazoo_party:
+      if (auto problem = detail::request_size_problem(path.size(), id.size()); !problem.empty())
+        return "member id (the node's data): " + problem;
+      return {};
+    case GroupLayout::kazoo_shallow_party:
+      // "<32 hex>-<id>", and the id again as data.
+      if (auto problem = detail::request_size_problem(path.size() + 34 + id.size(), id.size()); !problem.empty())
+        return "member id (in the node's name and its data): " + problem;
+      return {};
+  }
   return {};
 }
 
@@ -450,6 +473,8 @@ GroupMember::GroupMember(Session& session, std::string path, std::string member_
   detail::require_valid_path(path, "join group");
   if (auto problem = id_problem(options.layout, member_id, data); !problem.empty())
     throw Error(make_error_code(errc::invalid_argument), "join group", path, problem);
+  if (auto problem = size_problem(options.layout, path, member_id, data); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "join group", path, problem);
   state_ = std::make_shared<State>(detail::Internals::core(session), std::move(path), std::move(member_id),
                                    std::move(data), options, std::move(listener));
   std::lock_guard lock(state_->core->mutex());
@@ -549,6 +574,9 @@ void GroupMember::set_data(std::string data) {
   if (state_->options.layout != GroupLayout::curator)
     throw Error(make_error_code(errc::invalid_argument), "set member data", state_->path,
                 data_problem(state_->options.layout));
+  // Kept for rejoins too: refused before it replaces the data a rejoin would create.
+  if (auto problem = size_problem(state_->options.layout, state_->path, state_->id, data); !problem.empty())
+    throw Error(make_error_code(errc::invalid_argument), "set member data", state_->path, problem);
   auto reply = std::make_shared<std::promise<zk_errc>>();
   auto answered = reply->get_future();
   std::string node;
@@ -637,7 +665,10 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
     publish_locked();
   }
 
-  // Reads a member's node, with a data watch that reads it again when its data changes.
+  // Reads a member's node, with a data watch that reads it again when its data changes or the node
+  // is deleted. A node deleted and created again under the same name (a member that rejoined,
+  // another session's node in its place, in one multi-op or between two listings) may show in no
+  // listing: the deletion of the node read last is what tells of it.
   void read_locked(std::uint64_t generation, const std::string& name) {
     if (!reading.insert(name).second) return;
     std::weak_ptr<State> weak = weak_from_this();
@@ -646,20 +677,26 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
         detail::when_alive_locked(weak, [generation, name](const auto& self, zk_errc rc, std::string data, NodeStat stat) {
           if (self->stopped || generation != self->core->generation_locked()) return;
           self->reading.erase(name);
-          if (rc == zk_errc::ok && self->current.contains(name))
-            self->known.insert_or_assign(name, self->info_of(name, std::move(data), stat));
-          else if (is_connection_trouble(rc))
-            return;  // the listing on reconnection reads it again
+          const bool again = self->read_again.erase(name) > 0;
+          if (is_connection_trouble(rc) || is_session_ended(rc)) return;  // the listing on reconnection reads it again
+          if (again && self->current.contains(name)) return self->read_locked(generation, name);
+          if (rc == zk_errc::ok) {
+            if (self->current.contains(name)) self->known.insert_or_assign(name, self->info_of(name, std::move(data), stat));
+          } else if (rc != zk_errc::no_node) {
+            // A member this view may not read (no_auth): it cannot know the group, and says so.
+            return self->stop_locked(make_error_code(rc));
+          }
           self->publish_locked();
         }),
         [weak, generation, name](NodeEvent event) {
-          if (event != NodeEvent::changed) return;  // a deletion reaches us through the children watch
+          if (event != NodeEvent::changed && event != NodeEvent::deleted) return;
           auto self = weak.lock();
           if (!self) return;
           std::lock_guard lock(self->core->mutex());
           if (self->stopped || generation != self->core->generation_locked() || !self->current.contains(name)) return;
           self->known.erase(name);
-          self->read_locked(generation, name);
+          if (self->reading.contains(name)) self->read_again.insert(name);  // its reply may predate the change
+          else self->read_locked(generation, name);
         });
   }
 
@@ -726,6 +763,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   void on_new_session(std::uint64_t) override {
     listing.forget_watch_locked();
     reading.clear();
+    read_again.clear();
     known.clear();
     refresh_locked();
   }
@@ -750,6 +788,7 @@ struct GroupView::State final : detail::SessionListener, std::enable_shared_from
   std::set<std::string> current;                   // member nodes of the latest listing
   std::map<std::string, GroupMemberInfo> known;    // node name -> what its read found
   std::set<std::string> reading;                   // reads in flight
+  std::set<std::string> read_again;                // in flight when a change was told: read once more
   GroupSnapshot told;
   bool published = false;
   std::condition_variable fresh_changed;

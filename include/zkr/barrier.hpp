@@ -68,7 +68,8 @@ class Barrier {
 class DoubleBarrier {
  public:
   // `data` is stored in the participant's node (empty: default_owner_data(), "host:pid").
-  // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if participants < 1.
+  // Throws Error: errc::invalid_path naming the path, errc::invalid_argument if participants < 1
+  // or if the path and data together exceed the server's request limit (docs/recipes.md).
   DoubleBarrier(Session& session, std::string path, int participants, std::string data = {});
   static std::optional<DoubleBarrier> make(Session& session, std::string path, int participants, std::string data,
                                            std::error_code& ec) noexcept;
@@ -85,8 +86,10 @@ class DoubleBarrier {
   // deleted then.
   // Throws Error: errc::session_closed, zk_errc::no_auth.
   bool enter(std::chrono::nanoseconds timeout = std::chrono::nanoseconds(-1), std::stop_token stop = {});
-  // Leaves: deletes this participant's node and waits until every participant's node is gone
-  // (true), then removes "ready". False when `timeout` ran out or stop was requested.
+  // Leaves, as Curator's and kazoo's participants do: the participant whose node sorts lowest by
+  // name deletes it last, once it is alone; every other one deletes its node at once. Waits until
+  // every participant's node is gone (true), then removes "ready". False when `timeout` ran out or
+  // stop was requested: its node is deleted then, so that it holds no one.
   bool leave(std::chrono::nanoseconds timeout = std::chrono::nanoseconds(-1), std::stop_token stop = {});
   void async_enter(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop = {});
   void async_leave(std::chrono::nanoseconds timeout, BarrierHandler handler, std::stop_token stop = {});

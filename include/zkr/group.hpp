@@ -9,8 +9,10 @@
 // A GroupView lists the group's members and calls back on each change. It keeps one children
 // watch on the path (every view wakes on every change of the group: fine for groups of tens to
 // hundreds of members) and reads each new member's node once, with a data watch that follows its
-// data. A view that cannot know the group now says so: `stale` is set from the moment the
-// connection drops or the session is lost until a listing on a live connection has come back.
+// data and reads it again when it is deleted (a node replaced under the same name shows in no
+// listing). A view that cannot know the group now says so: `stale` is set from the moment the
+// connection drops or the session is lost until a listing on a live connection has come back; a
+// member it may not read (no_auth) stops it (error()).
 //
 // Layouts shared with Curator and kazoo (GroupLayout; docs/recipes.md, "Group membership"):
 // members and views on one path must use the same layout to see each other.
@@ -79,7 +81,8 @@ class GroupMember {
  public:
   // Does not join yet (join() does). Throws Error: errc::invalid_path naming the path,
   // errc::invalid_argument if the id cannot be part of a node name in this layout (empty,
-  // contains '/', "." or ".."), or data is given in a kazoo layout.
+  // contains '/', "." or ".."), data is given in a kazoo layout, or the node's path and data (the
+  // id, in kazoo's layouts) together exceed the server's request limit (docs/recipes.md).
   GroupMember(Session& session, std::string path, std::string member_id, std::string data = {},
               GroupMemberOptions options = {}, MembershipListener listener = {});
   // The constructor without exceptions (zkr/session.hpp): nullopt, and ec set, on failure.
@@ -116,7 +119,8 @@ class GroupMember {
   void leave();
 
   // curator layout: replaces the member's data, on its node if joined (waiting for the reply) and
-  // for later joins. Throws Error: errc::invalid_argument in a kazoo layout, else as Session::set.
+  // for later joins. Throws Error: errc::invalid_argument in a kazoo layout or over the request
+  // limit as the constructor (nothing sent, the data unchanged), else as Session::set.
   void set_data(std::string data);
 
   MembershipState state() const;
@@ -167,7 +171,8 @@ class GroupView {
   GroupSnapshot snapshot() const;
   // Waits until the view is fresh (true), or the timeout passes (false).
   bool wait_fresh(std::chrono::milliseconds timeout) const;
-  // Why the view stopped by itself (zk_errc::no_auth, errc::session_closed), or no error.
+  // Why the view stopped by itself (zk_errc::no_auth: the path or a member's node may not be
+  // read; errc::session_closed), or no error. A view that stopped by itself stays stale.
   std::error_code error() const;
   // No callback starts after it returns, and one running on another thread has returned.
   void stop();

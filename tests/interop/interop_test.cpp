@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -638,6 +639,73 @@ TEST_F(InteropTest, DoubleBarrierWithCuratorAndKazooParticipants) {
   }
   EXPECT_LT(last_enter, first_exit) << "someone was through leave() before everyone had entered";
   EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));  // no participant, no "ready"
+}
+
+// The peers' leave protocol: the participant whose node sorts lowest (by name, "ready" aside)
+// deletes it last, once it is alone; every other participant deletes its own and waits for the
+// lowest. Ours sorts lowest here and leaves between a peer that left early (it deleted its node
+// and waits for ours) and one that leaves late: nobody's leave() may return before the late one
+// has called its own.
+class DoubleBarrierLeaveInteropTest : public InteropTest {
+ protected:
+  static constexpr int kEarlyMs = 300, kOursMs = 1200, kLateMs = 3000;
+
+  void expect_nobody_out_before_the_last_leaves(std::unique_ptr<testenv::Process> early,
+                                                std::unique_ptr<testenv::Process> late) {
+    await_ready(*early);
+    await_ready(*late);
+    Session session(session_options(servers));
+    // A name below any other the peers could have drawn (a UUID's first 16 bits zero: 1 in 65,536).
+    std::optional<DoubleBarrier> ours;
+    for (int i = 0; i < 4'000'000 && (!ours || !name_of(*ours).starts_with("0000")); ++i) ours.emplace(session, path, 3);
+    ASSERT_TRUE(name_of(*ours).starts_with("0000"));
+    early->write_stdin("GO\n");
+    late->write_stdin("GO\n");
+    ASSERT_TRUE(ours->enter(testenv::scaled(60s)));
+    log.record("ENTER", "ours-0");
+    auto participants = raw.children(path);
+    std::erase(participants, std::string("ready"));
+    ASSERT_EQ(participants.size(), 3u);
+    ASSERT_EQ(*std::min_element(participants.begin(), participants.end()), name_of(*ours)) << "ours is not the lowest";
+    std::this_thread::sleep_for(std::chrono::milliseconds(kOursMs));
+    const std::int64_t ours_leaving = monotonic_ns();
+    EXPECT_TRUE(ours->leave(testenv::scaled(60s)));
+    log.record("EXIT", "ours-0");
+    await_done(*early);
+    await_done(*late);
+
+    auto sections = read_sections(log.file()).sections;
+    EXPECT_EQ(entries_by_participant(sections),
+              (std::map<std::string, int>{{"early-0", 1}, {"late-0", 1}, {"ours-0", 1}}));
+    // When each called leave() (a peer: at the earliest, its ENTER line and its hold later).
+    std::int64_t last_leaving = ours_leaving;
+    for (const auto& section : sections) {
+      if (section.who == "early-0") last_leaving = std::max<std::int64_t>(last_leaving, section.enter + kEarlyMs * 1'000'000LL);
+      if (section.who == "late-0") last_leaving = std::max<std::int64_t>(last_leaving, section.enter + kLateMs * 1'000'000LL);
+    }
+    for (const auto& section : sections)
+      EXPECT_GE(section.exit, last_leaving)
+          << section.who << "'s leave() returned " << (last_leaving - section.exit) / 1'000'000
+          << " ms before the last participant called its own";
+    EXPECT_TRUE(eventually([&] { return raw.children(path).empty(); }));  // no participant, no "ready"
+  }
+
+  std::string name_of(const DoubleBarrier& barrier) const { return barrier.node().substr(path.size() + 1); }
+};
+
+TEST_F(DoubleBarrierLeaveInteropTest, OursSortingLowestLeavesLastBesideCurator) {
+  expect_nobody_out_before_the_last_leaves(start_curator("double-barrier:3", "early", 1, 1, kEarlyMs),
+                                           start_curator("double-barrier:3", "late", 1, 1, kLateMs));
+}
+
+class KazooDoubleBarrierLeaveInteropTest : public DoubleBarrierLeaveInteropTest {
+ protected:
+  KazooDoubleBarrierLeaveInteropTest() { curator_needed_ = false; }
+};
+
+TEST_F(KazooDoubleBarrierLeaveInteropTest, OursSortingLowestLeavesLastBesideKazoo) {
+  expect_nobody_out_before_the_last_leaves(start_kazoo("early", 1, "double-barrier:3", 1, kEarlyMs),
+                                           start_kazoo("late", 1, "double-barrier:3", 1, kLateMs));
 }
 
 // Curator and kazoo write a tree (one change at a time, 40 ms apart): our TreeCache ends equal to

@@ -18,9 +18,11 @@
 #include <zkr/barrier.hpp>
 #include <zkr/error.hpp>
 #include <zkr/group.hpp>
+#include <zkr/lock.hpp>
 #include <zkr/prometheus.hpp>
 
 #include "internals.hpp"
+#include "request_limits.hpp"
 #include "session_core.hpp"
 
 #include "recipe_test_support.hpp"
@@ -85,6 +87,51 @@ std::vector<std::string> fresh_members(const GroupView& view) {
 
 using Strings = std::vector<std::string>;
 
+// The members as the server holds them (curator layout): "name=data@owner session", by name.
+Strings server_members(RawClient& raw, const std::string& path) {
+  Strings out;
+  auto children = raw.children(path);
+  std::sort(children.begin(), children.end());
+  for (const auto& name : children) {
+    std::string data(256, '\0');
+    int length = static_cast<int>(data.size());
+    Stat stat{};
+    if (zoo_get(raw.handle(), (path + "/" + name).c_str(), 0, data.data(), &length, &stat) != ZOK) continue;
+    data.resize(length < 0 ? 0 : static_cast<std::size_t>(length));
+    out.push_back(name + "=" + data + "@" + std::to_string(stat.ephemeralOwner));
+  }
+  return out;
+}
+
+// The view's members once fresh, written as server_members writes them.
+Strings view_members(const GroupView& view) {
+  auto snapshot = view.snapshot();
+  if (snapshot.stale) return {"(stale)"};
+  Strings out;
+  for (const auto& member : snapshot.members)
+    out.push_back(member.node + "=" + member.data + "@" + std::to_string(member.session_id));
+  return out;
+}
+
+std::string joined(const Strings& strings) {
+  std::string out;
+  for (const auto& s : strings) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// The view equals the server's truth, eventually, and follows the (new) node's next change.
+void expect_view_follows_server(GroupView& view, RawClient& raw, const std::string& path, const std::string& node,
+                                const std::function<void()>& change) {
+  ASSERT_TRUE(eventually([&] { return view_members(view) == server_members(raw, path); }))
+      << "view: " << joined(view_members(view)) << "\nserver: " << joined(server_members(raw, path));
+  change();
+  ASSERT_TRUE(eventually([&] {
+    auto truth = server_members(raw, path);
+    return view_members(view) == truth &&
+           std::any_of(truth.begin(), truth.end(), [&](const auto& m) { return m.starts_with(node + "=changed@"); });
+  })) << "view: " << joined(view_members(view)) << "\nserver: " << joined(server_members(raw, path));
+}
+
 
 TEST_F(GroupTest, MembersJoinChangeDataAndLeaveAndTheViewFollows) {
   Session& watcher = sessions.add(servers);
@@ -118,6 +165,155 @@ TEST_F(GroupTest, MembersJoinChangeDataAndLeaveAndTheViewFollows) {
   ASSERT_FALSE(calls.empty());
   EXPECT_EQ(ids(calls.back()), Strings{"second"});
   for (const auto& call : calls) EXPECT_FALSE(call.stale);
+}
+
+// A member's node deleted and created again under the same name between two listings of a view
+// (the view's connection is slow: its listing after the deletion finds the new node): the view
+// reads the new node (its data and owner) and follows its changes.
+TEST_F(GroupTest, ViewReadsANodeDeletedAndCreatedAgainBetweenListings) {
+  testenv::Proxy proxy(servers);
+  Session& viewer = sessions.add(proxy.address());
+  GroupMember member(sessions.add(servers), path, "m", "old", {.rejoin = false});
+  member.join();
+  GroupView view(viewer, path);
+  ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"m=old"}; }));
+  proxy.set_latency(150ms);
+  ASSERT_EQ(raw.remove(path + "/m"), ZOK);
+  ASSERT_EQ(raw.create(path + "/m", "new", ZOO_EPHEMERAL), ZOK);  // another session's node now
+  expect_view_follows_server(view, raw, path, "m", [&] {
+    ASSERT_EQ(zoo_set(raw.handle(), (path + "/m").c_str(), "changed", 7, -1), ZOK);
+  });
+}
+
+// The same replacement in one multi-op of another session: no listing can fall between.
+TEST_F(GroupTest, ViewReadsANodeReplacedInOneMultiByAnotherSession) {
+  GroupMember member(sessions.add(servers), path, "m", "old", {.rejoin = false});
+  member.join();
+  GroupView view(sessions.add(servers), path);
+  ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"m=old"}; }));
+  const std::string node = path + "/m", data = "new";
+  zoo_op_t ops[2];
+  zoo_op_result_t results[2];
+  zoo_delete_op_init(&ops[0], node.c_str(), -1);
+  zoo_create_op_init(&ops[1], node.c_str(), data.data(), static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                     ZOO_EPHEMERAL, nullptr, 0);
+  ASSERT_EQ(zoo_multi(raw.handle(), 2, ops, results), ZOK);
+  expect_view_follows_server(view, raw, path, "m", [&] {
+    ASSERT_EQ(zoo_set(raw.handle(), node.c_str(), "changed", 7, -1), ZOK);
+  });
+}
+
+// A member whose node was deleted joins again under its id (same session, same data): the view
+// follows the rejoined node's changes, not only the first node's.
+TEST_F(GroupTest, ViewFollowsAMemberThatRejoinedUnderItsId) {
+  testenv::Proxy proxy(servers);
+  Session& viewer = sessions.add(proxy.address());
+  GroupMember member(sessions.add(servers), path, "m", "old");
+  member.join();
+  GroupView view(viewer, path);
+  ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"m=old"}; }));
+  const auto before = raw.stat(path + "/m").czxid;
+  proxy.set_latency(150ms);
+  ASSERT_EQ(raw.remove(path + "/m"), ZOK);
+  ASSERT_TRUE(eventually([&] { return raw.stat(path + "/m").czxid > before; }));  // rejoined
+  ASSERT_TRUE(eventually([&] { return member.state() == MembershipState::joined; }));
+  expect_view_follows_server(view, raw, path, "m", [&] { member.set_data("changed"); });
+}
+
+// A member node the view may not read (an ACL of its creator only): the view cannot know the
+// group, so it says so for good (stale, error no_auth) instead of leaving that member out.
+TEST_F(GroupTest, AMemberTheViewCannotReadStopsTheViewWithNoAuth) {
+  GroupMember member(sessions.add(servers), path, "readable", "r");
+  member.join();
+  Snapshots told;
+  GroupView view(sessions.add(servers), path, GroupLayout::curator, told.callback());
+  ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"readable=r"}; }));
+
+  RawClient creator(servers);
+  ASSERT_EQ(creator.add_auth("creator:secret"), ZOK);
+  ASSERT_EQ(creator.create(path + "/secret", "s", ZOO_EPHEMERAL, &ZOO_CREATOR_ALL_ACL), ZOK);
+  ASSERT_TRUE(eventually([&] { return view.error() == make_error_code(zk_errc::no_auth); })) << view.error().message();
+  EXPECT_TRUE(view.snapshot().stale);
+  ASSERT_FALSE(told.all().empty());
+  EXPECT_TRUE(told.all().back().stale);
+
+  // A view that starts with the unreadable member there is never fresh.
+  GroupView late(sessions.add(servers), path);
+  EXPECT_FALSE(late.wait_fresh(testenv::scaled(3s))) << joined(view_members(late));
+  EXPECT_EQ(late.error(), make_error_code(zk_errc::no_auth));
+}
+
+// Member data, a member id that is its node's data, and participant data over the server's
+// request limit are refused at the call, before anything is sent (the server would drop the
+// connection, and the client would resend it after every reconnect); at the limit they are taken.
+// An unrelated lock held on the same session is not lost.
+TEST_F(GroupTest, DataOverTheRequestLimitIsRefusedAtTheCall) {
+  Session& session = sessions.add(servers);
+  Lock lock(session, path + "/lock");
+  HeldLock held = lock.acquire();
+  const std::string group = path + "/g", shallow = path + "/s", barrier = path + "/d";
+  // The most a create of "<group>/m" and of a participant (a UUID's name, within the allowance) may carry.
+  const std::size_t member_limit = detail::kServerRequestLimit - detail::request_bytes(group.size() + 2, 0);
+  const std::size_t participant_limit = detail::kServerRequestLimit - detail::request_bytes(barrier.size(), 0);
+  // The requests the session sent but its heartbeats, once the lock's own (after its grant) are done.
+  const auto sent = [&] {
+    const auto metrics = session.metrics();
+    return metrics.requests_sent - metrics.heartbeats_sent;
+  };
+  auto sent_before = sent();
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(100ms);
+    const auto now = sent();
+    if (now == sent_before) break;
+    sent_before = now;
+  }
+  const auto refused = [](const std::error_code& ec) { return ec == make_error_code(errc::invalid_argument); };
+
+  std::error_code ec;
+  for (const std::size_t bytes : {member_limit + 1, std::size_t{1} << 20}) {
+    auto over_member = GroupMember::make(session, group, "m", std::string(bytes, 'd'), {}, {}, ec);
+    EXPECT_TRUE(refused(ec)) << bytes << " bytes: " << ec.message();
+    if (over_member) over_member->try_join_for(testenv::scaled(3s));  // (what the refusal prevents)
+    ec.clear();
+  }
+  // kazoo's ShallowParty: the id is in the node's name and its data.
+  auto over_id = GroupMember::make(session, shallow, std::string(member_limit / 2, 'i'), {},
+                                   {.layout = GroupLayout::kazoo_shallow_party}, {}, ec);
+  EXPECT_TRUE(refused(ec)) << ec.message();
+  if (over_id) over_id->try_join_for(testenv::scaled(3s));
+  ec.clear();
+  for (const std::size_t bytes : {participant_limit + 1, std::size_t{1} << 20}) {
+    auto over_participant = DoubleBarrier::make(session, barrier, 1, std::string(bytes, 'p'), ec);
+    EXPECT_TRUE(refused(ec)) << bytes << " bytes: " << ec.message();
+    if (over_participant) over_participant->enter(testenv::scaled(3s));
+    ec.clear();
+  }
+  EXPECT_EQ(sent(), sent_before) << "a refused call sent something";
+  EXPECT_EQ(raw.children(path), Strings{"lock"});  // no group, no barrier
+
+  // At the limit: taken by the server.
+  GroupMember member(session, group, "m", std::string(member_limit, 'd'));
+  ASSERT_TRUE(member.try_join_for(testenv::scaled(10s)));
+  EXPECT_EQ(raw.stat(group + "/m").dataLength, static_cast<int>(member_limit));
+  // set_data (kept for rejoins): over the limit refused, nothing changed; at it, written.
+  for (const std::size_t bytes : {member_limit + 1, std::size_t{1} << 20}) {
+    try {
+      member.set_data(std::string(bytes, 'e'));
+      ADD_FAILURE() << "set_data of " << bytes << " bytes was accepted";
+    } catch (const Error& error) {
+      EXPECT_TRUE(refused(error.code())) << bytes << " bytes: " << error.what();
+    }
+  }
+  EXPECT_EQ(raw.stat(group + "/m").version, 0);
+  member.set_data(std::string(member_limit, 'e'));
+  EXPECT_EQ(raw.stat(group + "/m").version, 1);
+  DoubleBarrier participant(session, barrier, 1, std::string(participant_limit, 'p'));
+  EXPECT_TRUE(participant.enter(testenv::scaled(10s)));
+  EXPECT_TRUE(participant.leave(testenv::scaled(10s)));
+
+  EXPECT_EQ(session.metrics().suspensions, 0u) << "the server dropped the connection";
+  EXPECT_FALSE(held.lost());
+  EXPECT_EQ(raw.stat(held.node_path()).ephemeralOwner, session.id());
 }
 
 TEST_F(GroupTest, KazooLayoutsNameNodesAsKazooAndViewsReadTheirIds) {
@@ -263,6 +459,8 @@ TEST_F(GroupTest, LostCreateRepliesAreRecognisedAsOwnNodes) {
   ASSERT_TRUE(member.try_join_for(testenv::scaled(10s)));
   EXPECT_EQ(proxy.dropped_replies(), 1);
   EXPECT_EQ(raw.stat(path + "/g/m").ephemeralOwner, session.id());
+  // (The listener runs on the callback thread, maybe after try_join_for returned.)
+  EXPECT_TRUE(eventually([&] { return events.states().size() >= 2; }));
   EXPECT_EQ(events.states(), (std::vector{MembershipState::joining, MembershipState::joined}));
 
   DoubleBarrier first(session, path + "/d", 2), second(sessions.add(servers), path + "/d", 2);
@@ -417,6 +615,51 @@ TEST_F(BarrierTest, DoubleBarrierHoldsEnterAndLeaveUntilAllAreThere) {
   EXPECT_TRUE(barriers.back()->leave(testenv::scaled(10s)));
   for (auto& f : left) EXPECT_TRUE(f.get());
   EXPECT_TRUE(eventually([&] { return nodes().empty(); }));  // no participant, no "ready"
+}
+
+// The leave protocol Curator's and kazoo's participants follow: the participant whose node sorts
+// lowest deletes it last, once alone (the peers wait for the lowest node only); the others delete
+// theirs at once. A leave that gives up deletes its node all the same.
+TEST_F(BarrierTest, DoubleBarrierLowestParticipantDeletesItsNodeLast) {
+  constexpr int kParticipants = 3;
+  std::vector<std::unique_ptr<DoubleBarrier>> barriers;
+  for (int i = 0; i < kParticipants; ++i)
+    barriers.push_back(std::make_unique<DoubleBarrier>(sessions.add(servers), path, kParticipants));
+  std::sort(barriers.begin(), barriers.end(), [](const auto& a, const auto& b) { return a->node() < b->node(); });
+  const auto name = [&](int i) { return barriers[i]->node().substr(path.size() + 1); };
+  std::vector<std::future<bool>> entered;
+  for (auto& barrier : barriers)
+    entered.push_back(std::async(std::launch::async, [&] { return barrier->enter(testenv::scaled(10s)); }));
+  for (auto& f : entered) ASSERT_TRUE(f.get());
+
+  auto lowest_left = std::async(std::launch::async, [&] { return barriers[0]->leave(testenv::scaled(10s)); });
+  EXPECT_EQ(lowest_left.wait_for(300ms), std::future_status::timeout);
+  auto children = nodes();
+  EXPECT_NE(std::find(children.begin(), children.end(), name(0)), children.end()) << "the lowest deleted its node first";
+  auto middle_left = std::async(std::launch::async, [&] { return barriers[1]->leave(testenv::scaled(10s)); });
+  EXPECT_TRUE(eventually([&] {
+    auto now = nodes();
+    return std::find(now.begin(), now.end(), name(1)) == now.end();
+  })) << "a participant that is not the lowest keeps its node";
+  EXPECT_EQ(middle_left.wait_for(200ms), std::future_status::timeout);
+  EXPECT_TRUE(barriers[2]->leave(testenv::scaled(10s)));
+  EXPECT_TRUE(lowest_left.get());
+  EXPECT_TRUE(middle_left.get());
+  EXPECT_TRUE(eventually([&] { return nodes().empty(); }));
+
+  // Once more; the lowest gives up: its node goes, and the others are not held by it.
+  entered.clear();
+  for (auto& barrier : barriers)
+    entered.push_back(std::async(std::launch::async, [&] { return barrier->enter(testenv::scaled(10s)); }));
+  for (auto& f : entered) ASSERT_TRUE(f.get());
+  EXPECT_FALSE(barriers[0]->leave(200ms));
+  EXPECT_TRUE(eventually([&] {
+    auto now = nodes();
+    return std::find(now.begin(), now.end(), name(0)) == now.end();
+  })) << "a leave that gave up kept its node";
+  auto last_left = std::async(std::launch::async, [&] { return barriers[2]->leave(testenv::scaled(10s)); });
+  EXPECT_TRUE(barriers[1]->leave(testenv::scaled(10s)));
+  EXPECT_TRUE(last_left.get());
 }
 
 TEST_F(BarrierTest, DoubleBarrierEnterTimesOutWithoutLeavingItsNode) {

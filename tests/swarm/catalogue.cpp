@@ -8,11 +8,14 @@
 //     per path; a lost multi-lock says so (lost(), loss_reason(), lost_path() one of its paths, its
 //     on_lost callback run), and one whose node is gone on a healthy session is lost.
 //   - group: once quiet, a GroupView on a healthy session lists exactly the GroupMembers that are
-//     joined and whose sessions live, and is not stale; a view whose session is not connected
-//     says it is stale.
+//     joined and whose sessions live, each with the owner session its node has on the server (a
+//     member that rejoined has a new node), and is not stale; a view whose session is not
+//     connected says it is stale.
 //   - barrier: no wait passes a barrier that was up when it began and was not taken down since;
 //     once it is down (and stays down), every wait on a healthy session passes.
-//   - double barrier: an enter() passes only once N participants were in at once.
+//   - double barrier: an enter() passes only once N participants were in at once; a leave()
+//     passes only once every participant that was in (entered, not leaving) when it began has
+//     left too, or lost its node.
 #include <algorithm>
 #include <iterator>
 #include <optional>
@@ -153,12 +156,16 @@ struct Swarm::Catalogue {
     std::unique_ptr<DoubleBarrier> barrier;
     Phase phase = Phase::idle;
     int most_present = 0;  // while entering: the most participants in at once
+    int entered_serial = 0;  // which enter (of the run's) made it `entered`
+    // While leaving: the others that were entered when the leave began, and by which enter.
+    std::vector<std::pair<std::tuple<int, int, int>, int>> in_at_leave;
     std::stop_source stop;
     std::shared_ptr<CatalogueRecord> record;
     std::string what;
   };
   std::map<std::tuple<int, int, int>, Participant> participants;  // (slot, epoch, actor)
   bool double_ready_left = false;  // an earlier run left "ready": an enter may pass alone
+  int double_enters = 0;           // enters that passed, for Participant::entered_serial
   int present() const {
     return static_cast<int>(std::count_if(participants.begin(), participants.end(),
                                           [](const auto& each) { return each.second.phase != Phase::idle; }));
@@ -405,6 +412,10 @@ bool Swarm::catalogue_op(const Op& op) {
       }
       p.phase = entering ? Catalogue::Phase::entering : Catalogue::Phase::leaving;
       p.most_present = c.present();
+      p.in_at_leave.clear();
+      if (!entering)
+        for (const auto& [key, other] : c.participants)
+          if (&other != &p && other.phase == Catalogue::Phase::entered) p.in_at_leave.emplace_back(key, other.entered_serial);
       p.stop = std::stop_source();
       p.record = std::make_shared<CatalogueRecord>();
       p.what = what;
@@ -573,9 +584,21 @@ void Swarm::harvest_catalogue() {
              fmt::format("{}: entered with at most {} participant(s) in at once, of {}", p.what, p.most_present,
                          kDoubleParticipants));
       p.phase = ec ? Catalogue::Phase::idle : Catalogue::Phase::entered;
+      if (!ec) p.entered_serial = ++c.double_enters;
     } else {
       count(fmt::format("double barrier leaves: {}", ec ? ec.message() : "left"));
       p.phase = Catalogue::Phase::idle;
+      // Still entered by the same enter, and its node still there: it was in all along (an entered
+      // participant makes no node again), so this leave passed while it was in.
+      for (const auto& [other_key, serial] : p.in_at_leave) {
+        const auto& other = c.participants[other_key];
+        if (!ec && other.phase == Catalogue::Phase::entered && other.entered_serial == serial && other.barrier &&
+            world_.exists(other.barrier->node()))
+          return fail("double barrier", "double-barrier",
+                      fmt::format("{}: left while the participant of s{} (actor {}) was still in", p.what,
+                                  std::get<0>(other_key), std::get<2>(other_key)));
+      }
+      p.in_at_leave.clear();
     }
   }
 }
@@ -676,11 +699,18 @@ std::string Swarm::group_problem() {
     if (made.member->state() == MembershipState::joined && alive) expected.insert(made.member->id());
     else if (alive && made.session->state() == SessionState::closed) may_linger.insert(made.member->id());
   }
+  std::map<std::string, std::int64_t> owners;  // node name -> its owner session, on the server
+  for (const auto& node : world_.children(kGroupPath)) owners[node.name] = node.ephemeral_owner;
   for (auto& [key, view] : c.views) {
     const auto& [slot_index, epoch] = key;
     auto& slot = *slots_[static_cast<std::size_t>(slot_index)];
     if (!view || slot.epoch != epoch || !healthy(slot_index)) continue;
     const auto snapshot = view->snapshot();
+    for (const auto& member : snapshot.members)
+      if (auto it = owners.find(member.node); !snapshot.stale && it != owners.end() && it->second != member.session_id)
+        return fmt::format("after step {}: the GroupView of session s{} lists {} of session {:#x}; its node is "
+                           "session {:#x}'s",
+                           step_index_, slot_index, member.id, member.session_id, it->second);
     std::set<std::string> listed;
     for (const auto& member : snapshot.members) listed.insert(member.id);
     std::set<std::string> listed_besides_lingering;
