@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/cache_compare's driver for this library's TreeCache (the Curator and kazoo drivers do the
 // same with CuratorCache and kazoo's TreeCache):
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every C++ benchmark driver shares: the command line (the same one the Java and Python
 // drivers accept), latency statistics, and the JSON-lines output that bench/compare parses.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The floor: the raw ZooKeeper C client doing exactly the operations a lock round needs, with no
 // recipe around it. Every other driver is judged against these numbers.
 //

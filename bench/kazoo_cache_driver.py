@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/cache_compare's driver for kazoo's TreeCache (Debian's python3-kazoo):
 
     /usr/bin/python3 kazoo_cache_driver.py CONNECT ROOT NODES

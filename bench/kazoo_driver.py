@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark driver for kazoo's Lock (Debian's python3-kazoo), run with /usr/bin/python3.
 
 Takes the same command line as the C++ drivers and prints the same JSON lines; see

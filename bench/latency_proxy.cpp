@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A TCP proxy in front of one ZooKeeper server that adds a fixed latency to each direction, to
 // emulate a network between client and ensemble on one machine.
 //

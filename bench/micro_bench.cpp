@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Micro benchmarks of the library's pure functions: the work a contender does on every children
 // list (parse and sort the names) and a fenced resource does on every write (FenceGate::admit),
 // and what per-lock metrics cost: recording one acquisition, and writing a scrape.

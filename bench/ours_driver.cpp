@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark driver for this library's zkr::Lock. Same command line and output as the other drivers
 // (driver_common.hpp), plus two scenarios only this library has an answer for:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A thin RAII handle over the ZooKeeper C client, for the floor driver and for the setup, cleanup
 // and observer sessions of the other C++ drivers. Nothing here is a recipe: it is what any caller
 // of the C client writes first.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install and export rules: headers, the library as both a shared and a static archive, a CMake
 # package config and a pkg-config file. zklock installs itself (tools/zklock/CMakeLists.txt).
 #

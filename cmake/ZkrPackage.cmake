@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A Debian package built with CPack: `cpack -G DEB` in the build directory (or `cmake --build
 # <dir> --target package`). One package, zkrecipes, with everything `cmake --install` puts in place:
 # the shared and static library, headers, CMake and pkg-config files, zklock, its man page and bash

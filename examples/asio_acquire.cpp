@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Acquiring a lock with Boost.Asio completion tokens (include/zkr/asio.hpp): a coroutine, a
 // future and a callback bound to a strand. Each completion must arrive where Asio promises (the
 // coroutine and the strand resume on the io_context's thread), carry a lock or an error as the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Semaphore leases and leadership through Boost.Asio completion tokens (include/zkr/asio.hpp):
 // four coroutines on one io_context share a semaphore of two leases, and two latches wait for
 // leadership, one with a coroutine and one with a future. Each completion must arrive where Asio

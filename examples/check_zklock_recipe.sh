@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the command line of a cron or systemd recipe exactly as written, against a test server,
 # with zklock from the build tree, and checks that it does what the recipe's comments promise:
 # one run at a time, the others skip quietly (cron) or with a success status (systemd); with

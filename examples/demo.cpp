@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo: two jobs contend for one fenced lock; one of them stalls past its lease, the other is
 // granted the lock with a larger fencing token, and the stalled job's late write is refused by
 // the resource. Usage: zkr_demo SERVERS

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Watching who leads without taking part (include/zkr/leader_watch.hpp): a dashboard's view of an
 // election. Two participants ("db-a:5432", "db-b:5432") take turns; the watch prints one line per
 // change of leader, and the scenario checks that it saw every change, in order, ending with nobody.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Serves a session's metrics on an HTTP /metrics endpoint for Prometheus to scrape.
 //
 // zkr::prometheus_text(session) returns the whole exposition (text format 0.0.4): per-lock gauges,

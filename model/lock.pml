@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The lock protocol (the exclusive lock; the read/write lock with RWLOCK): the server, NC clients
  * each running the contender queue of recipes/contender_queue.cpp with the session monitor of

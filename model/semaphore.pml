@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The semaphore's promotion protocol: the server, N lease holders already granted when the model
  * starts, and NC clients each running the contender queue of recipes/contender_queue.cpp with

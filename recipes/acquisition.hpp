@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One front end for every recipe's acquisitions. The four ways to acquire (wait until granted, try
 // with a timeout, the same without exceptions, asynchronously) are written here once; a recipe
 // only says how to make its request. What comes back is the granted contender, which the recipe

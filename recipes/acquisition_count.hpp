@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the metrics count an acquisition (SessionMetrics and its per-path series, src/lock_metrics.hpp):
 // from asking to its outcome, then the hold of its grant and how the hold ended. Every count a
 // recipe makes goes through an AcquisitionCount, so which acquisition an event belongs to, and

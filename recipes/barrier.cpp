@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Barriers: one wait engine (NodeWait) that reruns a step of reads-with-watches until the step
 // decides, across connection drops and session losses, bounded by a timeout and a stop token.
 #include <zkr/barrier.hpp>

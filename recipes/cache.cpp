@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TreeCache and NodeCache: a subtree mirrored by one data watch and one children watch per cached
 // node, and read again as a whole after every reconnection or new session.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CallbackGate: how a recipe that calls back (a view, a watch, a listener) stops calling back.
 #pragma once
 

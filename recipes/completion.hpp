@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The preamble of a recipe's completions (replies, watches, timers): they run on the client's or
 // the worker's thread, after the recipe's state may have gone, and touch that state only under the
 // session mutex.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The contender queue: the one engine under every recipe (lock, read/write lock, election,
 // semaphore).
 //

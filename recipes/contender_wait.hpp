@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Waiting for a contender's outcome: the glue between the callback-driven contender and a caller
 // that blocks (await_contender) or takes a callback (start_contender_async), with a stop token
 // that cancels either.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leader election: the one-holder queue of the mutual-exclusion lock (predecessor watches) in the
 // node layout of the peer it shares the path with, plus the life cycle of a participant.
 // Everything about nodes, watches, connection loss, GUIDs, owner checks and cancellation is the

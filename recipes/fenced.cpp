@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FencedTransaction: a multi guarded by a check of the grant's own node (see zkr/fenced.hpp).
 #include <zkr/fenced.hpp>
 

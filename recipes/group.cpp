@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Group membership: a member's ephemeral node kept across session losses, and a view of the
 // group kept by one children watch.
 #include <zkr/group.hpp>

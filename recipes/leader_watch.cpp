@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who leads, pushed to a callback: one children watch on the election path, a read of the first
 // node's data when the first node changed, and a read again whenever the session (re)connects.
 #include <zkr/leader_watch.hpp>

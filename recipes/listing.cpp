@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who holds and who waits: read by anyone, participant or not.
 #include <algorithm>
 #include <future>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small steps on nodes shared by the recipes that are not contender queues (group, barriers).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which recipe, ours or a peer library's, wrote the children of a recipe path, and whether a
 // recipe may share the path with them. A recipe that finds nodes of a layout it cannot share
 // refuses (errc::incompatible_peer) instead of running a second, disjoint queue beside them: the

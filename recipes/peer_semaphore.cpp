@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A library participant in Curator's and kazoo's semaphore protocols (layouts read from their
 // sources; see docs/recipes.md, "Semaphores shared with Curator and kazoo"). Both peers run the
 // same protocol over different paths and names:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A zkr::Semaphore participant in a peer's semaphore protocol (SemaphoreLayout::curator_v2,
 // SemaphoreLayout::kazoo): the peer's internal lock (a contender of the queue, named as the peer
 // names it), then, holding it, a count of the lease nodes, then our lease node. See

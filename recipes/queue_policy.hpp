@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A recipe's policy over the contender queue, and the queue's one pure decision: given the sorted
 // contenders, does the one at `index` hold, and if not, what does it watch. No I/O: the contender
 // (contender_queue.hpp) acts on the answer, listings (listing.cpp) show it, unit tests check it.

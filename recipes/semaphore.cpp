@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The semaphore: the contender queue with max_holders = N, and the limit recorded on the path.
 #include <zkr/semaphore.hpp>
 

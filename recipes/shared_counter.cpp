@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared counter: a read, then a write conditional on the version read, until one succeeds;
 // and a listener over a data watch set again with each read.
 #include <zkr/shared_counter.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which thread holds which lock, so that a thread asking again for a lock it holds is refused
 // (errc::would_deadlock) or, with LockOptions::reentrant, given the grant it already has, instead
 // of queueing behind itself for ever.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WatchedRead: a path read again whenever it changes, under one watch (the leader watch's and the
 // group view's children listings, the counter listener's data reads).
 //

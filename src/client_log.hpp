@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C client's log lines, made fit for the library's log: its own prefix (time, process, thread,
 // level, function and line) taken off, and a line that repeats (a refused connection is retried,
 // and logged twice, every few hundred milliseconds) summarised instead of flooding the sink.

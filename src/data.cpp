@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The data API of a Session: typed, synchronous calls on the session's own connection.
 #include <fmt/format.h>
 

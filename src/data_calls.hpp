@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synchronous requests on a session's connection: the data API (Session::get, ..., commit) and
 // fenced transactions (zkr/fenced.hpp) wait for their replies through this.
 #pragma once

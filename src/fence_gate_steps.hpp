@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The steps of DurableFenceGate's file write, for the test that kills a process after each one.
 // Not installed, not part of the API.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "guid.hpp"
 
 #include <boost/uuid/random_generator.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Random names for the nodes the library creates, so that no earlier attempt's node and no node of
 // anyone else's can be taken for the one being made.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's own way into its public types: the passkey (zkr/session.hpp) that constructors and
 // accessors meant for the recipes and the tests take. Not installed, not part of the API.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-lock metrics: the series the contender queue records into, one per recipe path that the
 // session's LockPathLabels name and one for all other paths (zkr::LockMetrics).
 //

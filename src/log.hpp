@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's log: everything goes to the sink set with zkr::set_log_sink (or
 // set_log_record_sink), nothing to stderr.
 #pragma once

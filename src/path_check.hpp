@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The check every operation on a caller's path starts with: the error names the operation, the
 // path and what is wrong with it (zkr::path_problem).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Prometheus text format written by hand: it is small and fully specified, and the library
 // stays free of prometheus-cpp, which it would otherwise make every user install (the optional
 // zkrecipes::prometheus component, prometheus/, is for services that use it already).

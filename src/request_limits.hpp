@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one request to the server may carry.
 #pragma once
 

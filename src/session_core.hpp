@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SessionCore: the session, its monitor, and the executors every recipe runs on.
 //
 // Threads:

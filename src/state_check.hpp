@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks of the library's state machines (the session's states, a contender's phases), compiled in
 // where ZKR_STATE_CHECKS is defined: the sanitizer builds CI runs, and Debug builds. A failed check
 // is a bug in the library: it names the transition and aborts, so that the test that reached it

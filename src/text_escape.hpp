@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Escaping for the text the library writes for machines: JSON strings (the JSON-lines log sink)
 // and Prometheus label values. Both need valid UTF-8, which paths and messages need not be (a
 // ZooKeeper path is bytes to the C client): a byte that starts no valid UTF-8 sequence becomes

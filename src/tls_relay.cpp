@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tls_relay.hpp"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TLS relay of a session (SessionOptions::tls). Debian's C client speaks plain text only: for
 // each server of the connect string the relay listens on a port of its own on 127.0.0.1, the C
 // client is handed those ports (chroot kept), and each connection it opens is carried to the real

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The non-throwing forms of the public API (the overloads taking `std::error_code& ec`), written
 // once: each runs its throwing form through without_exceptions(), which turns the exception into
 // the code the throwing form would have carried, so the two forms cannot drift apart.

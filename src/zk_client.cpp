@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one file that includes the ZooKeeper C client's header.
 #include "zk_client.hpp"
 

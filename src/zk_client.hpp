@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The adapter over the ZooKeeper C client: the only interface the rest of the library uses to talk
 // to ZooKeeper, and the seam where a fault-injecting fake can stand in for the real client.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The one lifecycle of every process testenv starts: ZooKeeper servers (zkenv.py), PostgreSQL
 (pgenv.py) and the servers of a namespace lab (netlab.py) all start, wait, stop and get cleaned up
 through this module. Standard library only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ManagedDirectory: the owned directory and its owner record; the rest is testenv/lifecycle.py.
 #include "managed_directory.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A state directory owned by this test process, in which a tool of testenv/ (zkenv.py, pgenv.py,
 // netlab.py) runs its servers. Cluster, PostgresServer and NetLab each hold one; the lifecycle
 // itself (start, readiness, ports, stop, watchdog, reaper) is testenv/lifecycle.py's alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NetLab: the C++ face of testenv/netlab.py. Building, faults and teardown go through the script;
 // four-letter words are sent from a short-lived thread that joined the server's namespace.
 #include "netlab.hpp"

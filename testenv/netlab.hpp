@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A ZooKeeper lab of network namespaces (testenv/netlab.py): every server and every client is a
 // host of its own, joined through a bridge, so that tests can cut real links between them with nft
 // rules, e.g. isolate a follower from the leader while its clients still reach it.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A ZooKeeper lab of network namespaces, for tests that cut real network links.
 
 Every host of a lab, servers s0..sN-1 and clients c0..cM-1, is a network namespace of its own with

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A scriptable kazoo client for lab tests: one request per stdin line, one reply line on stdout.
 
   netlab_client.py HOSTS [--session-timeout S] [--op-timeout S]

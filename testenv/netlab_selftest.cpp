@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks that every NetLab fault really happens, with real kazoo clients in the client namespaces.
 // Skipped, with the reason, where labs cannot be built (not root, no nft...).
 #include <signal.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Start and stop a throw-away PostgreSQL server for the tests, from Debian's packages, without
 systemd and without touching any cluster that pg_ctlcluster manages.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PostgresServer: starts and stops a server through testenv/pgenv.py, in a ManagedDirectory.
 #include "postgres.hpp"
 

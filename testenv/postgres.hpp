@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A private PostgreSQL server for a test: the C++ face of testenv/pgenv.py. It links no client
 // library; a test talks to the server with libpq or psql through uri().
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process: fork/exec with a stdout pipe, bounded reads, and a reliable kill on destruction.
 #include <fcntl.h>
 #include <poll.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Proxy: a fault-injecting TCP relay on its own Asio thread.
 //
 // Each direction of a connection reads whole ZooKeeper frames (4-byte big-endian length + body),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks that the test environment itself does what the other tests rely on, against real servers.
 #include <signal.h>
 #include <zookeeper/zookeeper.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timeouts, directories, the Cluster wrapper over zkenv.py, shared_server, unique_path and
 // forced session expiry.
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The test environment: real ZooKeeper servers (through zkenv.py), a fault-injecting TCP proxy,
 // child processes with piped output, and forced session expiry. Used by tests and benchmarks only.
 #pragma once

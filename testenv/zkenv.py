@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Start and stop throw-away ZooKeeper servers for the tests, without systemd.
 
 Everything a run needs lives in one state directory: a zoo.cfg, data dir and log per server, a

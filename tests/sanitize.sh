@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds the project with a sanitizer and runs the test suite under it.
 #
 #   tests/sanitize.sh address [BUILD_DIR] [CTEST_ARGS...]   AddressSanitizer + UndefinedBehaviorSanitizer

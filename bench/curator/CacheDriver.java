@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/cache_compare's driver for Curator's CuratorCache (Debian's libcurator-recipes-java):
 //
 //   java -cp CLASSES:curator-recipes.jar:slf4j-nop.jar CacheDriver CONNECT ROOT NODES

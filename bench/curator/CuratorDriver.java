@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark driver for Curator's InterProcessMutex (Debian's libcurator-recipes-java).
 //
 // Takes the same command line as the C++ drivers and prints the same JSON lines (see

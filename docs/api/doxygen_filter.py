@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Doxygen's input filter for include/zkr/: the headers' plain // comments become its /// ones.
 
 The headers are written for a reader of the source, with ordinary comments above each name; this

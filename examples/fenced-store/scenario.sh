@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The fenced store end to end: writer A takes the lock and freezes (SIGSTOP) just before its write;
 # its session expires, writer B is granted the lock with a larger token and writes; A wakes up and
 # sends its write with the old token, and the store refuses it. The store ends up with B's value.

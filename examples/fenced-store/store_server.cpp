@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A resource that checks fencing tokens: a tiny key-value store on 127.0.0.1 that applies a write
 // only if its token is not lower than the highest token it has accepted for that key.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A job that writes to the fenced store under a ZooKeeper lock, passing its fencing token.
 //
 // Usage: zkr_fenced_writer SERVERS LOCKPATH STORE_PORT KEY VALUE [options]

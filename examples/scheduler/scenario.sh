@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The leader-elected scheduler end to end: two instances start, one leads and fires jobs; the
 # leader is killed (SIGKILL, as a crashed host) and the other takes over once the dead session
 # expires; the killed one is restarted and waits as a follower; the new leader is stopped with

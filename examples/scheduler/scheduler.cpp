@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A leader-elected scheduler: every instance joins one election; the leader alone fires the
 // periodic jobs, and stops firing the moment its term ends. Start one on each host; when the
 // leader's host dies or is cut off, another instance takes over.

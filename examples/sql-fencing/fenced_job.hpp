@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the SQL writers share: the lock side of a fenced write. Each writer supplies only its
 // database's write (postgres_writer.cpp, sqlite_writer.cpp).
 //

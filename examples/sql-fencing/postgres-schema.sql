@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Fencing in PostgreSQL (docs/fencing.md): each protected name keeps the highest fencing token it
 -- has admitted, in the same database as the data it guards, so that the token check and the data
 -- write commit or roll back together.

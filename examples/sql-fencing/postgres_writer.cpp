@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A job that writes to PostgreSQL under a ZooKeeper lock, fenced by its token
 // (postgres-schema.sql; docs/fencing.md).
 //

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A fenced write to PostgreSQL from a shell job under zklock (docs/fencing.md):
 #
 #   zklock /locks/ledger examples/sql-fencing/psql-write.sh "$DATABASE_URL" ledger "some value"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Fencing in SQLite (docs/fencing.md), for a resource on one host: each protected name keeps the
 -- highest fencing token it has admitted, in the same database file as the data it guards.
 --

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A fenced write to an SQLite file from a shell job under zklock (docs/fencing.md):
 #
 #   zklock /locks/ledger examples/sql-fencing/sqlite-write.sh /var/lib/ledger.db ledger "some value"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A job that writes to an SQLite file under a ZooKeeper lock, fenced by its token
 // (sqlite-schema.sql; docs/fencing.md). For a resource on one host: SQLite's locking does not
 // hold on network file systems.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Boost.Asio completion tokens for acquiring locks and semaphore leases and for waiting for
 // leadership. Optional and header-only: include it only if you use Boost.Asio (1.74 or later); the
 // rest of the library does not need it.

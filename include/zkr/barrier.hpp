@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Barriers: hold processes until a node is removed, or until N of them have arrived.
 //
 // Barrier: the barrier is up while its node exists (Curator's DistributedBarrier and kazoo's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Caches: a node, or a whole subtree, mirrored in memory and kept current by watches.
 //
 // A TreeCache reads every node under its root once (the initial load, signalled once), then keeps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leader election on a ZooKeeper path, with fencing.
 //
 // An election is the mutual-exclusion lock of lock.hpp seen from the other side: every participant

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors: one scheme for the whole library.
 //
 // Every failure is a std::error_code in one of two categories:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FenceGate: the resource side of fencing.
 //
 // A lock cannot stop a paused holder from writing after its lease is gone; only the resource can.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FencedTransaction: writes to ZooKeeper that the server refuses once the writer's grant is gone.
 //
 // The ops are committed as one multi together with a check of the grant's own node (the lock

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fencing token: the czxid of the znode that won a grant.
 //
 // ZooKeeper zxids only grow (epoch in the high 32 bits, counter in the low 32), across leader

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Group membership: who is in a group, as ephemeral nodes under its path.
 //
 // A GroupMember is one process's membership: an ephemeral node under the group's path carrying

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who leads an election, told as it changes, without taking part.
 //
 // A LeaderWatch reads the election on a path (any layout, ours or a peer's: the first contender

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Lock: a mutual-exclusion lock on a ZooKeeper path, with fencing.
 //
 // Each acquisition creates an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>" (the node

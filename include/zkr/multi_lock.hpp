@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MultiLock: several lock paths taken as one - all of them or none.
 //
 // Each path is an ordinary lock path: the node on it is a Lock's ("_c_<uuid>-lock-<seq>"), so a

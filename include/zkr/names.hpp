@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Paths, connect strings and contender node names: the parsers for outside input.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session's metrics in the Prometheus text exposition format (version 0.0.4), for a service's
 // /metrics endpoint: serve the text with kPrometheusContentType.
 //

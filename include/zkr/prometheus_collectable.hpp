@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optional zkrecipes::prometheus component: a session's metrics as a prometheus-cpp
 // Collectable, for a service that already exports with prometheus-cpp (Debian's
 // prometheus-cpp-dev). Link zkrecipes::prometheus; the library itself never links prometheus-cpp.

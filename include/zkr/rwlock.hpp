@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ReadWriteLock: readers share, writers exclude, on one path.
 //
 // Node names are the ones Curator's InterProcessReadWriteLock writes ("_c_<uuid>-__READ__<seq>",

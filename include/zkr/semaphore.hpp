@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Semaphore: at most N leases held at once on a ZooKeeper path, each with a fencing token.
 //
 // Each acquisition queues an ephemeral sequential node "<path>/_c_<uuid>-lock-<seq>"; the first N

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Session: one ZooKeeper session shared by every lock, election and semaphore of a process.
 //
 // The session monitor turns session loss into lock loss. The C client learns that the server

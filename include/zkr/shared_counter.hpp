@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SharedCounter: one integer kept in one znode, changed by compare-and-set on the node's data
 // version, with a listener told of each change and of when its view may be stale.
 //

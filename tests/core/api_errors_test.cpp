@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The non-throwing forms of the public API (the overloads taking std::error_code&): each reports
 // the code its throwing form would throw, on a real server, clears ec on success, and returns an
 // empty result on failure. And a service built with -fno-exceptions that uses only them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AcquisitionBatch against a real server: batched grants are the same grants (one holder, the
 // node's czxid as token, tokens growing on one path), a refused multi-op loses nobody, and a
 // holder that sent nothing after its grant still hears of its node's deletion.

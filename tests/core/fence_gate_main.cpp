@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fenced resource in its own process, for the tests that kill it mid-write.
 // Usage: zkr_test_fence_gate GATE_FILE APPLIED_FILE CRASH_AT N TOKEN...
 // Opens a DurableFenceGate on GATE_FILE and prints "HIGHEST <token>" for key "ledger" (0 if none).

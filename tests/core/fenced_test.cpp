@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session's data API and writes fenced by a grant's own node (zkr/fenced.hpp), against a real
 // server: all ops or none, refused by the server once the lock node is gone.
 #include <gtest/gtest.h>

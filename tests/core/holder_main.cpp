@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A lock holder in its own process.
 // Usage: zkr_test_holder SERVERS PATH SESSION_TIMEOUT_MS [TICK_MS [SAFETY_MARGIN_MS]]
 // Prints "SESSION <hex id>", "ACQUIRED <token> <t>", then "WRITE <token> <t>" every 50 ms while it

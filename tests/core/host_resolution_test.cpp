@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C client re-resolves the connect string's hosts every time it polls its socket unless told
 // otherwise: a DNS query (or, for numeric hosts, a netlink address dump) per request and reply. These
 // tests count the resolver calls of the whole process by interposing getaddrinfo, which the

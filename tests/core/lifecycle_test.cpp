@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session's lifecycle against user code: close, destroy, release and cancel from every callback
 // the library runs (loss callbacks, state listeners, asynchronous handlers), from other threads at
 // the same time, and during each phase of an acquisition. Nothing may hang, crash or leak, and

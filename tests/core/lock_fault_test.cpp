@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lock under faults: lost replies, connection loss, frozen and killed holders, expiry,
 // blackholed links and a killed ensemble leader. Real servers, real processes.
 #include <gtest/gtest.h>

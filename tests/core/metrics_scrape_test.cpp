@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real scrape: starts examples/metrics_prometheus.cpp with --serve against the shared server,
 // GETs /metrics over TCP as Prometheus would, reads the text with python3-prometheus-client's
 // parser, and checks types, buckets and counts against what the example did (its fixed scenario)

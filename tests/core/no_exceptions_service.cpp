@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tiny service built with -fno-exceptions: it uses only the non-throwing forms of the API.
 // Usage: zkr_test_no_exceptions_service SERVERS PATH. Exit 0 when every step went as expected.
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-lock metrics and the structured log against a real server: the gauges, histograms and
 // reasons follow what the test does to the locks; opted-in paths get series of their own up to
 // the cap, all other paths share path=""; the JSON-lines sink carries the session, path and node

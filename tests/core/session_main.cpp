@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A session in its own process, for tests that run it where the test cannot (in a network
 // namespace). Usage: zkr_test_session SERVERS SESSION_TIMEOUT_MS TICK_MS CONNECT_TIMEOUT_MS [deadlines]
 // Prints "ERROR <errc value> <message>" if the session cannot be made; else "STATE <state> <hex

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session's start window (SessionOptions::max_starting_acquisitions) against a real server:
 // a burst of async acquisitions sends only the window's creates at once and still grants every one,
 // in order; what must end promptly (a deadline, a stop token, a try) is never held back; a waiter

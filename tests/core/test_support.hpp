@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for the core tests: session options scaled for tests, and a raw C-client handle that
 // inspects the server independently of the library under test.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fencing where the data lives (docs/fencing.md): a lock holder frozen past its session writes
 // late with its stale token, and the database refuses it. Real ZooKeeper (the suite's shared
 // server), a private PostgreSQL server (testenv/pgenv.py) and an SQLite file in a temporary

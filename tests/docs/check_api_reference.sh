@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds the API reference (docs/api/Doxyfile.in) and fails on any Doxygen warning: an undocumented
 # public name, a broken reference, markup Doxygen cannot read. Each warning names the header's line.
 #   check_api_reference.sh DOXYGEN OUTPUT_DIR   (OUTPUT_DIR holds the configured Doxyfile)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Docs are code: every zklock command line and every C++ snippet of the docs, run and compiled.
 
 Reads README.md, docs/*.md, tools/zklock/README.md, examples/**/README.md and the man page

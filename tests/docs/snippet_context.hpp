@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a C++ snippet of the docs takes from the reader's own program: the session and lock it
 // already has, and the reader's own functions (the store, the report, the logger). Declared, never
 // defined: snippets are compiled, not linked or run, so only the zkr calls around these are

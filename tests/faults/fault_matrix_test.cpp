@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault matrix (see docs/RELIABILITY.md for the row -> test table). Rows already proved by
 // tests/core/lock_fault_test.cpp (2, 4, 7, 8, 9, 12, 13, 14) and tests/zklock (16) are not repeated
 // here; this file holds the others. Real servers; real processes where the row names a process.

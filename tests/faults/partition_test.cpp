@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lock's central promise under real partitions: a holder is told "lost" before anyone else is
 // granted its lock, whatever the shape of the partition. Servers and clients run in network
 // namespaces of their own (testenv::NetLab) and nft rules cut the links between them, so that a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's defaults against what ensembles routinely do, on Debian's zoo.cfg (tickTime 2000,
 // initLimit 10, syncLimit 5): a rolling restart and a leader crash must kill no job, while a holder
 // that crashed or was cut off still hands its lock over only after its job is gone. The figures

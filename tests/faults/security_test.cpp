@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Security: lock nodes under digest ACLs, credentials kept out of logs, errors and jobs, and a
 // held node deleted by an operator reported as lost. Real servers, and the zklock binary.
 #include <gmock/gmock.h>

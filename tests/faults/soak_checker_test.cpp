@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak's checker on hand-written runs: each violation it exists to find is planted once, so a
 // checker that stopped finding it fails here rather than passing every soak.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: contender node names (zkr::parse_contender_name, zkr::sort_by_sequence) for
 // ours/Curator's and kazoo's schemes. A recognised name is exactly one of the documented formats:
 // it is rebuilt, byte for byte, from what was parsed out of it. Sorting gives a permutation that is

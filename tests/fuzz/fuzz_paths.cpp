@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: lock and election paths (zkr::validate_path, zkr::path_problem).
 // Both must agree, never throw, and accept only what the documented rules allow.
 #include <algorithm>

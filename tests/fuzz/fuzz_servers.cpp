@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: connect strings (zkr::parse_servers, zkr::describe_servers_problem).
 // Both must agree; an accepted list has at least one "host:port" with a port in 1..65535, a valid
 // or empty chroot, and parses again to itself.

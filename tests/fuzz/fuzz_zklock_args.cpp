@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: zklock's command line (zklock::parse_command_line). The input is argv after
 // the program name, NUL-separated; a first argument starting with "ENV=" is $ZKLOCK_SERVERS
 // instead. Parsing either throws UsageError or returns options that make sense.

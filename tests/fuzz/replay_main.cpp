@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs a libFuzzer target over files, without libFuzzer: every file given, and every file in every
 // directory given, is passed once to LLVMFuzzerTestOneInput. Used where clang is not available
 // and as a regression test of the seed corpora under any compiler and sanitizer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/asio.hpp>
 
 // guide.md, "Boost.Asio completion tokens": a callback completion with the Error it carries.

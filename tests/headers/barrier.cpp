@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/barrier.hpp>
 
 // docs/recipes.md, "Barriers": a barrier set, waited on and removed; N participants in and out.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/cache.hpp>
 
 // recipes.md, "Caches": a tree cache with its events, a node cache, errors as zkr::Error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/election.hpp>
 
 // guide.md and recipes.md, "Election": a latch, a term with its token, errors as zkr::Error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/error.hpp>
 
 // guide.md, "Errors": codes compared with the enums and the conditions, Error's what() and path().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/fence_gate.hpp>
 
 // README.md and fencing.md: the resource's gate, a durable one's failures caught as zkr::Error.

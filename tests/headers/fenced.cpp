@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/fenced.hpp>
 
 // The header's own example and fencing.md: a fenced write refused with errc::lock_lost.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/fencing_token.hpp>
 
 // The token: compared, printed, its epoch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/group.hpp>
 
 // docs/recipes.md, "Group membership": a member told of its loss, a view of the members.

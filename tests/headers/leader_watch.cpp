@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/leader_watch.hpp>
 
 // guide.md, "Election": told of each leader, errors as zkr::Error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/lock.hpp>
 
 // README.md's tour and guide.md, "Locks": acquire, the token, the loss signal, errors as zkr::Error.

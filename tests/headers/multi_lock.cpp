@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/multi_lock.hpp>
 
 // docs/recipes.md, "Multi-lock": every path or none, a token per path, errors as zkr::Error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/names.hpp>
 
 // Paths and connect strings checked before use: the codes compared with zkr::errc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/prometheus.hpp>
 
 // guide.md, "Prometheus text": the text of a session's metrics.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/prometheus_collectable.hpp>
 
 // guide.md, the zkrecipes::prometheus component: a session's metrics as a Collectable.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/rwlock.hpp>
 
 // guide.md, "Read/write locks": the read side, the write side, errors as zkr::Error.

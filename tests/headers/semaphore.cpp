@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/semaphore.hpp>
 
 // guide.md and recipes.md, "Semaphores": a lease, errc::limit_mismatch caught as zkr::Error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/session.hpp>
 
 // guide.md, "Sessions": a Session from its options, its failures caught as zkr::Error and compared

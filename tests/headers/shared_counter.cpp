@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <zkr/shared_counter.hpp>
 
 // recipes.md, "Shared counter": add, compare_and_set, a listener, errors as zkr::Error.

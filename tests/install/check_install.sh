@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks that zkrecipes installs and packages the way a user consumes it. Run by ctest (see
 # CMakeLists.txt here); needs no ZooKeeper server. Every step works in a scratch directory of its
 # own, which it empties first; nothing is installed outside it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's log goes to the sink set with zkr::set_log_sink, the C client's included, and
 // nothing reaches stderr by itself. Needs no server: a port that refuses connections makes the C
 // client log errors, and the session gives up after its connect timeout.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SharedCounter beside the peers whose layout it shares, all adding 1 to one node at once:
 // Curator's SharedCount and kazoo's Counter(support_curator=True) on a 4-byte node, Curator's
 // DistributedAtomicLong on an 8-byte one, kazoo's Counter on a text one. Every participant logs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Churn mixed with Curator: our participants (in-process and in processes of their own,
 // tests/recipes/recipe_peer_main.cpp) and Curator's (one JVM of several clients each, reused for
 // the whole run) on one path, while the test kills our processes with SIGKILL and starts them

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Our recipes beside real peers on the same path: Curator (Java) and kazoo (Python) participants
 // run as processes against the shared server. Every participant, ours and theirs, appends
 // "ENTER <who> <monotonic ns>" and "EXIT <who> <monotonic ns>" around each critical section to one

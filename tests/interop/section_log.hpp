@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared log of critical sections that every interop participant, ours and theirs, appends to
 // (one O_APPEND write per line, CLOCK_MONOTONIC nanoseconds), and its checker.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zkrecipes::prometheus: the session's metrics registered as a prometheus-cpp Collectable, served
 // by prometheus-cpp's own Exposer and scraped over HTTP, read the same as the library's
 // dependency-free text exposition (both read by python3-prometheus-client's parser).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TreeCache and NodeCache on real servers: the initial load, ordered events under a writer, a
 // deleted subtree, a node created and deleted at once (no ghost), the depth limit and the node
 // limit, "stale" while the server is stopped and the differences told after its restart, a session

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leader election on real servers: one leader, handover on kill, freeze, resign and expiry, the
 // leader as seen by a non-participant, and the selector's run-and-requeue cycle.
 #include <gtest/gtest.h>

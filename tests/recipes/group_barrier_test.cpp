@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Group membership and barriers on real servers: members and the views of them (layouts, data,
 // leaving, a deleted node, an id taken), a member's session expired under it (told, rejoined, the
 // view stale then fresh), a server restart, barriers set/waited/removed, a double barrier's N

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LeaderWatch on real servers: each change of leader told once and in order (resign, close,
 // kill), the leader's data, token and session, connection drops and a session replaced under the
 // watch, and stop().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The multi-lock on real servers: all paths or none, one global order (no deadlock between
 // multi-locks over overlapping paths given in opposite orders), a token per path, the loss of one
 // path losing the whole, and nothing left behind when it gives up part-way.

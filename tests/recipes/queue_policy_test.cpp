@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The queue's decision rule, without a server: who holds and what each waiter watches.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recipes under faults: a semaphore waiter whose turn comes while the waiter ahead of
 // it is dead or frozen, oversized paths, callbacks that call back into the library or throw, and
 // recipes that would share one path.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An election participant or a semaphore lease holder in its own process, for the tests that kill
 // or freeze one.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the recipe tests: the core tests' helpers, peer processes, and wake-up counts.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The read/write lock on real servers: readers together, writers alone, writers not starved by
 // readers that came later, and no herd.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The semaphore on real servers: never more than N, queue order, bounded wake-ups, leases freed
 // when a holder dies, and participants that disagree on N.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SharedCounter on real servers: each layout's bytes exactly as the peers write them, data of
 // another layout refused and left alone, no wrapping, concurrent adds summing exactly, a lost
 // reply never applied twice, and the listener's values, stale and fresh across a dropped

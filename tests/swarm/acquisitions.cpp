@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Operations on locks, read/write locks and semaphores, on the holds they return, on acquisition
 // batches, and the control operations (await, cancel). Each predicts, where it can, what the
 // library must do (reenter, refuse, grant a free lock at once) and the harvest checks it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An actor: one thread of the program under test, running one operation at a time. Blocking calls
 // and the library's per-thread state (a reentrant lock's holds, an open AcquisitionBatch) belong
 // to the thread that makes them, so each actor is a thread of its own.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rest of the recipe catalogue in the swarm: multi-locks over the swarm's lock paths, group
 // membership, a barrier and a double barrier. Like counter_add, their operations are posted every
 // few steps, drawn from the seed and the step number only, so that the other steps stay the seed's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The invariants, checked after every step (check_step) and once everything is released
 // (check_end). Each names what broke and what showed it; docs in tests/swarm/README.md.
 //

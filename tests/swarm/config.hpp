@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a swarm run works on: the resource catalogue (the same in every run, so that an operation
 // list means the same thing under any seed), and the per-seed configuration of the sessions.
 #pragma once

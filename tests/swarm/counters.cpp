@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared counter in the swarm: every few steps an idle actor adds 1 to 4 to one counter on its
 // session, under whatever faults are injected then; at the end the counter must hold the sum of
 // the acknowledged adds plus some of those whose outcome was reported unknown (a lost reply,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Operations on leader latches, the leader selector and leader watches. Terms are recorded as
 // they begin and end (on the callback thread, or the selector's own thread) and harvested into
 // grants like a lock's, so that the same invariants hold for them: one leader whose node stands,

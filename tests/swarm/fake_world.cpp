@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swarm on the fake ZooKeeper (tests/unit/fake_zookeeper.hpp): faults are exact (the reply
 // of the next create lost after it took effect, an expiry the client hears only on reconnecting),
 // and the fake tells when nothing is on the wire any more, so each step ends at a quiet point.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The next operation: drawn from the run's random generator and shaped by the model, so that most
 // operations act on something (a hold that exists, an idle actor, the session of an open batch)
 // and the crossings come often: reacquiring what a thread holds, moving holds, acquiring inside a

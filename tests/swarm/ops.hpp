@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swarm's operations: what an actor may do with the public API (include/zkr/*.hpp), and the
 // faults a world may inject. An operation is five small numbers, so that a run is a list of them,
 // printed and parsed back as text ("acquire:0.1.2.5 move:0.1.2.9 ...") to replay it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swarm against a real ZooKeeper server (testenv): each session slot connects through a proxy
 // of its own, so that a fault hits one session. Faults: a create's reply swallowed (the create took
 // effect) and the connection reset, a reset, a cut (blackhole) for some steps, an expiry forced by

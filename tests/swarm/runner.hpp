@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running swarms: a generated run from a seed, a replay of an operation list, shrinking a failing
 // list to the shortest that still fails the same way (delta debugging, each candidate replayed on
 // a fresh world), and the report a failure prints.

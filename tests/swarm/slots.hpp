@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The objects a swarm run keeps per session slot and per actor (internal to tests/swarm).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The run: setup, one step per operation (carried out, then a quiet point, then the outcomes
 // harvested and the invariants checked), the end phase (everything healed and released, every
 // wait must end), and a teardown that never hangs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One swarm run: actors on several sessions carry out a list of operations against a world (the
 // fake or real servers), and after every step the model's invariants are checked (checks.cpp).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swarm test: random operations from the whole public API, on several sessions, under faults,
 // with the invariants checked after every step (tests/swarm/README.md).
 //

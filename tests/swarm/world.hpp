@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a swarm run happens: the fake ZooKeeper (fast, exact faults, a quiet point after every
 // step) or real servers (slower; faults through a proxy per session and server restarts). The
 // runner sees only this interface.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS to a real ZooKeeper 3.8 with secureClientPort (Netty), through the session's relay
 // (SessionOptions::tls, src/tls_relay.cpp). The shared TLS servers (fixtures zk_tls_start, TLS 1.2,
 // and zk_tls13_start, TLS 1.3 only) require client certificates (ssl.clientAuth=need) and have no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An in-memory ZooKeeper behind the adapter interface (src/zk_client.hpp), with fault injection
 // driven by the test, for unit tests of interleavings that real servers produce only rarely.
 //

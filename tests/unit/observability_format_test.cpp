@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the library writes for machines, checked without a server: the Prometheus text of a
 // metrics snapshot (order, escaping, histogram buckets) and the JSON log lines (escaping of every
 // kind of awkward string), each read back by an independent parser (python_readers.hpp).

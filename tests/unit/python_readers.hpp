@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Independent readers of what the library writes for machines: Python's json module for the JSON
 // log lines, python3-prometheus-client's parser for the metrics text (tests/unit/read_*.py). Each
 // returns the reader's lines; a reader that cannot read the input fails the test with its reason.

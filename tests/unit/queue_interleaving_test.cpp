@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rare interleavings of the contender queue and the session, built deterministically on the fake
 // ZooKeeper (fake_zookeeper.hpp): lost replies, expiry at awkward moments, a predecessor vanishing
 // between two requests, cancel and timeout racing the create or the grant, a silent server, and a

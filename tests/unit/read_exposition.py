@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads a Prometheus text exposition on stdin with python3-prometheus-client's parser, a reading
 of the format independent of the library's writer, and prints what it understood:
     family NAME TYPE

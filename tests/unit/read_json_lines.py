@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads JSON lines (the library's json_lines_log_sink) from the file named by argv[1] with
 Python's json module and prints, per line, its keys and values:
     record KEY=HEX,...     (sorted by key; values as hex of their UTF-8 bytes)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Creates PATH (and its parents) with an ACL that gives all rights to digest USER:PASSWORD only,
 so that a client without those credentials cannot create the lock nodes under it.
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # check_static_link.sh ZKLOCK: fails if ZKLOCK (built with ZKR_STATIC_ZKLOCK) needs a C++ library
 # at run time, or sets up iostreams: a dependency added later must not quietly bring back the
 # dynamic loader's or the C++ runtime's start-up cost (docs/BENCHMARKS.md, section 7).

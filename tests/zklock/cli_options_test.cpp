@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's command line, parsed without starting anything.
 #include <algorithm>
 #include <cctype>

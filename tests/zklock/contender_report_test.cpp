@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --list output formatting.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What fleets read from zklock, against a real server: JSON log lines (--log-format json,
 // --log-file), the Prometheus textfile (--metrics-file), one JSON vocabulary across --list and
 // --watch, and the queue position while waiting. JSON and Prometheus text are checked by Debian's

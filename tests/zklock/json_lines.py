@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that FILE (or stdin, with -) is JSON lines - one object a line, nothing else - and prints
 one line per record: its "event", then key=value for each field named on the command line that the
 record has (values as JSON). Exits 1, naming the line, on anything that is not one JSON object."""

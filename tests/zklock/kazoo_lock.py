@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A kazoo client on a zklock path, for the interop test.
 
   kazoo_lock.py SERVERS PATH hold   take the lock, print "held", keep it until stdin closes,

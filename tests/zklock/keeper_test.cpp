@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job zklock hands to its waiting keeper: what crosses the pipe arrives whole, and a spec cut
 // short (zklock died while writing it) is never mistaken for a job.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """on_a_terminal.py RELEASE_FILE COMMAND...: runs COMMAND with a pseudo-terminal as its stdin,
 stdout and stderr; once it has said "queued for", creates RELEASE_FILE (a holder in the test waits
 for it). Prints what COMMAND wrote (CR LF as LF) and exits with its status. Gives up after 60 s."""

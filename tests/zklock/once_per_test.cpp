@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --once-per's record and windows, as units (the real runs are in zklock_process_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

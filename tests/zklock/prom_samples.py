@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Parses FILE with prometheus_client's text parser (the format node_exporter's textfile collector
 reads) and prints one line per sample: name{label="value",...} value. Exits 1 if it does not parse."""
 import sys

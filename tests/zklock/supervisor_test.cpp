@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The supervisor against a fake lock and a fake job, no server: on every path the job is stopped
 // before the lock is released, and the exit code is the one zklock(1) documents.
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The zklock binary against a real ZooKeeper server: real processes, real signals, real loss.
 #include <netinet/in.h>
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running the zklock binary from a test: its path, the scripts beside the tests, a process run to
 // its end with stdout and stderr together, and bounded polling. Shared by the process tests.
 #pragma once

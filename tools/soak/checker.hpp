@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak's checker: reads a run directory (client logs, store journal, fault log, end state) and
 // counts what must be zero and what must not be.
 #pragma once

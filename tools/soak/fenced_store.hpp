@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FencedStore: the resource the soak's jobs write to. A counter per key behind a zkr::FenceGate,
 // served on a Unix socket, one line per request:
 //   "READ <key> <token> <client> <op-id>"           -> "OK <value>" | "STALE <highest>"

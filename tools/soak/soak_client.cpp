@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zkr_soak_client: one participant of the soak. It takes the lock over and over; under each grant
 // its job reads a counter from the fenced store and writes it back incremented, with the grant's
 // token, a few times, pausing in between (the pauses are where a freeze lands: a holder checks that

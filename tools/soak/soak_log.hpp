@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak's record formats, shared by the client, the driver and the checker.
 //
 // Every record is one line, written with a single write(2) so that a killed process never leaves a

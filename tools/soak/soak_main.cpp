@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zkr_soak: a soak of the lock under faults, and its checker.
 //
 //   zkr_soak run [--clients 5] [--duration 120] [--target-grants N] [--seed S] [--out DIR] ...

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's command line: what the user asked for, parsed and checked before anything connects.
 #pragma once
 

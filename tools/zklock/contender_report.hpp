@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --list output: the holders and waiters of a lock path, as a table or as JSON.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's exit codes, and the one place where library failures are turned into them.
 #pragma once
 

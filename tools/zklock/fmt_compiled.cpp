@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fmt's out-of-line functions, compiled into zklock itself so that zklock needs no libfmt.so (Debian
 // ships fmt as a shared library only, and that library would bring libstdc++.so back into a zklock
 // linked statically against it: see CMakeLists.txt). The templates below are the ones zklock

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the library's callback thread reports to zklock's main thread. Callbacks only record what
 // happened here and poke the wakeup; they never act. The main thread acts.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job: the command zklock runs under the lock, in a process group of its own so that signals
 // passed on reach the command's own children too, and every process descending from it, wherever
 // it moved (process_tree.hpp), started and watched by the keeper (keeper.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one JSON vocabulary of zklock's machine output: --list --json, --list --watch --json, the
 // --once-per record in them, and --log-format json. The same thing has the same name and type
 // everywhere: a lock path is "lock" in log records and "path" in a listing (the thing listed),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The keeper: a small process between zklock and the job that outlives zklock's death.
 //
 // zklock forks it first thing, while zklock is still single-threaded (before the ZooKeeper client

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's messages (on stderr, or as --log-file and --log-format say): one line each, "zklock: " first, user input shown escaped.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --metrics-file FILE: what a run did, as Prometheus text for node_exporter's textfile collector
 // (or anything that reads the exposition format from a file). No daemon: zklock writes the file
 // once, at its exit, to a temporary file beside it that it then renames over it, so that a reader

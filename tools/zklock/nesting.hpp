@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A zklock run by the job of another zklock, on the lock its parent holds: refused when it would
 // wait for itself. Decided by the node the parent holds, found on the ensemble (so "localhost:P"
 // and "127.0.0.1:P" are one ensemble, and a chroot is taken into account), not by comparing

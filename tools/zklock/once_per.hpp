@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --once-per PERIOD: a command run at most once per period across every host that runs it.
 //
 // Periods are windows of the ensemble leader's clock (the mtime ZooKeeper stamps on a write), read

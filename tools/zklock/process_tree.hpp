@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job's process tree as the kernel links it (parent to child), whatever process groups or
 // sessions its members moved to: the only view from which no descendant can hide.
 #pragma once

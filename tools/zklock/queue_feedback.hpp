@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Feedback while queued: where a waiting zklock stands (its place in the queue) and who holds the
 // lock, said again each time either changes: a line each change, not a spinner. On a terminal
 // (stderr) or with -v, as a message; with --log-format json, as a "queued" record, which also

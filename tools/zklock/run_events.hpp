@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock's log and what a run did, for people and for fleets.
 //
 // One process-wide log output takes zklock's messages (say()), its events and the library's log

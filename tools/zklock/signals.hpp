@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How zklock hears about signals and about events from the library's callback thread: both become
 // readable file descriptors, so the main thread waits for everything with one poll().
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The supervisor: runs the job under a held lock, passes signals on, stops the job when the lock
 // is lost or the job ends, and only then releases the lock. It sees the lock, the job and what it
 // waits on through the small interfaces below, so that tests can drive it with fakes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A time zone read from the system's tz database (/usr/share/zoneinfo, Debian's tzdata), for
 // --once-per --tz. Read here rather than through the C library: localtime_r knows only the zone
 // in $TZ, and changing the process's TZ would change it for the job too.

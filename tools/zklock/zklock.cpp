@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zklock: runs a command while holding a ZooKeeper lock, like flock(1) across hosts (see zklock.1).
 //
 // The main thread does everything that matters: it waits with poll() on a signalfd and on an

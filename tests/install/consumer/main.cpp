@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside the project that uses the installed zkrecipes: it must compile with only the
 // installed headers and link with only what the package config or pkg-config file says. It needs
 // no server: it exercises calls that validate input before any connection is made.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Collects a snapshot through the installed zkrecipes::prometheus component, without a server.
 #include <cstdio>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Curator (Debian's libcurator-recipes-java) participant for the interoperability tests.
 //
 //   java -cp CLASSES:curator-recipes.jar:slf4j-nop.jar CuratorPeer CONNECT PATH MODE WHO LOG ITERATIONS HOLD_MS CLIENTS

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A kazoo (Debian's python3-kazoo) participant for the interoperability tests.
 
     /usr/bin/python3 kazoo_peer.py CONNECT PATH WHO LOG ITERATIONS HOLD_MS CLIENTS [MODE]
