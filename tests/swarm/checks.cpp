@@ -58,6 +58,8 @@ void Swarm::check_step() {
   if (failed()) return;
   check_losses_told();
   if (failed()) return;
+  check_loss_policies();
+  if (failed()) return;
   check_catalogue_step();
   if (failed() || world_.faults_active()) return;
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
@@ -179,6 +181,18 @@ void Swarm::check_watch_count() {
 // A loss is told: a believed holder whose node is gone, on a session that is connected and
 // healthy, hears of it; a grant whose session was replaced is lost; a grant that is lost() had its
 // on_lost callbacks run.
+void Swarm::check_loss_policies() {
+  for (const auto& slot : slots_) {
+    if (!slot->session || config_.loss_policy[static_cast<std::size_t>(slot->slot)] != LossPolicy::on_disconnect)
+      continue;
+    if (const int told = slot->suspensions_told->load(); told > 0)
+      return fail("loss policy", "",
+                  fmt::format("after step {}: session s{} (LossPolicy::on_disconnect) said it was suspended {} "
+                              "time(s): a dropped connection must lose its grants, not suspend them",
+                              step_index_, slot->slot, told));
+  }
+}
+
 void Swarm::check_losses_told() {
   eventually("loss not told", world_.slack() / 2, [&]() -> std::string {
     for (auto& [node, grant] : grants_) {
@@ -269,6 +283,11 @@ void Swarm::check_loss_explained(Grant& grant) {
       expected = "break_holder or expiry";
       break;
     case LossReason::connection_lost:
+      if (config_.loss_policy[static_cast<std::size_t>(grant.slot)] != LossPolicy::on_disconnect)
+        return fail("loss policy", std::string(r.name),
+                    fmt::format("after step {}: grant {} on {} (session {}, LossPolicy::at_deadline) was lost "
+                                "with connection_lost, the reason only on_disconnect gives",
+                                step_index_, grant.node, r.path, session_id_text(grant.session_id)));
       explained = any_of({OpKind::fault_drop, OpKind::fault_lost_reply, OpKind::fault_failed_create,
                           OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause});
       expected = "fault that dropped its connection";

@@ -97,6 +97,9 @@ struct Swarm::SessionSlot {
   std::vector<std::unique_ptr<SessionSlot>> earlier;
   std::unique_ptr<TreeCache> cache;  // of the whole swarm tree (kRoot)
   std::shared_ptr<CacheTold> cache_told;  // its callback's
+  // How often the session said it was suspended (the loss policy check); before the session goes.
+  std::shared_ptr<std::atomic<int>> suspensions_told = std::make_shared<std::atomic<int>>(0);
+  Subscription suspensions_watch;
 };
 
 struct Swarm::ActorState {

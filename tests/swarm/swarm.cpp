@@ -219,6 +219,9 @@ void Swarm::open_slot(int slot) {
   next->earlier = std::move(current->earlier);
   if (current->session) next->earlier.push_back(std::move(current));
   next->session = world_.open_session(slot, config_.session_options(slot));
+  next->suspensions_watch = next->session->on_state_change([told = next->suspensions_told](SessionState state) {
+    if (state == SessionState::suspended) told->fetch_add(1);
+  });
   current = std::move(next);
 }
 

@@ -263,6 +263,7 @@ class Swarm {
   void check_end();
   void check_exclusion();
   void check_losses_told();
+  void check_loss_policies();  // on_disconnect never suspends; only it loses with connection_lost
   void check_watch_count();
   void check_orphans();
   std::string metrics_problem(bool final);  // empty: they agree
