@@ -3,8 +3,8 @@
 # package config and a pkg-config file. zklock installs itself (tools/zklock/CMakeLists.txt).
 #
 # The build's own `zkrecipes` target is one kind (static unless BUILD_SHARED_LIBS=ON) and is what
-# the tests and zklock link. For installation two more targets are linked from its very object
-# files (they are compiled position independent), so nothing is compiled twice:
+# the tests and zklock link. For installation two more targets are linked from the same object
+# files (ZKR_LIBRARY_OBJECTS, compiled position independent), so nothing is compiled twice:
 #   zkrecipes_shared  -> libzkrecipes.so.<version>, exported as zkrecipes::zkrecipes_shared
 #   zkrecipes_static  -> libzkrecipes.a,            exported as zkrecipes::zkrecipes_static
 # The installed config makes `zkrecipes::zkrecipes` the shared one, or the static one when the
@@ -24,8 +24,8 @@ set(zkr_zookeeper_for_install
 set(zkr_library_output_dir ${CMAKE_BINARY_DIR}/install-libs)
 foreach(kind shared static)
   string(TOUPPER ${kind} kind_upper)
-  add_library(zkrecipes_${kind} ${kind_upper} $<TARGET_OBJECTS:zkrecipes>)
-  add_dependencies(zkrecipes_${kind} zkrecipes)
+  add_library(zkrecipes_${kind} ${kind_upper} ${ZKR_LIBRARY_OBJECTS})
+  set_target_properties(zkrecipes_${kind} PROPERTIES LINKER_LANGUAGE CXX)
   target_include_directories(zkrecipes_${kind} INTERFACE
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   # The headers use <stop_token>, <compare> and designated initialisers: consumers need C++20.

@@ -18,6 +18,7 @@
 #include "log.hpp"
 #include "request_limits.hpp"
 #include "state_check.hpp"
+#include "tls_probe.hpp"
 
 namespace zkr::detail {
 namespace {

@@ -635,28 +635,4 @@ std::string name_real_servers(std::string text) {
   return text;
 }
 
-bool speaks_tls(const std::string& host_port, std::chrono::milliseconds budget) {
-  const HostPort target = split_host_port(host_port);
-  asio::io_context io;
-  asio::ssl::context context(asio::ssl::context::tls_client);
-  context.set_verify_mode(asio::ssl::verify_none);
-  asio::ssl::stream<tcp::socket> stream(io, context);
-  tcp::resolver resolver(io);
-  bool answered = false;
-  resolver.async_resolve(target.host, target.port, [&](boost::system::error_code ec, tcp::resolver::results_type found) {
-    if (ec) return;
-    asio::async_connect(stream.lowest_layer(), found, [&](boost::system::error_code connect_ec, const tcp::endpoint&) {
-      if (connect_ec) return;
-      stream.async_handshake(asio::ssl::stream_base::client, [&](boost::system::error_code handshake_ec) {
-        // A TLS alert (it wants a client certificate, say) is TLS all the same.
-        const bool alert = handshake_ec.category() == asio::error::get_ssl_category() &&
-                           ERR_GET_REASON(static_cast<unsigned long>(handshake_ec.value())) >= SSL_AD_REASON_OFFSET;
-        answered = !handshake_ec || alert;
-      });
-    });
-  });
-  io.run_for(budget);
-  return answered;
-}
-
 }  // namespace zkr::detail

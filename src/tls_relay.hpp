@@ -65,8 +65,4 @@ class TlsRelay {
 // relay of the process. Text without a relay's address comes back unchanged.
 std::string name_real_servers(std::string text);
 
-// Whether a server that accepts TCP connections at `host_port` answers a TLS handshake (without
-// verifying anything): a plain-text client that got no session from it is talking to a TLS port.
-bool speaks_tls(const std::string& host_port, std::chrono::milliseconds budget);
-
 }  // namespace zkr::detail

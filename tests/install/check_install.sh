@@ -60,6 +60,17 @@ libdir_of() {
   dirname "$(dirname "$pc")"
 }
 
+# A statically linked zklock has no TLS of its own: given a TLS option it runs zklock-tls from
+# LIBEXECDIR/zkrecipes. Reached, zklock-tls names the missing CA file; not reached, zklock says so.
+check_tls_build_reached() {
+  local zklock=$1 output
+  output=$(env -u ZKLOCK_SERVERS "$zklock" --tls-ca /nonexistent/ca.pem -z 127.0.0.1:9 /zkr-install-check true 2>&1) &&
+    fail "$zklock with a CA file that does not exist succeeded: $output"
+  grep -q "CA file or directory does not exist" <<<"$output" ||
+    fail "$zklock with a TLS option did not reach zklock-tls: $output"
+  echo "$zklock --tls-ca: reached zklock-tls"
+}
+
 cmd_install() {
   local build=$1 prefix=$2
   fresh_dir "$prefix"
@@ -85,6 +96,7 @@ cmd_install() {
   stray=$(find "$prefix/include" -type f ! -path '*/include/zkr/*.hpp')
   [ -z "$stray" ] || fail "unexpected files under include/: $stray"
   "$prefix/bin/zklock" --version >/dev/null || fail "the installed zklock does not run"
+  check_tls_build_reached "$prefix/bin/zklock"
   echo "installed into $prefix:"
   (cd "$prefix" && find . -type f -o -type l | sort)
 }
@@ -227,7 +239,7 @@ cmd_deb() {
 
   local contents
   contents=$(dpkg-deb --contents "$deb" | awk '{print $6}')
-  for file in ./usr/bin/zklock ./usr/share/man/man1/zklock.1.gz ./usr/share/bash-completion/completions/zklock \
+  for file in ./usr/bin/zklock ./usr/libexec/zkrecipes/zklock-tls ./usr/share/man/man1/zklock.1.gz ./usr/share/bash-completion/completions/zklock \
               ./usr/include/zkr/lock.hpp ./usr/include/zkr/session.hpp \
               ./usr/share/doc/zkrecipes/copyright ./usr/share/doc/zkrecipes/changelog.gz; do
     grep -qx -- "$file" <<<"$contents" || fail "the package lacks $file"
@@ -252,6 +264,7 @@ cmd_deb() {
   [ "$version" = "zklock (zkrecipes) $package_version" ] ||
     fail "zklock --version says '$version', the package is version $package_version"
   echo "packaged zklock --version: $version"
+  check_tls_build_reached "$root/usr/bin/zklock"
   # The changelog shipped is this release's: its newest entry names the package's version.
   grep -m 1 '^## \[[0-9]' <(gzip -dc "$root/usr/share/doc/zkrecipes/changelog.gz") | grep -qF "[$package_version]" ||
     fail "the packaged changelog's newest release is not $package_version"

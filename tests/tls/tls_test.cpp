@@ -635,6 +635,36 @@ TEST_P(TlsEachVersion, ZklockNamesWhatTheTlsServerRefused) {
   EXPECT_NE(half.output.find("--tls-key"), std::string::npos) << half.output;
 }
 
+// zklock starts once per job: without a TLS option it maps no OpenSSL library (loading libssl and
+// libcrypto costs more of a start than the rest of zklock); given one, it runs its TLS build,
+// zklock-tls. The job's parent is zklock's keeper, a fork of the zklock that took the lock.
+TEST(Tls, ZklockMapsOpenSslOnlyWhenGivenATlsOption) {
+#ifndef ZKR_ZKLOCK_STATIC_RUNTIME
+  GTEST_SKIP() << "zklock is linked dynamically in this build: one binary, TLS included";
+#endif
+  const std::string report = "echo \"openssl mapped: $(grep -c -e libssl -e libcrypto /proc/$PPID/maps)\"";
+  const ZklockRun plain = run_zklock({"-z", testenv::shared_server(), testenv::unique_path(), "-c", report});
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("openssl mapped: 0\n"), std::string::npos) << plain.output;
+
+  const auto& server = tls_server();
+  const ZklockRun tls = run_zklock({"--tls-ca", server.file("ca.pem").string(), "--tls-cert",
+                                    server.file("client.pem").string(), "--tls-key", server.file("client.key").string(),
+                                    "-z", server.connect_string, testenv::unique_path(), "-c", report});
+  EXPECT_EQ(tls.exit_code, 0) << tls.output;
+  EXPECT_NE(tls.output.find("openssl mapped: "), std::string::npos) << tls.output;
+  EXPECT_EQ(tls.output.find("openssl mapped: 0\n"), std::string::npos) << tls.output;
+}
+
+// Plain text to a TLS-only port: zklock (which has no OpenSSL) still names it as the library does.
+TEST_P(TlsEachVersion, ZklockInPlainTextToATlsPortSaysItIsOne) {
+  const auto& server = this->server();
+  const ZklockRun run = run_zklock({"--connect-timeout", "20", "-z", server.connect_string, testenv::unique_path(), "echo", "ran"});
+  EXPECT_EQ(run.exit_code, 69) << run.output;
+  EXPECT_NE(run.output.find("it is a TLS port"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("ran\n"), std::string::npos) << run.output;
+}
+
 TEST(Tls, AZklockInTheJobReachesTheEnsembleTheSameWayWithoutHostVerification) {
   // "localhost" is not in the server's certificate: only --tls-no-verify-host lets either zklock in.
   const auto& server = tls_server();

@@ -1,12 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# check_static_link.sh ZKLOCK: fails if ZKLOCK (built with ZKR_STATIC_ZKLOCK) needs a C++ library
-# at run time, or sets up iostreams: a dependency added later must not quietly bring back the
-# dynamic loader's or the C++ runtime's start-up cost (docs/BENCHMARKS.md, section 7).
+# check_static_link.sh ZKLOCK [--openssl]: fails if ZKLOCK (built with ZKR_STATIC_ZKLOCK) needs a
+# C++ library or (unless --openssl: zklock-tls) OpenSSL at run time, or sets up iostreams: a dependency added later must not quietly bring
+# back the dynamic loader's or the C++ runtime's start-up cost (docs/BENCHMARKS.md, section 7).
 needed=$(readelf -d "$1" | grep NEEDED) || { echo "cannot read the dynamic section of $1" >&2; exit 1; }
 echo "$needed"
 if echo "$needed" | grep -E 'lib(stdc\+\+|gcc_s|fmt|boost|zookeeper)'; then
   echo "$1 needs the shared libraries above; zklock is meant to link them statically (ZKR_STATIC_ZKLOCK)" >&2
+  exit 1
+fi
+# Loading libssl and libcrypto alone costs a start about 3 ms of CPU: TLS is zklock-tls's, which
+# zklock runs only when given a TLS option.
+if [ "${2:-}" != --openssl ] && echo "$needed" | grep -E 'lib(ssl|crypto)'; then
+  echo "$1 needs OpenSSL's libraries above; only zklock-tls may (tools/zklock/CMakeLists.txt)" >&2
   exit 1
 fi
 # Nor may iostreams come back: their set-up (std::ios_base::Init, the standard streams and their

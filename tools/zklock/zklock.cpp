@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -837,6 +839,29 @@ void open_standard_descriptors() {
   }
 }
 
+#ifdef ZKLOCK_TLS_BUILD_INSTALLED
+// This zklock links no OpenSSL, whose libraries would cost every start more than the rest of
+// zklock (tools/zklock/CMakeLists.txt): a run with a TLS option becomes zklock-tls, the same
+// program with TLS, found beside this binary (a build tree) or where it is installed. Arguments,
+// environment, descriptors and signal mask pass on as they are. Returns only if it cannot be run.
+int run_tls_build(char** argv) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) {
+    say("TLS options need zklock-tls, which cannot be found: /proc/self/exe: {}", error.message());
+    return exit_code::unavailable;
+  }
+  std::string tried;
+  for (const std::filesystem::path& candidate :
+       {self.parent_path() / "zklock-tls", (self.parent_path() / ZKLOCK_TLS_BUILD_INSTALLED).lexically_normal()}) {
+    ::execv(candidate.c_str(), argv);
+    tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", candidate.string(), std::strerror(errno));
+  }
+  say("TLS options need zklock-tls, which cannot be run ({})", tried);
+  return exit_code::unavailable;
+}
+#endif
+
 // The run's "exit" record and --metrics-file, then the exit code.
 int finish(int exit_code) {
   run_events().finished(exit_code);
@@ -865,6 +890,9 @@ int zklock_main(int argc, char** argv) {
     fmt::print("{}", version_text());
     return 0;
   }
+#ifdef ZKLOCK_TLS_BUILD_INSTALLED
+  if (options.tls_ca) return run_tls_build(argv);
+#endif
   if (const std::string problem = zkr::path_problem(options.lock_path); !problem.empty()) {
     say("invalid lock path '{}': {}", options.lock_path, problem);
     return exit_code::usage;
