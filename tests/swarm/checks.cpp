@@ -65,7 +65,7 @@ void Swarm::check_step() {
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
   eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
-  eventually("group", world_.slack() / 2, [&] { return group_problem(); });
+  eventually("group", world_.slack() / 2, [&] { return group_problem(false); });
   eventually("barrier", world_.slack() / 2, [&] { return barrier_problem(); });
 }
 
@@ -513,6 +513,7 @@ void Swarm::check_end() {
                 fmt::format("end phase: the server refused a request for its size and dropped the connection: {}",
                             refused));
   check_orphans();
+  eventually("group", world_.slack(), [&] { return group_problem(true); });
   eventually("metrics", world_.slack(), [&] { return metrics_problem(true); });
   check_counter();
 }

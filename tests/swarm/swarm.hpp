@@ -290,7 +290,7 @@ class Swarm {
   std::optional<Op> catalogue_op_for_step() const;  // the generator's: every few steps
   void harvest_catalogue();
   void check_catalogue_step();      // after every step, faults or not
-  std::string group_problem();    // once quiet: the group views
+  std::string group_problem(bool at_end);  // once quiet: the group views
   std::string barrier_problem();  // once quiet: the barrier's waiters
   bool end_catalogue();             // end phase: lets go of everything; true while waits remain
   std::string catalogue_waits();  // for a report: what still waits, and the nodes on its paths
