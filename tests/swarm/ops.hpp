@@ -76,8 +76,9 @@ enum class OpKind : std::uint8_t {
   fault_pause,          // replies are held (a slow link)
   fault_break,          // an operator breaks the holder of the resource (zkr::break_holder)
   fault_restart,        // the server restarts (real servers only)
-  // The shared counter (arg: the delta less one, 0-3), on the actor's thread.
-  counter_add,  // SharedCounter::add(delta, stop, ec) on the session's counter
+  // The shared counter, on actors' threads (arg 0-3: one add of arg + 1; 4 and up: a burst of
+  // calls in flight at once, see counters.cpp).
+  counter_add,  // SharedCounter calls on the run's counter
   // The rest of the catalogue (catalogue.cpp), posted every few steps like counter_add.
   multi_acquire,   // MultiLock::async_acquire over two or three of lock0-lock2 (arg: paths, timeout class)
   multi_release,   // HeldMultiLock::release of the actor's newest multi-lock hold

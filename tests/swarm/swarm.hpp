@@ -200,6 +200,8 @@ class Swarm {
   // the one before.
   RunResult run(std::vector<Op> ops, bool generate, int steps, const Schedule& follow = {});
 
+  struct CounterCall;  // one call on the shared counter, as its actor saw it (counters.cpp)
+
  private:
   struct LatchSlot;
   struct SelectorSlot;
@@ -277,10 +279,9 @@ class Swarm {
 
   // ---- the shared counter (counters.cpp) ----
   bool counter_op(const Op& op);
-  std::optional<Op> counter_op_for_step() const;  // the generator's: every few steps, an idle actor adds
+  std::optional<Op> counter_op_for_step() const;  // the generator's: every few steps, idle actors call it
   void check_counter();
-  struct CounterAdd;
-  std::vector<std::shared_ptr<CounterAdd>> counter_adds_;
+  std::vector<std::shared_ptr<CounterCall>> counter_calls_;
   std::string counter_path_;  // one of this run's own: a real server outlives the run
 
   // ---- multi-locks, group membership, barriers (catalogue.cpp) ----
