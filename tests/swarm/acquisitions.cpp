@@ -7,6 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <zkr/asio.hpp>
 #include <zkr/error.hpp>
 #include <zkr/fenced.hpp>
 
@@ -80,6 +84,30 @@ AcquireHandler record_into(const std::shared_ptr<Outcome>& outcome, bool release
 }
 
 }  // namespace
+
+// zkr::asio's completions: on the thread that runs this context, never inside the initiating call.
+struct Swarm::AsioContext {
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread{[this] { io.run(); }};
+  std::mutex mutex;
+  std::vector<std::string> violations;
+  ~AsioContext() {
+    work.reset();
+    io.stop();
+    thread.join();
+  }
+};
+
+namespace {
+thread_local bool inside_asio_initiation = false;
+}  // namespace
+
+void Swarm::check_asio() {
+  if (!asio_) return;
+  std::lock_guard lock(asio_->mutex);
+  if (!asio_->violations.empty()) fail("asio completion", "", asio_->violations.front());
+}
 
 std::unique_ptr<Pending> Swarm::new_pending(const Op& op) {
   auto pending = std::make_unique<Pending>();
@@ -167,14 +195,54 @@ bool Swarm::acquire(const Op& op) {
     const auto timeout = async_timeout(op);
     auto handler = record_into(outcome, recorded.release_in_handler);
     auto token = recorded.unstoppable ? std::stop_token() : recorded.stop.get_token();
-    actor.actor.post([lock, semaphore, timeout, handler, token](std::stop_token) {
-      try {
-        if (lock) lock->async_acquire(timeout, handler, token);
-        else semaphore->async_acquire(timeout, handler, token);
-      } catch (const Error& e) {
-        handler(e.code(), HeldLock{});
-      }
-    });
+    if (through_asio(op)) {
+      if (!asio_) asio_ = std::make_shared<AsioContext>();
+      // The context outlives every completion (see asio_), so the handler holds it by address: a
+      // handler destroyed on the context's own thread must not be the one to join that thread.
+      actor.actor.post([lock, semaphore, handler, token, context = asio_.get(), what = recorded.what](std::stop_token) {
+        auto complete = boost::asio::bind_executor(
+            context->io.get_executor(), [handler, context, what](std::exception_ptr error, HeldLock held) {
+              std::error_code ec;
+              std::string broken;
+              if (inside_asio_initiation) broken = "completed inside the initiating call";
+              else if (!context->io.get_executor().running_in_this_thread())
+                broken = "completed on another thread than its handler's executor";
+              if (error) {
+                try {
+                  std::rethrow_exception(error);
+                } catch (const Error& e) {
+                  ec = e.code();
+                } catch (const std::exception& e) {
+                  broken = fmt::format("completed with an exception the API does not promise: {}", e.what());
+                  ec = make_error_code(errc::internal_error);
+                }
+              }
+              if (!broken.empty()) {
+                std::lock_guard guard(context->mutex);
+                context->violations.push_back(fmt::format("{}: {}", what, broken));
+              }
+              handler(ec, std::move(held));
+            });
+        inside_asio_initiation = true;
+        try {
+          if (lock) zkr::asio::async_acquire(*lock, std::move(complete), token);
+          else zkr::asio::async_acquire(*semaphore, std::move(complete), token);
+        } catch (const Error& e) {
+          inside_asio_initiation = false;
+          handler(e.code(), HeldLock{});
+        }
+        inside_asio_initiation = false;
+      });
+    } else {
+      actor.actor.post([lock, semaphore, timeout, handler, token](std::stop_token) {
+        try {
+          if (lock) lock->async_acquire(timeout, handler, token);
+          else semaphore->async_acquire(timeout, handler, token);
+        } catch (const Error& e) {
+          handler(e.code(), HeldLock{});
+        }
+      });
+    }
     if (!actor.actor.wait_idle(world_.slack()))
       fail("hang", std::string(r.name), fmt::format("{}: async_acquire did not return", recorded.what));
   }

@@ -61,6 +61,8 @@ void Swarm::check_step() {
   check_loss_policies();
   if (failed()) return;
   check_catalogue_step();
+  if (failed()) return;
+  check_asio();
   if (failed() || world_.faults_active()) return;
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });

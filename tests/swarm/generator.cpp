@@ -28,8 +28,94 @@ int weighted(Random& random, std::initializer_list<int> weights) {
 }  // namespace
 
 Op Swarm::next_op() {
-  if (auto add = counter_op_for_step()) return *add;  // before any draw: the other steps stay the seed's
-  if (auto other = catalogue_op_for_step()) return *other;  // so too multi-locks, groups, barriers
+  Op op = [&] {
+    if (auto add = counter_op_for_step()) return *add;  // before any draw: the other steps stay the seed's
+    if (auto other = catalogue_op_for_step()) return *other;  // so too multi-locks, groups, barriers
+    if (auto next = follow_up_for_step()) return *next;       // and the moves right after a fault
+    return drawn_op();
+  }();
+  if (info(op.kind).family == OpFamily::fault) last_fault_ = {step_index_, op.session};
+  return op;
+}
+
+// Right after a fault, what a user does next on the same session, while the fault still holds
+// (a lost reply or a dropped connection keeps it down until the fault's steps are over): a new
+// acquisition into the fault, a release, a leave, a close, the session expired on top, or another
+// session's connection dropped too (a reconnect storm). A uniform draw reaches these orders only
+// rarely; here every fault meets every one of them. Drawn from the seed and the step number
+// alone, so that the other steps stay the seed's.
+std::optional<Op> Swarm::follow_up_for_step() const {
+  if (!last_fault_ || last_fault_->step != step_index_ - 1) return std::nullopt;
+  std::mt19937_64 random(config_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step_index_) * 0x2545f4914f6cdd1dull);
+  auto pick = [&](int n) { return static_cast<int>(random() % static_cast<std::uint64_t>(n)); };
+  if (pick(100) >= 60) return std::nullopt;
+  Op op;
+  op.session = last_fault_->session;
+  op.actor = pick(config_.actors);
+  for (int tried = 0; tried < config_.actors; ++tried) {
+    if (actors_[static_cast<std::size_t>(op.actor)]->actor.idle()) break;
+    op.actor = (op.actor + 1) % config_.actors;
+  }
+  // The newest hold on the session that is still held, as the generator names holds.
+  auto on_newest_hold = [&](OpKind kind) -> std::optional<Op> {
+    for (auto it = holds_.rbegin(); it != holds_.rend(); ++it) {
+      if (it->slot != op.session || it->released || it->destroyed) continue;
+      int position = 0;
+      for (auto newer = holds_.rbegin(); newer != it; ++newer)
+        if (newer->owner == it->owner && newer->resource == it->resource && !newer->destroyed && !newer->released)
+          ++position;
+      Op hold_op = op;
+      hold_op.kind = kind;
+      hold_op.actor = it->owner;
+      hold_op.resource = it->resource;
+      hold_op.arg = (position & 7) | (op.actor << 3);
+      return hold_op;
+    }
+    return std::nullopt;
+  };
+  switch (pick(10)) {
+    case 0:
+      op.kind = OpKind::async_acquire;
+      op.resource = pick(8);
+      op.arg = pick(4) << 2;
+      return op;
+    case 1:
+      op.kind = OpKind::try_acquire_for;
+      op.resource = pick(5);
+      op.arg = pick(4) << 2;
+      return op;
+    case 2: return on_newest_hold(OpKind::release);
+    case 3: return on_newest_hold(OpKind::destroy);
+    case 4:
+      op.kind = OpKind::group_leave;
+      op.arg = pick(16);
+      return op;
+    case 5:
+      op.kind = OpKind::group_join;
+      op.arg = pick(16);
+      return op;
+    case 6:
+      op.kind = OpKind::session_close;
+      return op;
+    case 7:
+      op.kind = OpKind::fault_expire;
+      op.resource = pick(5);
+      op.arg = pick(4);
+      return op;
+    case 8:
+      op.kind = OpKind::fault_drop;
+      op.session = (op.session + 1 + pick(std::max(1, config_.sessions - 1))) % config_.sessions;
+      op.resource = pick(5);
+      op.arg = pick(4);
+      return op;
+    default:
+      op.kind = OpKind::double_leave;
+      op.arg = pick(16);
+      return op;
+  }
+}
+
+Op Swarm::drawn_op() {
   auto pick = [&](int n) { return n <= 0 ? 0 : static_cast<int>(random_() % static_cast<std::uint64_t>(n)); };
   auto chance = [&](int percent) { return pick(100) < percent; };
   std::vector<int> idle;
@@ -75,6 +161,9 @@ Op Swarm::next_op() {
       const int size = weighted(random_, {55, 15, 18, 12});
       op.arg = size | (pick(4) << 2) | ((chance(15) ? 1 : 0) << 4);
       if (op.kind == OpKind::async_acquire && timeout_class(op) == 0 && chance(50)) op.arg |= 1 << 5;
+      // Every other one of the rest through zkr::asio (no draw of its own: the seeds stay as they were).
+      if (op.kind == OpKind::async_acquire && timeout_class(op) == 0 && !unstoppable(op) && step_index_ % 2 == 0)
+        op.arg |= 1 << 6;
       return op;
     }
     case 1: {  // a hold

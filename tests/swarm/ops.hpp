@@ -123,6 +123,11 @@ inline bool variant(const Op& op) { return ((op.arg >> 4) & 1) != 0; }
 // An async acquisition that waits for ever without a stop token (bit 5): one the session's start
 // window may hold back (SessionOptions::max_starting_acquisitions); a cancel cannot reach it.
 inline bool unstoppable(const Op& op) { return ((op.arg >> 5) & 1) != 0 && timeout_class(op) == 0; }
+// An async acquisition that waits for ever, with a stop token, through zkr::asio (bit 6), its
+// handler bound to an executor of its own.
+inline bool through_asio(const Op& op) {
+  return op.kind == OpKind::async_acquire && ((op.arg >> 6) & 1) != 0 && timeout_class(op) == 0 && !unstoppable(op);
+}
 // Holds: rank (0 = newest), destination actor (move), variant.
 inline int rank(const Op& op) { return op.arg & 7; }
 inline int destination(const Op& op) { return (op.arg >> 3) & 7; }

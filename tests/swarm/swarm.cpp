@@ -176,7 +176,9 @@ std::string describe(const Op& op) {
       on = fmt::format(" {} {}{}, owner data class {}, timeout class {}{}{}", r.name, r.path,
                        r.reentrant ? " (reentrant)" : "", size_class(op), timeout_class(op),
                        variant(op) ? ", handler drops the grant" : "",
-                       op.kind == OpKind::async_acquire && unstoppable(op) ? ", no stop token" : "");
+                       op.kind == OpKind::async_acquire && unstoppable(op) ? ", no stop token"
+                       : through_asio(op)                                   ? ", through zkr::asio"
+                                                                            : "");
       break;
     }
     case OpFamily::hold:
@@ -572,6 +574,7 @@ void Swarm::teardown() {
     for (auto& hold : holds_) keep_for_process(std::move(hold.box));
     for (auto& pending : pending_) keep_for_process(std::move(pending));
     keep_for_process(std::move(catalogue_));
+    keep_for_process(std::move(asio_));
     slots_.clear();
     actors_.clear();
   }

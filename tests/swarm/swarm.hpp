@@ -304,6 +304,13 @@ class Swarm {
 
   // ---- generation (generator.cpp) ----
   Op next_op();
+  Op drawn_op();
+  std::optional<Op> follow_up_for_step() const;  // right after a fault, on its session
+  struct LastFault {
+    int step = 0;
+    int session = 0;
+  };
+  std::optional<LastFault> last_fault_;
 
   SwarmConfig config_;
   World& world_;
@@ -313,6 +320,11 @@ class Swarm {
   Schedule schedule_;  // as ran (see StepTiming)
   std::map<std::string, int> counts_;
 
+  // Acquisitions through zkr::asio (acquisitions.cpp) complete on this context's own thread. Before
+  // the actors and sessions, so that it outlives every completion the library may still post.
+  struct AsioContext;
+  std::shared_ptr<AsioContext> asio_;
+  void check_asio();  // every zkr::asio completion ran on its handler's executor, never inside its initiation
   std::vector<std::unique_ptr<ActorState>> actors_;
   std::vector<std::unique_ptr<SessionSlot>> slots_;
   std::vector<Hold> holds_;
