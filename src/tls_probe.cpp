@@ -69,6 +69,25 @@ bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadli
   }
 }
 
+// Sends (or receives) exactly `size` bytes on the non-blocking `fd` before the deadline.
+bool transfer_all(int fd, std::uint8_t* data, std::size_t size, bool sending,
+                  std::chrono::steady_clock::time_point deadline) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = sending ? ::send(fd, data + done, size - done, MSG_NOSIGNAL) : ::recv(fd, data + done, size - done, 0);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      if (!wait_for(fd, sending ? POLLOUT : POLLIN, deadline)) return false;
+    } else {
+      return false;  // closed, or failed
+    }
+  }
+  return true;
+}
+
 bool answers_with_a_tls_record(const addrinfo& address, std::chrono::steady_clock::time_point deadline) {
   const int fd = ::socket(address.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -80,32 +99,11 @@ bool answers_with_a_tls_record(const addrinfo& address, std::chrono::steady_cloc
       socklen_t length = sizeof error;
       if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) return;
     }
-    const Bytes hello = client_hello();
-    std::size_t sent = 0;
-    while (sent < hello.size()) {
-      const ssize_t n = ::send(fd, hello.data() + sent, hello.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) sent += static_cast<std::size_t>(n);
-      else if (n < 0 && errno == EAGAIN) {
-        if (!wait_for(fd, POLLOUT, deadline)) return;
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return;
-      }
-    }
+    Bytes hello = client_hello();
     std::array<std::uint8_t, 2> header{};
-    std::size_t received = 0;
-    while (received < header.size()) {
-      const ssize_t n = ::recv(fd, header.data() + received, header.size() - received, 0);
-      if (n > 0) received += static_cast<std::size_t>(n);
-      else if (n < 0 && errno == EAGAIN) {
-        if (!wait_for(fd, POLLIN, deadline)) return;
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return;  // closed unanswered: not TLS (or not telling)
-      }
-    }
+    if (!transfer_all(fd, hello.data(), hello.size(), true, deadline)) return;
+    // Closed unanswered: not TLS (or not telling).
+    if (!transfer_all(fd, header.data(), header.size(), false, deadline)) return;
     tls = (header[0] == 0x15 || header[0] == 0x16) && header[1] == 0x03;  // an alert or a handshake
   }();
   ::close(fd);
