@@ -320,7 +320,6 @@ void SessionCore::open_connection_locked() {
     schedule_reopen_locked();
     return;
   }
-  reopen_backoff_ = std::chrono::milliseconds::zero();
   attempt_server_.clear();
   arm_server_watch_locked(generation);
   if (options_.credentials) {
@@ -394,6 +393,9 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         schedule_reopen_locked();
         break;
       }
+      // Backoff between handles ends with a session, not with a handle made: a peer that answers
+      // every connect with an absurd handshake is tried again less and less often.
+      reopen_backoff_ = std::chrono::milliseconds::zero();
       negotiated_timeout_ = connection_->negotiated_timeout();
       session_id_ = connection_->session_id();
       const bool resumed = session_established_;
