@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "host_port.hpp"
+
 namespace zkr::detail {
 namespace {
 
@@ -114,14 +116,12 @@ bool answers_with_a_tls_record(const addrinfo& address, std::chrono::steady_cloc
 
 bool speaks_tls(const std::string& host_port, std::chrono::milliseconds budget) {
   const auto deadline = std::chrono::steady_clock::now() + budget;
-  const auto colon = host_port.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = host_port.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const HostPort target = split_host_port(host_port);
+  if (target.port.empty()) return false;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), host_port.substr(colon + 1).c_str(), &hints, &found) != 0) return false;
+  if (::getaddrinfo(target.host.c_str(), target.port.c_str(), &hints, &found) != 0) return false;
   bool tls = false;
   for (const addrinfo* address = found; address && !tls && milliseconds_left(deadline) > 0; address = address->ai_next)
     tls = answers_with_a_tls_record(*address, deadline);

@@ -30,6 +30,7 @@
 
 #include <zkr/names.hpp>
 
+#include "host_port.hpp"
 #include "log.hpp"
 
 namespace zkr::detail {
@@ -37,18 +38,6 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-
-struct HostPort {
-  std::string host;  // without IPv6 brackets
-  std::string port;
-};
-
-HostPort split_host_port(const std::string& host_port) {
-  const auto colon = host_port.rfind(':');
-  std::string host = host_port.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return {host, host_port.substr(colon + 1)};
-}
 
 bool is_ip_address(const std::string& host) {
   boost::system::error_code ec;

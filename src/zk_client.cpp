@@ -34,6 +34,7 @@
 #include <zkr/names.hpp>
 
 #include "client_log.hpp"
+#include "host_port.hpp"
 #include "log.hpp"
 #include "tls_relay.hpp"
 
@@ -577,9 +578,7 @@ std::string describe_unresolvable_hosts(const std::string& servers) {
   if (!list) return {};
   std::string problems;
   for (const std::string& host_port : list->hosts) {
-    const auto colon = host_port.rfind(':');
-    std::string host = host_port.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    const std::string host = split_host_port(host_port).host;
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
@@ -629,13 +628,11 @@ std::string describe_unreachable_servers(const std::string& servers, std::chrono
   std::vector<ConnectProbe> probes;
   for (std::size_t host = 0; host < list->hosts.size(); ++host) {
     const std::string& host_port = list->hosts[host];
-    const auto colon = host_port.rfind(':');
-    std::string name = host_port.substr(0, colon);
-    if (name.size() > 2 && name.front() == '[') name = name.substr(1, name.size() - 2);
+    const HostPort target = split_host_port(host_port);
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    if (::getaddrinfo(name.c_str(), host_port.substr(colon + 1).c_str(), &hints, &found) != 0) continue;
+    if (::getaddrinfo(target.host.c_str(), target.port.c_str(), &hints, &found) != 0) continue;
     for (addrinfo* address = found; address && probes.size() < kMostProbes; address = address->ai_next) {
       ConnectProbe probe{host};
       probe.fd = ::socket(address->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
