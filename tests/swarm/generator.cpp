@@ -27,6 +27,16 @@ int weighted(Random& random, std::initializer_list<int> weights) {
 
 }  // namespace
 
+// A hold's rank among its owner's holds on its resource, newest first, as find_hold counts them
+// (released ones too when `counts_released`): what a hold operation's arg names it by.
+int Swarm::hold_rank(const Hold& hold, bool counts_released) const {
+  int rank = 0;
+  for (auto it = holds_.rbegin(); it != holds_.rend() && &*it != &hold; ++it)
+    if (it->owner == hold.owner && it->resource == hold.resource && !it->destroyed && (counts_released || !it->released))
+      ++rank;
+  return rank;
+}
+
 Op Swarm::next_op() {
   Op op = [&] {
     if (auto add = counter_op_for_step()) return *add;  // before any draw: the other steps stay the seed's
@@ -60,15 +70,11 @@ std::optional<Op> Swarm::follow_up_for_step() const {
   auto on_newest_hold = [&](OpKind kind) -> std::optional<Op> {
     for (auto it = holds_.rbegin(); it != holds_.rend(); ++it) {
       if (it->slot != op.session || it->released || it->destroyed) continue;
-      int position = 0;
-      for (auto newer = holds_.rbegin(); newer != it; ++newer)
-        if (newer->owner == it->owner && newer->resource == it->resource && !newer->destroyed && !newer->released)
-          ++position;
       Op hold_op = op;
       hold_op.kind = kind;
       hold_op.actor = it->owner;
       hold_op.resource = it->resource;
-      hold_op.arg = (position & 7) | (op.actor << 3);
+      hold_op.arg = (hold_rank(*it, false) & 7) | (op.actor << 3);
       return hold_op;
     }
     return std::nullopt;
@@ -182,13 +188,8 @@ Op Swarm::drawn_op() {
                            OpKind::gate_admit}[static_cast<std::size_t>(weighted(random_, {22, 8, 8, 20, 8, 18, 16}))];
       const bool any_hold = op.kind == OpKind::fenced_commit || op.kind == OpKind::gate_admit;
       if (hold.released && !any_hold) op.kind = chance(50) ? OpKind::fenced_commit : OpKind::gate_admit;
-      // Its rank among the owner's holds on that resource, newest first (as find_hold counts).
       const bool counts_released = op.kind == OpKind::fenced_commit || op.kind == OpKind::gate_admit;
-      int position = 0;
-      for (auto it = holds_.rbegin(); it != holds_.rend() && &*it != &hold; ++it)
-        if (it->owner == hold.owner && it->resource == hold.resource && !it->destroyed && (counts_released || !it->released))
-          ++position;
-      op.arg = (position & 7) | (pick(config_.actors) << 3) | ((chance(30) ? 1 : 0) << 6);
+      op.arg = (hold_rank(hold, counts_released) & 7) | (pick(config_.actors) << 3) | ((chance(30) ? 1 : 0) << 6);
       return op;
     }
     case 2: {  // elections

@@ -306,6 +306,7 @@ class Swarm {
   Op next_op();
   Op drawn_op();
   std::optional<Op> follow_up_for_step() const;  // right after a fault, on its session
+  int hold_rank(const Hold& hold, bool counts_released) const;
   struct LastFault {
     int step = 0;
     int session = 0;
