@@ -732,9 +732,15 @@ TEST_F(CacheTest, TheInitialLoadCanBeAwaitedTheAsioWay) {
   };
   asio::async_wait_initialized(cache, boost::asio::bind_executor(io, handler));
   io.run_for(testenv::scaled(10s));
-  // A stopped cache that never loaded completes the wait with errc::cancelled.
-  TreeCache never(session, path + "/absent-parent/x", {}, {.missing_root_poll = 10s});
+  // A stopped cache that never loaded completes the wait with errc::cancelled. Its session reaches
+  // the server through a proxy that forwards nothing, so its first read cannot be answered before
+  // stop() (a missing root is an answer: it completes the load, empty).
+  testenv::Proxy proxy(servers);
+  Session& cut_off = sessions.add(proxy.address());
+  proxy.blackhole();
+  TreeCache never(cut_off, path + "/absent-parent/x", {}, {.missing_root_poll = 10s});
   never.stop();
+  proxy.pass();
   io.restart();
   asio::async_wait_initialized(never, boost::asio::bind_executor(io, handler));
   io.run_for(testenv::scaled(10s));
