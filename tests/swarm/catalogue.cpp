@@ -39,7 +39,6 @@ namespace {
 
 constexpr int kCatalogueEvery = 4;      // one step in this many (offset 1: never the counter's)
 constexpr int kDoubleParticipants = 2;  // the double barrier's N
-const std::string kGroupPath = std::string(kRoot) + "/group";
 const std::string kBarrierPath = std::string(kRoot) + "/barrier";
 const std::string kDoublePath = std::string(kRoot) + "/double";
 
@@ -121,6 +120,7 @@ struct Swarm::Catalogue {
     Session* session = nullptr;
     int slot = 0, epoch = 0;
     std::unique_ptr<GroupMember> member;
+    std::string data;  // what it joined with
     std::shared_ptr<CatalogueRecord> join;
   };
   std::map<std::tuple<int, int, int>, Member> members;  // (slot, epoch, which)
@@ -208,6 +208,7 @@ std::optional<Op> Swarm::catalogue_op_for_step() const {
       }
     op.arg = 0;
   }
+  if (op.kind == OpKind::group_join) op.arg |= member_data_draw(pick(100)) << 4;
   // An idle actor runs it, where there is one.
   for (int tried = 0; tried < config_.actors && op.kind != OpKind::multi_release; ++tried) {
     if (actors_[static_cast<std::size_t>(op.actor)]->actor.idle()) break;
@@ -314,9 +315,33 @@ bool Swarm::catalogue_op(const Op& op) {
         made.epoch = slot.epoch;
         auto created = std::make_shared<std::unique_ptr<GroupMember>>();
         const std::string id = fmt::format("s{}e{}-m{}", op.session, slot.epoch, op.arg % 3);
-        on_actor("group", [s, id, created] { *created = std::make_unique<GroupMember>(*s, kGroupPath, id, "data"); },
+        const auto data_size = member_data_class(op.arg);
+        std::string data = data_size == MemberData::small ? "data" : std::string(member_data_bytes(data_size, id), 'm');
+        if (data_size == MemberData::over_the_limit) {
+          // Refused where it is made, with what was wrong: nothing reaches the server.
+          c.members.erase({op.session, slot.epoch, op.arg % 3});
+          auto refusal = std::make_shared<std::string>();
+          on_actor("group", [s, id, data, refusal] {
+            try {
+              GroupMember member(*s, kGroupPath, id, data);
+              *refusal = "it was accepted";
+            } catch (const Error& e) {
+              if (e.code() != errc::invalid_argument || std::string_view(e.what()).find("limit") == std::string_view::npos)
+                *refusal = fmt::format("it was refused with {}", e.what());
+            }
+          }, slack);
+          if (!failed() && !refusal->empty())
+            fail("member data", "group",
+                 fmt::format("{}: {} bytes of member data, one byte more than a create may carry: {}, where it "
+                             "must be refused as invalid_argument naming the limit",
+                             what, data.size(), *refusal));
+          count("group members refused: data over the limit");
+          return true;
+        }
+        on_actor("group", [s, id, data, created] { *created = std::make_unique<GroupMember>(*s, kGroupPath, id, data); },
                  slack);
         made.member = std::move(*created);
+        made.data = std::move(data);
         if (!made.member) return true;
       }
       made.join = std::make_shared<CatalogueRecord>();
@@ -699,6 +724,7 @@ std::string Swarm::group_problem(bool at_end) {
   for (const auto& slot : slots_)
     if (slot->session) current_sessions.insert(slot->session->id());
   std::set<std::string> expected;
+  std::map<std::string, const std::string*> expected_data;  // the data of each member expected
   // A member of a Session closed while its connection was down may still be listed: no closeSession
   // could go out, so its node stays until the server expires the session (which a real world cannot
   // see; the fake says).
@@ -709,7 +735,10 @@ std::string Swarm::group_problem(bool at_end) {
     const auto node = owners.find(made.member->id());
     const bool on_a_replaced_session = node != owners.end() && node->second != 0 &&
                                        !current_sessions.contains(node->second) && world_.session_alive(node->second);
-    if (made.member->state() == MembershipState::joined && alive) expected.insert(made.member->id());
+    if (made.member->state() == MembershipState::joined && alive) {
+      expected.insert(made.member->id());
+      expected_data[made.member->id()] = &made.data;
+    }
     else if (alive && made.session->state() == SessionState::closed) may_linger.insert(made.member->id());
     else if (on_a_replaced_session && !at_end) may_linger.insert(made.member->id());
   }
@@ -725,6 +754,12 @@ std::string Swarm::group_problem(bool at_end) {
                            step_index_, slot_index, member.id, member.session_id, it->second);
     std::set<std::string> listed;
     for (const auto& member : snapshot.members) listed.insert(member.id);
+    for (const auto& member : snapshot.members)
+      if (auto it = expected_data.find(member.id); !snapshot.stale && it != expected_data.end() && member.data != *it->second)
+        return fmt::format("after step {}: the GroupView of session s{} lists {} with {} bytes of data; it joined "
+                           "with {} bytes{}",
+                           step_index_, slot_index, member.id, member.data.size(), it->second->size(),
+                           member.data.size() == it->second->size() ? " (other bytes)" : "");
     std::set<std::string> listed_besides_lingering;
     std::set_difference(listed.begin(), listed.end(), may_linger.begin(), may_linger.end(),
                         std::inserter(listed_besides_lingering, listed_besides_lingering.end()));

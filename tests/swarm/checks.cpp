@@ -27,6 +27,12 @@ std::string node_list(const std::vector<std::string>& nodes) {
   return out;
 }
 
+std::string queue_text(const std::vector<ContenderName>& queue) {
+  std::vector<std::string> names;
+  for (const auto& each : queue) names.push_back(each.name);
+  return node_list(names);
+}
+
 bool lost_now(const Hold& hold) {
   std::lock_guard lock(hold.box->mutex);
   return hold.box->held().lost();
@@ -69,6 +75,7 @@ void Swarm::check_step() {
   eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
   eventually("group", world_.slack() / 2, [&] { return group_problem(false); });
   eventually("barrier", world_.slack() / 2, [&] { return barrier_problem(); });
+  eventually("waiter watches", world_.slack() / 2, [&] { return waiter_watch_problem(); });
 }
 
 // For what reaches the test a moment after the library acts: `problem` is asked again, once the
@@ -178,6 +185,44 @@ void Swarm::check_watch_count() {
       }
     }
   }
+}
+
+// No herd: in a lock's queue, once quiet, each waiter on a healthy session watches the node just
+// ahead of it and, when that one waits too, the node that one waits for. Then a release wakes the
+// next holder and the waiter after it, and nobody else: a waiter that watched the holder, or a
+// node further ahead, would wake with every release before its turn, or miss the departure of the
+// waiter ahead of it.
+std::string Swarm::waiter_watch_problem() {
+  for (const auto& r : resources()) {
+    if (r.kind != ResourceKind::lock) continue;
+    std::map<std::string, std::int64_t> owner;
+    std::vector<ContenderName> queue;
+    for (const auto& node : world_.children(r.path)) {
+      if (auto name = parse_contender_name(node.name)) {
+        owner[node.name] = node.ephemeral_owner;
+        queue.push_back(*name);
+      }
+    }
+    sort_by_sequence(queue);
+    for (std::size_t index = 1; index < queue.size(); ++index) {
+      const auto waiter_session = owner[queue[index].name];
+      const auto slot = std::find_if(slots_.begin(), slots_.end(), [&](const auto& each) {
+        return each->session && each->session->id() == waiter_session;
+      });
+      if (slot == slots_.end() || !healthy((*slot)->slot)) continue;
+      for (std::size_t ahead = 1; ahead <= std::min<std::size_t>(index, 2); ++ahead) {
+        const auto& watched = queue[index - ahead].name;
+        const auto count = world_.watches(r.path + "/" + watched, waiter_session);
+        if (!count) return {};  // the world cannot count them
+        if (*count == 0)
+          return fmt::format("after step {}: waiter {} (s{}) on {} does not watch {}, the node {} ahead of it "
+                             "(queue: {})",
+                             step_index_, queue[index].name, (*slot)->slot, r.path, watched,
+                             ahead == 1 ? "just" : "two places", queue_text(queue));
+      }
+    }
+  }
+  return {};
 }
 
 // A loss is told: a believed holder whose node is gone, on a session that is connected and

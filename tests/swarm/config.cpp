@@ -47,6 +47,21 @@ std::size_t owner_data_bytes(int size_class, const std::string& path) {
   }
 }
 
+MemberData member_data_class(int arg) { return static_cast<MemberData>((arg >> 4) & 3); }
+
+std::size_t member_data_bytes(MemberData size, const std::string& id) {
+  // The member's node is <group>/<id>; request_bytes() counts the rest of the create.
+  const std::size_t most = detail::kServerRequestLimit - detail::request_bytes(kGroupPath.size() + 1 + id.size(), 0);
+  switch (size) {
+    case MemberData::kib: return 1024;
+    case MemberData::at_the_limit: return most;
+    case MemberData::over_the_limit: return most + 1;
+    default: return 4;
+  }
+}
+
+const std::string kGroupPath = std::string(kRoot) + "/group";
+
 std::string_view to_string(MetricsLabels labels) {
   switch (labels) {
     case MetricsLabels::off: return "off";

@@ -42,6 +42,14 @@ std::string data_node(const Resource& resource);
 // Owner data size classes: the default, 1 KiB, 600 KiB (two of them exceed a request), and the
 // most the library accepts on the path.
 std::size_t owner_data_bytes(int size_class, const std::string& path);
+// A group member's data (group_join's arg, bits 4-5): a few bytes, 1 KiB, the most a create of
+// member `id` may carry, or one byte more (refused where the member is made).
+enum class MemberData { small, kib, at_the_limit, over_the_limit };
+MemberData member_data_class(int arg);
+// The size class for a roll of 0-99: mostly small, a tenth each of the others.
+inline int member_data_draw(int roll) { return roll < 70 ? 0 : roll < 80 ? 1 : roll < 90 ? 2 : 3; }
+std::size_t member_data_bytes(MemberData size, const std::string& id);
+extern const std::string kGroupPath;
 
 enum class MetricsLabels { off, prefix, exact };
 std::string_view to_string(MetricsLabels labels);

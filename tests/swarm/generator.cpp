@@ -99,6 +99,7 @@ std::optional<Op> Swarm::follow_up_for_step() const {
     case 5:
       op.kind = OpKind::group_join;
       op.arg = pick(16);
+      op.arg |= member_data_draw(pick(100)) << 4;
       return op;
     case 6:
       op.kind = OpKind::session_close;

@@ -267,6 +267,7 @@ class Swarm {
   void check_losses_told();
   void check_loss_policies();  // on_disconnect never suspends; only it loses with connection_lost
   void check_watch_count();
+  std::string waiter_watch_problem();  // each lock waiter watches the node ahead (and its blocker)
   void check_orphans();
   std::string metrics_problem(bool final);  // empty: they agree
   std::string watch_problem();
