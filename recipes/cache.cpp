@@ -145,7 +145,7 @@ struct TreeCache::State final : detail::SessionListener, std::enable_shared_from
                                        handle(self, rc, std::move(reply), stat);
                                        self.end_read_locked(read_round, rc);
                                      }),
-                       std::move(watch));
+                       std::move(watch), detail::WatchOwner{});
   }
 
   // A node a listing (or the root) names that is not cached yet: read its data, with its watch.

@@ -568,7 +568,8 @@ void Contender::watch_locked() {
           contender->grant_locked();
         else
           contender->check_locked();
-      });
+      },
+      watch_owner_locked());
 }
 
 // A waiter's second watch (see decide()), set with the same attempt as the blocker's: it only
@@ -585,7 +586,22 @@ void Contender::watch_second_blocker_locked(const std::string& node) {
                                   }
                                   // Anything else reaches the blocker's watch too, which handles it.
                                 }),
-                  wake_to_check());
+                  wake_to_check(), watch_owner_locked());
+}
+
+// Waiters' watches on other nodes belong to their acquisition: once it is decided (granted, timed
+// out, cancelled, failed) nothing wants them, and the connection forgets them rather than keep
+// one per attempt until those nodes change (a poller retrying a lock held for hours).
+WatchOwner Contender::watch_owner_locked() {
+  auto& owner = acquiring().watch_owner;
+  if (!owner) owner = std::make_shared<char>();
+  return owner;
+}
+
+void Contender::abandon_watches_locked() {
+  if (!acquiring_ || !acquiring_->watch_owner) return;
+  acquiring_->watch_owner.reset();
+  core_->drop_abandoned_watches(generation_, request().parent + "/");
 }
 
 bool Contender::first_sight_of_touch_locked(const std::string& node, std::int32_t version) {
@@ -917,6 +933,7 @@ void Contender::complete_locked(std::error_code outcome) {
   completed_ = true;
   counted_.decide(outcome, granted_at_);  // a grant part that lost the race: its owner releases us
   cancel_timeout();
+  abandon_watches_locked();
   if (!request().on_done) return;
   auto done = std::move(request().on_done);
   if (request().on_done_inline) done(outcome, shared_from_this());

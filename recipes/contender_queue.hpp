@@ -203,6 +203,8 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
   void answer_release_locked(ReleaseOutcome outcome);
   void lose_locked(LossReason reason);
   void complete_locked(std::error_code outcome);
+  detail::WatchOwner watch_owner_locked();
+  void abandon_watches_locked();
   void finish_locked();
   void retry_after_reconnect_locked(Retry what);
   bool handle_session_trouble_locked(zk_errc rc, Retry what);
@@ -226,6 +228,9 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
     std::vector<std::pair<std::string, std::int32_t>> touches_seen;
     std::string blocker;  // the node we wait for, from the latest listing (see watch_locked)
     int parent_retries = 0;
+    // The owner of the watches this acquisition sets on other contenders' nodes: made with the
+    // first, let go once the acquisition is decided (abandon_watches_locked).
+    std::shared_ptr<const void> watch_owner;
   };
   // The block, which exists until the grant (checked in sanitizer builds).
   Acquiring& acquiring() const;

@@ -107,7 +107,7 @@ class WatchedRead {
       }
       if (read == latest_) handle(*self, generation, rc, std::move(rest)...);
     });
-    ((*owner.core).*request)(generation, path, std::move(reply), std::move(watch));
+    ((*owner.core).*request)(generation, path, std::move(reply), std::move(watch), WatchOwner{});
     return true;
   }
 

@@ -701,18 +701,32 @@ void SessionCore::create(std::uint64_t generation, const std::string& path, cons
 }
 
 void SessionCore::get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done,
-                               NodeWatch watch) {
+                               NodeWatch watch, WatchOwner owner) {
   issue(
       generation, Proof::none, std::move(done),
-      [&](ZooKeeperConnection& c, ChildrenCallback cb) { return c.get_children(path, std::move(cb), std::move(watch)); },
+      [&](ZooKeeperConnection& c, ChildrenCallback cb) {
+        return c.get_children(path, std::move(cb), std::move(watch), std::move(owner));
+      },
       std::vector<std::string>(), NodeStat{});
 }
 
-void SessionCore::get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch) {
+void SessionCore::get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch,
+                           WatchOwner owner) {
   issue(
       generation, Proof::none, std::move(done),
-      [&](ZooKeeperConnection& c, DataCallback cb) { return c.get_data(path, std::move(cb), std::move(watch)); },
+      [&](ZooKeeperConnection& c, DataCallback cb) {
+        return c.get_data(path, std::move(cb), std::move(watch), std::move(owner));
+      },
       std::string(), NodeStat{});
+}
+
+void SessionCore::drop_abandoned_watches(std::uint64_t generation, std::string prefix) {
+  post_to_worker([self = weak_from_this(), generation, prefix = std::move(prefix)] {
+    auto core = self.lock();
+    if (!core) return;
+    std::lock_guard lock(core->mutex_);
+    if (generation == core->generation_ && core->connection_) core->connection_->drop_abandoned_watches(prefix);
+  });
 }
 
 void SessionCore::exists(std::uint64_t generation, const std::string& path, StatCallback done) {

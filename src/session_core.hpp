@@ -163,8 +163,14 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void sync(std::uint64_t generation, const std::string& path, ResultCallback done);
   void create(std::uint64_t generation, const std::string& path, const std::string& data, CreateMode mode,
               NodeAcl acl, CreateCallback done);
-  void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done, NodeWatch watch = {});
-  void get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch = {});
+  void get_children(std::uint64_t generation, const std::string& path, ChildrenCallback done, NodeWatch watch = {},
+                    WatchOwner owner = {});
+  // A watch with an owner is forgotten once the owner expired and drop_abandoned_watches sweeps its path.
+  void get_data(std::uint64_t generation, const std::string& path, DataCallback done, NodeWatch watch = {},
+                WatchOwner owner = {});
+  // Forgets, on the worker, the current connection's watches under `prefix` whose owner expired
+  // (ZooKeeperConnection::drop_abandoned_watches); nothing if the generation has changed.
+  void drop_abandoned_watches(std::uint64_t generation, std::string prefix);
   void exists(std::uint64_t generation, const std::string& path, StatCallback done);
   void set_data(std::uint64_t generation, const std::string& path, const std::string& data, int version,
                 StatCallback done);

@@ -131,26 +131,52 @@ struct WatchContext {
   WatchContext* next = nullptr;
 };
 
+// A watch with an owner (a waiter's): registered with owned_node_watcher, kept in a list of its
+// own, and forgotten once its owner has expired and its path is swept (see
+// drop_abandoned_watches). Only waiters' watches carry this; a holder's keeps the small form.
+struct OwnedWatchContext : WatchContext {
+  WatchOwner owner;
+  std::string path;  // as the client registered it, to remove it by (watcher, context)
+  bool children = false;
+  bool registered = false;  // its request succeeded, so the client keeps it; under watches_mutex
+};
+
 // Owned by the connection; freed only after zookeeper_close returns, so a late watcher call
 // never sees freed memory.
 struct HandleContext {
   ConnectionEventHandler on_event;
+  zhandle_t* handle = nullptr;  // set before any request is sent
   std::mutex watches_mutex;
-  // Guarded by watches_mutex.
+  // Guarded by watches_mutex: the plain watches and the owned ones, each in a list of its own.
   WatchContext* pending_watches = nullptr;
+  WatchContext* owned_watches = nullptr;
   std::size_t pending_watch_count = 0;
 
+  static void link(WatchContext*& head, WatchContext* watch) {
+    watch->next = head;
+    if (head) head->previous = watch;
+    head = watch;
+  }
+  static void unlink(WatchContext*& head, WatchContext* watch) {
+    if (watch->previous) watch->previous->next = watch->next;
+    else head = watch->next;
+    if (watch->next) watch->next->previous = watch->previous;
+    watch->previous = watch->next = nullptr;
+  }
   void link_locked(WatchContext* watch) {
-    watch->next = pending_watches;
-    if (pending_watches) pending_watches->previous = watch;
-    pending_watches = watch;
+    link(pending_watches, watch);
     ++pending_watch_count;
   }
   void unlink_locked(WatchContext* watch) {
-    if (watch->previous) watch->previous->next = watch->next;
-    else pending_watches = watch->next;
-    if (watch->next) watch->next->previous = watch->previous;
-    watch->previous = watch->next = nullptr;
+    unlink(pending_watches, watch);
+    --pending_watch_count;
+  }
+  void link_owned_locked(OwnedWatchContext* watch) {
+    link(owned_watches, watch);
+    ++pending_watch_count;
+  }
+  void unlink_owned_locked(OwnedWatchContext* watch) {
+    unlink(owned_watches, watch);
     --pending_watch_count;
   }
 };
@@ -181,6 +207,33 @@ void node_watcher(zhandle_t*, int type, int, const char*, void* context) {
   callback(to_node_event(type));
 }
 
+void owned_node_watcher(zhandle_t*, int type, int, const char*, void* context) {
+  // Session events reach it too, possibly after it was forgotten: never touch the context then.
+  if (type == ZOO_SESSION_EVENT) return;
+  auto* watch = static_cast<OwnedWatchContext*>(context);
+  {
+    std::lock_guard lock(watch->handle->watches_mutex);
+    watch->handle->unlink_owned_locked(watch);
+  }
+  NodeWatch callback = std::move(watch->watch);
+  delete watch;
+  callback(to_node_event(type));
+}
+
+// Removes an owned watch from the client without its firing, if the client still has it. The
+// client checks and removes under its watcher lock, which is also where it collects the watches an
+// event fires: either it is removed here (ZOK: nothing will call it, we free it) or it has been
+// collected for delivery (ZNOWATCHER: owned_node_watcher frees it). Local only: the server keeps
+// its one watch per path and session, which other watches of this session may share.
+bool forget_owned_watch_locked(HandleContext& handle, OwnedWatchContext* watch) {
+  const int rc = zoo_remove_watches(handle.handle, watch->path.c_str(), watch->children ? ZWATCHTYPE_CHILD : ZWATCHTYPE_DATA,
+                                    owned_node_watcher, watch, 1);
+  if (rc != ZOK) return false;
+  handle.unlink_owned_locked(watch);
+  delete watch;
+  return true;
+}
+
 template <typename Callback>
 std::unique_ptr<Callback> take(const void* data) {
   return std::unique_ptr<Callback>(static_cast<Callback*>(const_cast<void*>(data)));
@@ -208,22 +261,36 @@ void on_string(int rc, const char*, const void* data) {
 }
 
 // The client registers a data or children watch only on success: nothing will ever fire the
-// watch of a failed request.
-void forget_unregistered_watch(WatchContext* watch, int rc) {
-  if (!watch || rc == ZOK) return;
+// watch of a failed request. An owned watch whose owner went while its request was out is
+// forgotten as soon as the client has it.
+void settle_watch(WatchContext* watch, bool owned, int rc) {
+  if (!watch) return;
   std::lock_guard lock(watch->handle->watches_mutex);
-  watch->handle->unlink_locked(watch);
-  delete watch;
+  if (!owned) {
+    if (rc == ZOK) return;
+    watch->handle->unlink_locked(watch);
+    delete watch;
+    return;
+  }
+  auto* owned_watch = static_cast<OwnedWatchContext*>(watch);
+  if (rc != ZOK) {
+    watch->handle->unlink_owned_locked(owned_watch);
+    delete owned_watch;
+    return;
+  }
+  owned_watch->registered = true;
+  if (owned_watch->owner.expired()) forget_owned_watch_locked(*watch->handle, owned_watch);
 }
 
 struct DataRequest {
   DataCallback done;
   WatchContext* watch = nullptr;  // owned by the handle once registered
+  bool owned = false;             // an OwnedWatchContext
 };
 
 void on_data(int rc, const char* value, int length, const Stat* stat, const void* data) {
   auto request = take<DataRequest>(data);
-  forget_unregistered_watch(request->watch, rc);
+  settle_watch(request->watch, request->owned, rc);
   std::string content;
   if (rc == ZOK && value && length > 0) content.assign(value, static_cast<std::size_t>(length));
   request->done(code(rc), std::move(content), to_node_stat(rc == ZOK ? stat : nullptr));
@@ -232,11 +299,12 @@ void on_data(int rc, const char* value, int length, const Stat* stat, const void
 struct ChildrenRequest {
   ChildrenCallback done;
   WatchContext* watch = nullptr;  // owned by the handle once registered
+  bool owned = false;             // an OwnedWatchContext
 };
 
 void on_children(int rc, const String_vector* children, const Stat* parent, const void* data) {
   auto request = take<ChildrenRequest>(data);
-  forget_unregistered_watch(request->watch, rc);
+  settle_watch(request->watch, request->owned, rc);
   std::vector<std::string> names;
   if (rc == ZOK && children) {
     names.reserve(children->count);
@@ -400,26 +468,39 @@ class CConnection final : public ZooKeeperConnection {
     return code(rc);
   }
 
-  zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch) override {
+  zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch, WatchOwner owner) override {
     auto request = std::make_unique<ChildrenRequest>();
     request->done = std::move(done);
-    request->watch = track(std::move(watch));
-    int rc = zoo_awget_children2(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch,
-                                on_children, request.get());
-    if (rc != ZOK) untrack(request->watch);
+    request->owned = watch && !owner.expired();
+    request->watch = request->owned ? track_owned(path, true, std::move(watch), std::move(owner)) : track(std::move(watch));
+    int rc = zoo_awget_children2(handle_, path.c_str(), watcher_for(*request), request->watch, on_children,
+                                 request.get());
+    if (rc != ZOK) untrack(request->watch, request->owned);
     else request.release();
     return code(rc);
   }
 
-  zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch) override {
+  zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch, WatchOwner owner) override {
     auto request = std::make_unique<DataRequest>();
     request->done = std::move(done);
-    request->watch = track(std::move(watch));
-    int rc = zoo_awget(handle_, path.c_str(), request->watch ? node_watcher : nullptr, request->watch, on_data,
-                       request.get());
-    if (rc != ZOK) untrack(request->watch);
+    request->owned = watch && !owner.expired();
+    request->watch = request->owned ? track_owned(path, false, std::move(watch), std::move(owner)) : track(std::move(watch));
+    int rc = zoo_awget(handle_, path.c_str(), watcher_for(*request), request->watch, on_data, request.get());
+    if (rc != ZOK) untrack(request->watch, request->owned);
     else request.release();
     return code(rc);
+  }
+
+  void drop_abandoned_watches(const std::string& prefix) override {
+    std::lock_guard closing(close_mutex_);
+    if (!handle_) return;
+    std::lock_guard lock(context_->watches_mutex);
+    for (WatchContext* each = context_->owned_watches; each;) {
+      auto* watch = static_cast<OwnedWatchContext*>(each);
+      each = each->next;  // before the watch may be freed
+      if (watch->registered && watch->owner.expired() && watch->path.starts_with(prefix))
+        forget_owned_watch_locked(*context_, watch);
+    }
   }
 
   zk_errc set_data(const std::string& path, const std::string& data, int version, StatCallback done) override {
@@ -541,6 +622,10 @@ class CConnection final : public ZooKeeperConnection {
       context_->pending_watches = watch->next;
       delete watch;
     }
+    while (WatchContext* watch = context_->owned_watches) {
+      context_->owned_watches = watch->next;
+      delete static_cast<OwnedWatchContext*>(watch);
+    }
     context_->pending_watch_count = 0;
   }
 
@@ -558,11 +643,27 @@ class CConnection final : public ZooKeeperConnection {
     context_->link_locked(context);
     return context;
   }
-  void untrack(WatchContext* watch) {
+  WatchContext* track_owned(const std::string& path, bool children, NodeWatch watch, WatchOwner owner) {
+    auto* context = new OwnedWatchContext{{context_.get(), std::move(watch)}, std::move(owner), path, children};
+    std::lock_guard lock(context_->watches_mutex);
+    context_->link_owned_locked(context);
+    return context;
+  }
+  void untrack(WatchContext* watch, bool owned) {
     if (!watch) return;
     std::lock_guard lock(context_->watches_mutex);
-    context_->unlink_locked(watch);
-    delete watch;
+    if (owned) {
+      context_->unlink_owned_locked(static_cast<OwnedWatchContext*>(watch));
+      delete static_cast<OwnedWatchContext*>(watch);
+    } else {
+      context_->unlink_locked(watch);
+      delete watch;
+    }
+  }
+  template <typename Request>
+  static watcher_fn watcher_for(const Request& request) {
+    if (!request.watch) return nullptr;
+    return request.owned ? owned_node_watcher : node_watcher;
   }
 
   std::unique_ptr<HandleContext> context_;
@@ -702,6 +803,7 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
     return nullptr;
   }
   ec.clear();
+  context->handle = handle;
   return std::make_unique<CConnection>(std::move(context), handle);
 }
 

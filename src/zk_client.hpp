@@ -55,6 +55,9 @@ using MultiCallback = std::function<void(zk_errc rc, std::vector<MultiOpOutcome>
 // A one-shot node watch. Session events are filtered out by the adapter; the watch fires once
 // with the node event, or never (if the handle is closed first).
 using NodeWatch = std::function<void(NodeEvent)>;
+// Who still wants a watch: once it has expired, the watch is abandoned, and the connection may
+// forget it without its firing (drop_abandoned_watches). Empty: kept until it fires.
+using WatchOwner = std::weak_ptr<const void>;
 
 // True if a result code proves that the server received and answered the request: success, or a
 // server's refusal of the request itself (no_node, bad_version, ...). The client's own codes (above
@@ -85,9 +88,10 @@ class ZooKeeperConnection {
   virtual zk_errc create(const std::string& path, const std::string& data, CreateMode mode, NodeAcl acl,
                          CreateCallback done) = 0;
   // With a watch, a children watch is registered only if the node exists.
-  virtual zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch = {}) = 0;
+  virtual zk_errc get_children(const std::string& path, ChildrenCallback done, NodeWatch watch = {},
+                               WatchOwner owner = {}) = 0;
   // With a watch, it is registered only if the node exists (a data watch, never an exists watch).
-  virtual zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch = {}) = 0;
+  virtual zk_errc get_data(const std::string& path, DataCallback done, NodeWatch watch = {}, WatchOwner owner = {}) = 0;
   virtual zk_errc exists(const std::string& path, StatCallback done) = 0;
   // Sets the node's data if its version is `version` (-1: any version).
   virtual zk_errc set_data(const std::string& path, const std::string& data, int version, StatCallback done) = 0;
@@ -106,6 +110,10 @@ class ZooKeeperConnection {
   // The node watches this connection registered that have not fired yet (the client keeps each
   // watching request's own; the server keeps one per path, kind and session).
   virtual std::size_t pending_watches() const = 0;
+  // Forgets, without their firing, the registered watches on paths starting with `prefix` whose
+  // owner has expired: a waiter that gave up leaves none behind, however long the node it watched
+  // stands (one more per attempt otherwise). The server keeps its one watch per path and session.
+  virtual void drop_abandoned_watches(const std::string& prefix) = 0;
   // The server the client is connected to or trying ("10.0.0.1:2181", "[::1]:2181"); "" if unknown.
   virtual std::string current_server() const { return {}; }
   // Makes the client leave current_server() for the next server of its list, through its own

@@ -18,6 +18,8 @@
 #include <zkr/lock.hpp>
 #include <zkr/rwlock.hpp>
 
+#include "internals.hpp"
+#include "session_core.hpp"
 #include "test_support.hpp"
 
 namespace zkr::test {
@@ -361,6 +363,25 @@ TEST_F(LockTest, TimeoutAndCancelLeaveNoNode) {
   auto nonblocking = lock_b.try_acquire_for(0ms, {}, ec);
   EXPECT_EQ(ec, errc::would_block);
   EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+}
+
+// A poller retrying a lock that is held for a long time (try_acquire_for in a loop) keeps a
+// bounded number of watches, not one more per attempt: an attempt that gives up stops watching.
+TEST_F(LockTest, AttemptsThatGiveUpLeaveNoWatchBehind) {
+  Session a(session_options(servers)), b(session_options(servers));
+  Lock lock_a(a, path), lock_b(b, path);
+  HeldLock held = lock_a.acquire();
+  const auto& core = detail::Internals::core(b);
+  const std::size_t before = core->pending_watches();
+  constexpr int kAttempts = 20;
+  for (int i = 0; i < kAttempts; ++i) {
+    std::error_code ec;
+    EXPECT_FALSE(lock_b.try_acquire_for(30ms, {}, ec));
+    EXPECT_EQ(ec, errc::timed_out);
+  }
+  EXPECT_TRUE(eventually([&] { return nodes().size() == 1; }));
+  EXPECT_TRUE(eventually([&] { return core->pending_watches() <= before + 2; }))
+      << core->pending_watches() - before << " watches left after " << kAttempts << " attempts gave up";
 }
 
 TEST_F(LockTest, ManyLocksOnOneSession) {

@@ -190,7 +190,8 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     return server_->submit(*link_, std::move(request));
   }
 
-  zk_errc get_children(const std::string& path, detail::ChildrenCallback done, detail::NodeWatch watch) override {
+  zk_errc get_children(const std::string& path, detail::ChildrenCallback done, detail::NodeWatch watch,
+                       detail::WatchOwner owner) override {
     if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::ChildrenCallback>(std::move(done));
     FakeServer::Request request;
@@ -198,14 +199,15 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     request.path = path;
     request.bytes = kRequestHeaderBytes + field_bytes(path) + 1;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
-    request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
+    const bool owned = watch && !owner.expired();
+    request.apply = [server = server_.get(), path, session = link_->session, callback, watch, owned, owner](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
         return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}, {}); }, {}};
       std::uint64_t watch_id = 0;
-      if (watch) {
+      if (watch && !(owned && owner.expired())) {  // an owner gone meanwhile: the client forgets it at once
         watch_id = server->next_watch_id_++;
-        server->children_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
+        server->children_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id, owned, owner});
       }
       std::vector<std::string> names(it->second.children.begin(), it->second.children.end());
       NodeStat stat = server->stat_locked(it->second);
@@ -219,7 +221,8 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     return server_->submit(*link_, std::move(request));
   }
 
-  zk_errc get_data(const std::string& path, detail::DataCallback done, detail::NodeWatch watch) override {
+  zk_errc get_data(const std::string& path, detail::DataCallback done, detail::NodeWatch watch,
+                   detail::WatchOwner owner) override {
     if (!valid_path(path)) return zk_errc::bad_arguments;
     auto callback = std::make_shared<detail::DataCallback>(std::move(done));
     FakeServer::Request request;
@@ -227,14 +230,15 @@ class FakeConnection final : public detail::ZooKeeperConnection {
     request.path = path;
     request.bytes = kRequestHeaderBytes + field_bytes(path) + 1;
     request.fail = [callback](zk_errc rc) { (*callback)(rc, {}, {}); };
-    request.apply = [server = server_.get(), path, session = link_->session, callback, watch](std::int64_t) {
+    const bool owned = watch && !owner.expired();
+    request.apply = [server = server_.get(), path, session = link_->session, callback, watch, owned, owner](std::int64_t) {
       auto it = server->nodes_.find(path);
       if (it == server->nodes_.end())
         return FakeServer::Applied{zk_errc::no_node, [callback](zk_errc rc) { (*callback)(rc, {}, {}); }, {}};
       std::uint64_t watch_id = 0;
-      if (watch) {
+      if (watch && !(owned && owner.expired())) {  // an owner gone meanwhile: the client forgets it at once
         watch_id = server->next_watch_id_++;
-        server->data_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id});
+        server->data_watches_.emplace(path, FakeServer::Watch{session, watch, watch_id, owned, owner});
       }
       std::string data = it->second.data;
       NodeStat stat = server->stat_locked(it->second);
@@ -357,6 +361,9 @@ class FakeConnection final : public detail::ZooKeeperConnection {
   detail::ClientId client_id() const override { return {link_->session, link_->password}; }
   std::chrono::milliseconds negotiated_timeout() const override { return link_->timeout; }
   std::size_t pending_watches() const override { return server_->watches_of(link_->session); }
+  void drop_abandoned_watches(const std::string& prefix) override {
+    server_->forget_abandoned_watches(link_->session, prefix);
+  }
   void close() override { server_->close_link(*link_); }
   std::string current_server() const override { return "fake:2181"; }
   bool leave_current_server(std::chrono::milliseconds) override { return server_->move_on(link_->session); }
@@ -834,6 +841,15 @@ std::size_t FakeServer::data_watches(const std::string& path, std::int64_t sessi
 std::size_t FakeServer::children_watches(const std::string& path, std::int64_t session) const {
   std::lock_guard lock(mutex_);
   return count_watches_locked(children_watches_, path, session);
+}
+
+void FakeServer::forget_abandoned_watches(std::int64_t session, const std::string& prefix) {
+  std::lock_guard lock(mutex_);
+  for (auto* watches : {&data_watches_, &children_watches_})
+    std::erase_if(*watches, [&](const auto& entry) {
+      const Watch& watch = entry.second;
+      return watch.session == session && watch.owned && watch.owner.expired() && entry.first.starts_with(prefix);
+    });
 }
 
 std::size_t FakeServer::watches_of(std::int64_t session) const {

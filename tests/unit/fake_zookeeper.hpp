@@ -208,7 +208,11 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
     std::int64_t session;
     detail::NodeWatch fire;
     std::uint64_t id;
+    bool owned = false;           // registered with an owner (detail::WatchOwner)
+    detail::WatchOwner owner;
   };
+  // The client's drop_abandoned_watches: `session`'s owned watches under `prefix` whose owner expired.
+  void forget_abandoned_watches(std::int64_t session, const std::string& prefix);
   struct Applied {
     zk_errc rc;
     std::function<void(zk_errc)> deliver;  // runs the callback with a code (results only with ok)
