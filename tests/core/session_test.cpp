@@ -43,8 +43,10 @@ TEST(Session, SafetyMarginIsClampedToLeaveTwoHeartbeatsOfSilence) {
   EXPECT_EQ(session.silence_tolerance(), 2 * 50ms);
 }
 
-// With ZooKeeper's default tickTime (2 s, Debian's too) and a 10 s session: heartbeat every 1 s,
-// forward lag 2 s, the default margin of 2.5 s, and 5.5 s of silence tolerated.
+// With ZooKeeper's default tickTime (2 s, Debian's too) and a 10 s session: the default margin of
+// 2.5 s, a heartbeat every (10 - 2.5) / 3 = 2.5 s, each credited with the one before (forward lag
+// 2.5 s), and 5 s of silence tolerated. With a 4 s session the heartbeats are short ones: every
+// 4/6 s, forward lag 1 s + 0.667 s.
 TEST(Session, DefaultTickTimeGivesTheDocumentedBudget) {
   testenv::Cluster cluster({.servers = 1, .tick_ms = 2000});
   auto options = session_options(cluster.connect_string(), 10000ms);
@@ -52,7 +54,15 @@ TEST(Session, DefaultTickTimeGivesTheDocumentedBudget) {
   Session session(options);
   ASSERT_EQ(session.negotiated_timeout(), 10000ms);
   EXPECT_EQ(session.lead_time(), 2500ms);
-  EXPECT_EQ(session.silence_tolerance(), 10000ms - 2500ms - 2000ms);
+  EXPECT_EQ(detail::Internals::core(session)->heartbeat_interval(), 2500ms);
+  EXPECT_EQ(session.silence_tolerance(), 10000ms - 2500ms - 2500ms);
+
+  options.session_timeout = 4000ms;
+  Session short_session(options);
+  ASSERT_EQ(short_session.negotiated_timeout(), 4000ms);
+  EXPECT_EQ(short_session.lead_time(), 1000ms);
+  EXPECT_EQ(detail::Internals::core(short_session)->heartbeat_interval(), 666ms);
+  EXPECT_EQ(short_session.silence_tolerance(), 4000ms - 1000ms - 1000ms - 666ms);
 }
 
 // Something that is not a ZooKeeper server answers on the port (an HTTP server): its bytes make an
@@ -91,11 +101,11 @@ TEST(Session, ANonZooKeeperEndpointIsRefusedWithinTheConnectTimeout) {
     EXPECT_NE(std::string(e.what()).find("ZooKeeper server?"), std::string::npos) << e.what();
     EXPECT_NE(e.detail().find("ZooKeeper server?"), std::string::npos) << e.detail();
   }
-  // The connect timeout, with a second of slack for a busy machine (a run of the whole suite on
-  // 2 cores took 3.4 s): not the further seconds a handle to a non-ZooKeeper service can take to
-  // close (it kept its connection open, as web servers do: 8 s in all before it was fixed).
+  // The connect timeout, with slack for a busy machine (3.1 s alone; 3.4 s and 4.9 s in runs of
+  // the whole suite on 2 cores): not the further seconds a handle to a non-ZooKeeper service can
+  // take to close (it kept its connection open, as web servers do: 8 s in all before it was fixed).
   const auto elapsed = std::chrono::steady_clock::now() - started;
-  EXPECT_LT(elapsed, testenv::scaled(4000ms)) << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms";
+  EXPECT_LT(elapsed, testenv::scaled(6500ms)) << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms";
   // Each absurd handshake costs a client handle, closed in the background (under ThreadSanitizer,
   // zeroing the 540 MB password buffer the client allocates for the "reply" takes seconds): new
   // handles back off (0.1, 0.2, 0.4, 0.8, 1.6 s). With the client's own retries while a handle
@@ -194,7 +204,9 @@ TEST(Session, BadTimeoutsAreRefused) {
   EXPECT_THROW(Session{options}, Error);
 }
 
-TEST(Session, StatesGoSuspendedAndBackOnABriefBlackhole) {
+// A silence shorter than the session tolerates changes nothing; a dropped connection suspends the
+// session until the client is back on it.
+TEST(Session, StatesGoSuspendedAndBackOnABriefDisconnect) {
   testenv::Proxy proxy(testenv::shared_server());
   Session session(session_options(proxy.address(), 6000ms));
   std::mutex mutex;
@@ -205,7 +217,14 @@ TEST(Session, StatesGoSuspendedAndBackOnABriefBlackhole) {
   });
   const auto id = session.id();
   proxy.blackhole();
-  ASSERT_TRUE(eventually([&] { return session.state() == SessionState::suspended; }));
+  std::this_thread::sleep_for(session.silence_tolerance() / 3);
+  proxy.pass();
+  std::this_thread::sleep_for(detail::Internals::core(session)->heartbeat_interval() + 300ms);  // one answered since
+  EXPECT_EQ(session.state(), SessionState::connected);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_TRUE(seen.empty()) << "a brief silence changed the session's state";
+  }
   proxy.reset();  // the client reconnects to the same session
   ASSERT_TRUE(session.wait_connected(testenv::scaled(10s)));
   EXPECT_EQ(session.id(), id);
