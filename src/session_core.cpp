@@ -27,6 +27,9 @@ namespace {
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
+// What a long heartbeat interval has beyond a tick: the previous heartbeat's round trip must fit
+// in it for the next one to be credited with that one's send time (see long_heartbeat).
+constexpr auto kHeartbeatSlack = std::chrono::milliseconds(100);
 // How often the server watch looks at the connection (see SessionCore::watch_server).
 constexpr auto kServerWatchInterval = std::chrono::milliseconds(100);
 // Creates per multi-op in an acquisition batch: few enough that a refused multi costs little to
@@ -78,20 +81,63 @@ std::chrono::milliseconds SessionCore::effective_timeout() const {
 
 namespace {
 
-// The session's timing, from its timeout and the ensemble's tick (see the top of zkr/session.hpp):
-// written once here, for the session and for shortest_session_timeout().
-std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
+// The session's timing, from its timeout, its lead time and the ensemble's tick (see the top of
+// zkr/session.hpp): written once here, for the session and for shortest_session_timeout().
+//
+// Short heartbeats, every min(T/6, tick/2): a sync's send time minus tick/2 + one interval is a
+// moment the leader had heard of the session by (forward lag). Long heartbeats, every
+// min(T/4, (T - margin) / 3) (a quarter of the timeout, or less where a long lead time leaves
+// less than three intervals; less again where a freeze must be survived, see long_heartbeat),
+// once that is at least a tick and kHeartbeatSlack: a
+// sync's credit is then the send time of the previous answered request on the same connection
+// (see credit_for_locked), whose answer came at least a tick before the sync was sent, so that a
+// leader ping fell in between on the follower-leader stream the sync later took; the forward lag
+// is one interval. Either way the session tolerates at least two intervals of silence.
+std::chrono::milliseconds short_heartbeat(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
   return std::max(std::min(timeout / 6, tick / 2), kMinHeartbeatInterval);
 }
 
-std::chrono::milliseconds forward_lag_for(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
-  return tick / 2 + heartbeat_interval_for(timeout, tick);
+// A holder frozen for half the timeout keeps its lock when the deadline it finds on waking is
+// still ahead: the silence tolerated less the interval that may have passed since the latest
+// answer before the freeze. Long heartbeats keep that wherever short ones give it (with a
+// twelfth of the timeout to spare): they never cost a freeze that short ones would survive.
+std::optional<std::chrono::milliseconds> long_heartbeat(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
+                                                        std::chrono::milliseconds tick) {
+  auto interval = std::min(timeout / 4, (timeout - margin) / 3);
+  const auto short_interval = short_heartbeat(timeout, tick);
+  const auto freeze_room = timeout / 2 + timeout / 12;
+  if (timeout - margin - (tick / 2 + short_interval) - short_interval >= freeze_room)
+    interval = std::min(interval, (timeout - margin - freeze_room) / 2);
+  if (interval >= tick + kHeartbeatSlack) return interval;
+  return std::nullopt;
+}
+
+std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
+                                                 std::chrono::milliseconds tick) {
+  if (const auto interval = long_heartbeat(timeout, margin, tick)) return *interval;
+  return short_heartbeat(timeout, tick);
+}
+
+// What a sync's send time is credited with when no earlier answer qualifies (short heartbeats;
+// the first sync on a connection): tick/2 + one interval earlier.
+std::chrono::milliseconds fallback_lag_for(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
+                                           std::chrono::milliseconds tick) {
+  return tick / 2 + heartbeat_interval_for(timeout, margin, tick);
+}
+
+std::chrono::milliseconds forward_lag_for(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
+                                          std::chrono::milliseconds tick) {
+  if (const auto interval = long_heartbeat(timeout, margin, tick)) return *interval;
+  return fallback_lag_for(timeout, margin, tick);
 }
 
 // The most lead time a session of `timeout` can give: at least two heartbeats must fit into the
-// silence it tolerates.
+// silence it tolerates, with short heartbeats or with long ones.
 std::chrono::milliseconds lead_time_room(std::chrono::milliseconds timeout, std::chrono::milliseconds tick) {
-  return timeout - forward_lag_for(timeout, tick) - 2 * heartbeat_interval_for(timeout, tick);
+  const auto short_interval = short_heartbeat(timeout, tick);
+  const auto with_short = timeout - (tick / 2 + short_interval) - 2 * short_interval;
+  if (timeout / 4 < tick + kHeartbeatSlack) return with_short;  // never long heartbeats
+  return std::max(with_short, timeout - 3 * (tick + kHeartbeatSlack));
 }
 
 }  // namespace
@@ -123,11 +169,18 @@ std::chrono::milliseconds shortest_session_timeout(std::chrono::milliseconds lea
 namespace zkr::detail {
 
 std::chrono::milliseconds SessionCore::heartbeat_interval() const {
-  return heartbeat_interval_for(effective_timeout(), options_.ensemble_tick_time);
+  const auto timeout = effective_timeout();
+  return heartbeat_interval_for(timeout, margin_for(timeout), options_.ensemble_tick_time);
 }
 
 std::chrono::milliseconds SessionCore::forward_lag() const {
-  return forward_lag_for(effective_timeout(), options_.ensemble_tick_time);
+  const auto timeout = effective_timeout();
+  return forward_lag_for(timeout, margin_for(timeout), options_.ensemble_tick_time);
+}
+
+std::chrono::milliseconds SessionCore::fallback_lag() const {
+  const auto timeout = effective_timeout();
+  return fallback_lag_for(timeout, margin_for(timeout), options_.ensemble_tick_time);
 }
 
 // The requested margin, clamped so that at least two heartbeats fit into the silence tolerated.
@@ -291,6 +344,8 @@ void SessionCore::open_connection_locked() {
   session_id_ = 0;
   // Until the session is established, the server can have heard from us no earlier than now.
   last_leader_proof_ = BootClock::now();
+  credited_touch_ = last_leader_proof_ - fallback_lag();
+  ++connection_epoch_;
   std::weak_ptr<SessionCore> self = weak_from_this();
   const std::uint64_t generation = generation_;
   std::error_code ec;
@@ -405,10 +460,12 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         // A new session is created by the leader just before this reply: its clock starts here,
         // not when the connection was opened (the client may have tried silent servers first).
         last_leader_proof_ = BootClock::now();
+        credited_touch_ = last_leader_proof_ - fallback_lag();
         session_established_ = true;
         ++session_metrics_.sessions_established;
       }
       on_server_since_ = BootClock::now();
+      ++connection_epoch_;  // answers on the connection before do not vouch for this one
       set_state_locked(SessionState::connected);
       announce_deadline_locked();  // a new session's, or a resumed one's under a renegotiated timeout
       for (const auto& listener : snapshot_listeners_locked()) {
@@ -537,7 +594,7 @@ bool SessionCore::alive_by_deadline_locked(std::uint64_t generation) {
 
 BootClock::time_point SessionCore::deadline_locked() const {
   const auto timeout = negotiated_timeout_.load();
-  return last_leader_proof_ + timeout - margin_for(timeout) - forward_lag();
+  return credited_touch_ + timeout - margin_for(timeout);
 }
 
 void SessionCore::schedule_deadline_check_locked() {
@@ -649,9 +706,30 @@ void SessionCore::watch_server(std::uint64_t generation) {
 
 void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent) {
   std::lock_guard lock(mutex_);
-  if (generation != generation_ || sent <= last_leader_proof_) return;
-  last_leader_proof_ = sent;
+  if (generation != generation_) return;
+  const auto answered = BootClock::now();
+  const auto credit = credit_for_locked(sent);
+  recent_answers_[recent_answer_next_++ % recent_answers_.size()] = {connection_epoch_, sent, answered};
+  if (sent > last_leader_proof_) last_leader_proof_ = sent;
+  if (credit <= credited_touch_) return;
+  credited_touch_ = credit;
   announce_deadline_locked();
+}
+
+// The moment the leader had heard of the session by, proven by a request sent at `sent` and
+// answered through the leader (see the top of zkr/session.hpp). The follower we are connected to
+// tells the leader of the sessions it heard from in its answer to each leader ping (every half
+// tick), on the stream our request then took to the leader. An earlier request on the same
+// connection answered at least a tick before `sent` reached the follower before a ping that came
+// before our request on that stream: the leader had heard of it, sent at `earlier.sent`, before it
+// answered ours. Without such an answer: tick/2 + one heartbeat interval before `sent`.
+BootClock::time_point SessionCore::credit_for_locked(BootClock::time_point sent) const {
+  auto credit = sent - fallback_lag();
+  const auto answered_by = sent - options_.ensemble_tick_time;
+  for (const auto& earlier : recent_answers_)
+    if (earlier.epoch == connection_epoch_ && earlier.answered <= answered_by && earlier.sent > credit)
+      credit = earlier.sent;
+  return credit;
 }
 
 template <typename Callback, typename Issue, typename... FailArgs>

@@ -24,6 +24,7 @@
 #include <memory>
 #include <memory_resource>
 #include <mutex>
+#include <array>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -135,6 +136,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::chrono::milliseconds heartbeat_interval() const;
   // How late the leader may hear of this session, through a follower (see zkr/session.hpp).
   std::chrono::milliseconds forward_lag() const;
+  // What a proof is credited with when no earlier answer vouches for it: tick/2 + one heartbeat
+  // interval before its send (the first on a connection; every one with short heartbeats).
+  std::chrono::milliseconds fallback_lag() const;
   std::chrono::milliseconds silence_tolerance() const;
   // Silence on a connected server before the session leaves it for the next (see watch_server).
   std::chrono::milliseconds move_after() const;
@@ -297,6 +301,19 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::atomic<std::chrono::milliseconds> negotiated_timeout_{std::chrono::milliseconds(0)};
   // Send time of the latest request answered through the leader (or the session's establishment).
   BootClock::time_point last_leader_proof_{};
+  // The latest moment the leader had surely heard of the session by (credit_for_locked): the
+  // deadline is this plus the timeout less the margin.
+  BootClock::time_point credited_touch_{};
+  // The latest answers through the leader, with the connection they came on (counted per
+  // (re)connect): an earlier answer on the same connection can vouch for a later proof.
+  struct Answer {
+    std::uint64_t epoch = 0;
+    BootClock::time_point sent{}, answered{};
+  };
+  std::array<Answer, 4> recent_answers_{};
+  std::size_t recent_answer_next_ = 0;
+  std::uint64_t connection_epoch_ = 0;
+  BootClock::time_point credit_for_locked(BootClock::time_point sent) const;
   // The server watch (watch_server): servers in the connect string, when the connection was last
   // (re)established or sent away, and the connect attempt being timed (server and start).
   std::size_t server_count_ = 0;

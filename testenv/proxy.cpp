@@ -370,6 +370,14 @@ void Proxy::reset() {
   });
 }
 
+void Proxy::sever() {
+  impl_->run([impl = impl_.get()] {
+    impl->blackholed = true;
+    auto connections = impl->live;
+    for (const auto& connection : connections) connection->close(true);
+  });
+}
+
 void Proxy::set_latency(std::chrono::microseconds one_way) {
   impl_->run([impl = impl_.get(), one_way] { impl->latency = one_way; });
 }

@@ -156,6 +156,9 @@ class Proxy {
   void blackhole();
   // RST every current connection (SO_LINGER 0), keep listening, and go back to pass().
   void reset();
+  // RST every current connection and hold every new one, forwarding nothing (blackhole()): the
+  // client knows at once that it lost its connection and cannot get another until pass().
+  void sever();
   // Delay added to each direction, order kept. Applies to bytes read from now on.
   void set_latency(std::chrono::microseconds one_way);
 

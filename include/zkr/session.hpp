@@ -9,18 +9,37 @@
 // client's pings) from its own copy, even while cut off from the leader, and forwards the sessions
 // it heard from to the leader only when the leader pings it (every half tick). So the monitor
 // counts as proof of life only a reply that went through the leader: a `sync` (its heartbeat) or
-// a write. With `proof` the send time of the latest such request that succeeded, it declares the
-// session lost at
+// a write. Each such reply credits the session with a moment by which the leader had surely heard
+// of it, `credit`, and the monitor declares the session lost at
 //
-//     proof + negotiated_timeout - safety_margin - forward_lag,
-//     forward_lag = ensemble_tick_time / 2 + heartbeat_interval
+//     credit + negotiated_timeout - safety_margin
 //
 // which is at least the safety margin before the earliest moment the leader could expire the
 // session. Holders are told "lost" at least `lead_time()` (= the safety margin) before anyone else
-// can be granted their lock, less the time their own callback takes to run. While connected the
-// monitor sends one `sync` every heartbeat_interval = min(negotiated_timeout / 6, tick / 2); that
-// is the whole heartbeat traffic, however many locks the session holds. Time is measured on
-// CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the servers' clocks do.
+// can be granted their lock, less the time their own callback takes to run. With `sent` the send
+// time of the request answered:
+//   - If an earlier request on the same connection was answered at least a tick before `sent`, a
+//     leader ping reached our follower between that request and ours, and the follower's answer
+//     to it, which names our session, went to the leader ahead of our request on the same stream:
+//     credit = that earlier request's send time.
+//   - Otherwise credit = sent - (tick / 2 + heartbeat_interval): the follower answered a ping
+//     within half a tick before forwarding ours, and the session's previous request (a heartbeat,
+//     or the reconnect the leader itself validated) was at most an interval before.
+// While connected the monitor sends one `sync` every heartbeat_interval; that is the whole
+// heartbeat traffic, however many locks the session holds:
+//   - min(negotiated_timeout / 4, (negotiated_timeout - safety_margin) / 3) where that is at
+//     least a tick and 100 ms: each heartbeat is then credited with the one before (forward_lag
+//     = heartbeat_interval), and the session tolerates at least two intervals of silence. Where
+//     the short heartbeats below would let a holder frozen for half the timeout keep its lock
+//     (with a twelfth of it to spare), the interval is also at most (negotiated_timeout -
+//     safety_margin - 7 * negotiated_timeout / 12) / 2, so that the long ones do too. At 10 s and
+//     Debian's 2 s tick: one sync every 2.5 s, 24 a minute (a Curator session pings 18 times);
+//     at 30 s also every 2.5 s (a half-timeout freeze survived), at 20 s with a 6 s lead time
+//     (zklock's) every 4.667 s.
+//   - otherwise min(negotiated_timeout / 6, tick / 2), with forward_lag = tick / 2 +
+//     heartbeat_interval (a 4 s session: one every 667 ms).
+// Time is measured on CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the
+// servers' clocks do.
 //
 // One silent server (its host lost power, a cable cut: packets vanish, nothing is refused) must not
 // cost the session while the rest of the ensemble serves. The C client leaves a server only after
@@ -278,7 +297,9 @@ struct SessionOptions {
   LossPolicy loss_policy = LossPolicy::at_deadline;
   // Lead time given to holders before the earliest possible server-side expiry. Zero means the
   // default, a quarter of the negotiated timeout. Clamped so that the session tolerates at least
-  // two heartbeat intervals of silence: negotiated_timeout - forward_lag - 2 * heartbeat_interval.
+  // two heartbeat intervals of silence (see the top of this file): to the larger of
+  // negotiated_timeout - tick / 2 - 3 * min(negotiated_timeout / 6, tick / 2) and, where a quarter
+  // of negotiated_timeout is at least a tick and 100 ms, negotiated_timeout - 3 * (tick + 100 ms).
   std::chrono::milliseconds safety_margin{0};
   // The ensemble's tickTime (zoo.cfg; 2000 ms is ZooKeeper's and Debian's default). The leader
   // hears of this session up to half a tick late through a follower; the monitor allows for that.
@@ -449,7 +470,8 @@ class Session {
   // The lead time holders get before the earliest possible server-side expiry.
   std::chrono::milliseconds lead_time() const;
   // How long the session tolerates hearing nothing through the leader before it is declared lost:
-  // negotiated_timeout - lead_time - forward_lag (see the top of this file).
+  // negotiated_timeout - lead_time - forward_lag (see the top of this file), counted from the send
+  // of the latest heartbeat answered while heartbeats are answered in time.
   std::chrono::milliseconds silence_tolerance() const;
   const SessionOptions& options() const;
 

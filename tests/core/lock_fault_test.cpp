@@ -61,11 +61,11 @@ TEST_F(LockFaultTest, ReleaseDuringConnectionLossCompletesAfterReconnect) {
   Session waiter(session_options(servers));
   Lock holder_lock(holder, path), waiter_lock(waiter, path);
   HeldLock held = holder_lock.acquire();
-  proxy.blackhole();
+  proxy.sever();
   ASSERT_TRUE(eventually([&] { return holder.state() == SessionState::suspended; }));
   held.release();  // cannot reach the server now
   EXPECT_EQ(nodes().size(), 1u);
-  proxy.reset();
+  proxy.pass();
   auto next = waiter_lock.try_acquire_for(testenv::scaled(10s));
   ASSERT_TRUE(next);
   EXPECT_GT(next->token(), held.token());

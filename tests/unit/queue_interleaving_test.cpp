@@ -757,7 +757,9 @@ TEST_F(QueueInterleaving, LoseOnDisconnectTellsTheHolderAndRequeuesTheWaiter) {
 
 // The server watch (SessionCore::watch_server) with a connect string of two servers: the session's
 // server goes silent (the fake's connection answers nothing). With a 3 s session and a 20 ms tick the
-// session tolerates 2.22 s of silence and leaves a silent server after (2.22 + 0.02) / 2 = 1.12 s.
+// session sends a heartbeat every 0.25 s (what keeps a freeze of half the timeout survivable:
+// (3 - 0.75 - 1.75) / 2), tolerates 2 s of silence and leaves a silent server after
+// (2 + 0.25) / 2 = 1.125 s.
 class ServerWatch : public QueueInterleaving {
  protected:
   std::unique_ptr<Session> open_on_two_servers() {
@@ -777,7 +779,8 @@ TEST_F(ServerWatch, ASilentServerIsLeftForTheNextBeforeTheDeadline) {
   const std::string parent = "/locks/silent-server";
   server->ensure_path(parent);
   auto session = open_on_two_servers();
-  ASSERT_EQ(session->silence_tolerance(), 2220ms);
+  ASSERT_EQ(session->silence_tolerance(), 2000ms);
+  ASSERT_EQ(detail::Internals::core(*session)->heartbeat_interval(), 250ms);
   const auto id = session->id();
   Lock lock(*session, parent);
   HeldLock held = lock.acquire();
@@ -786,7 +789,7 @@ TEST_F(ServerWatch, ASilentServerIsLeftForTheNextBeforeTheDeadline) {
   server->pause(id);
   ASSERT_TRUE(wait_until([&] { return server->server_moves(id) >= 1; }, 5s));
   const auto moved_after = std::chrono::steady_clock::now() - paused_at;
-  EXPECT_GE(moved_after, 1000ms);  // 1.12 s after the latest proof, a heartbeat (20 ms) before the pause
+  EXPECT_GE(moved_after, 875ms);  // 1.125 s after the latest proof, at most a heartbeat (0.25 s) before the pause
   EXPECT_LT(moved_after, session->silence_tolerance());
   std::this_thread::sleep_for(session->silence_tolerance());  // past where the silence would have ended it
   EXPECT_FALSE(held.lost());
@@ -815,9 +818,12 @@ TEST_F(ServerWatch, MovingDoesNotMoveTheDeadline) {
   ASSERT_EQ(told.wait_for(scaled(10s)), std::future_status::ready);
   const auto told_after = told.get() - paused_at;
   EXPECT_GE(server->server_moves(id), 1);
-  // The latest proof was sent at most a heartbeat and a reply before the pause.
-  EXPECT_LE(told_after, session->silence_tolerance() + 200ms);
-  EXPECT_GE(told_after, session->silence_tolerance() - 100ms);
+  // The latest answered proof was sent at most a heartbeat before the pause, and is credited with
+  // the send of the answer before it: the deadline falls within a heartbeat of the tolerated
+  // silence after the pause.
+  const auto heartbeat = detail::Internals::core(*session)->heartbeat_interval();
+  EXPECT_LE(told_after, session->silence_tolerance() + heartbeat + 200ms);
+  EXPECT_GE(told_after, session->silence_tolerance() - heartbeat - 100ms);
   EXPECT_EQ(session->last_loss_cause(), SessionLossCause::local_deadline);
 }
 
@@ -1078,9 +1084,12 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   const auto last_acknowledged_send = server->last_answered_send(old_session);
   const auto margin = session->lead_time();
   EXPECT_EQ(margin, timeout / 4);  // the default safety margin fits
-  const auto forward_lag = detail::Internals::core(*session)->forward_lag();
-  const auto deadline = last_acknowledged_send + timeout - margin - forward_lag;
-  const auto earliest_server_expiry = last_acknowledged_send + timeout - forward_lag;
+  // The latest answer is credited with an earlier one at least a tick older, or with the rule
+  // without one (fallback lag): the deadline lies between those two.
+  const auto& core = detail::Internals::core(*session);
+  const auto deadline = last_acknowledged_send + timeout - margin - core->fallback_lag();
+  const auto latest_deadline = last_acknowledged_send + timeout - margin - 20ms;  // the fake's tick
+  const auto earliest_server_expiry = last_acknowledged_send + timeout - core->forward_lag();
   const auto ms_since_pause = [&](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - paused_at).count();
   };
@@ -1094,7 +1103,7 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   // Not before the deadline (the server heard from us until last_acknowledged_send)...
   EXPECT_GE(declared, deadline - 5ms);
   // ...and by the deadline, with a bounded scheduling delay that stays far from the server's expiry.
-  EXPECT_LE(declared, deadline + margin / 5);
+  EXPECT_LE(declared, latest_deadline + margin / 5);
   EXPECT_LT(holder_told, earliest_server_expiry);
   EXPECT_EQ(held.loss_reason(), LossReason::session_lost);
 
@@ -1105,6 +1114,90 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
   ASSERT_TRUE(session->wait_connected(scaled(10s)));
   EXPECT_NE(session->id(), old_session);
   server->resume(old_session);
+}
+
+// Long heartbeats (zkr/session.hpp): with a 6 s session, a 2.1 s lead time and a 400 ms tick, a
+// sync every (6 - 2.1) / 3 = 1.3 s, each credited with the send of the one before, answered at
+// least a tick earlier: its deadline is that send plus 3.9 s, 2.6 s after its own send, where the
+// rule without an earlier answer gives 3.9 s - (0.2 + 1.3) s = 2.4 s. Never more than the
+// tolerated silence.
+TEST_F(QueueInterleaving, LongHeartbeatsAreEachCreditedWithTheOneBefore) {
+  SessionOptions options;
+  options.servers = "fake:2181";
+  options.session_timeout = 6000ms;
+  options.connect_timeout = scaled(10s);
+  options.ensemble_tick_time = 400ms;
+  options.safety_margin = 2100ms;
+  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+  core->connect_or_throw();
+  Session session(detail::Internals::key(), core);
+  ASSERT_EQ(core->heartbeat_interval(), 1300ms);
+  ASSERT_EQ(session.lead_time(), 2100ms);
+  ASSERT_EQ(session.silence_tolerance(), 2600ms);
+  std::mutex mutex;
+  std::vector<std::chrono::milliseconds> ahead;  // each deadline, less the moment it was heard
+  auto listening = session.on_deadline([&](SessionDeadline deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - BootClock::now());
+    std::lock_guard lock(mutex);
+    ahead.push_back(left);
+  });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(mutex);
+    return ahead.size() >= 5;
+  }));
+  std::lock_guard lock(mutex);
+  std::chrono::milliseconds most{0};
+  for (const auto left : ahead) {
+    EXPECT_LE(left, session.silence_tolerance()) << "a deadline further ahead than the silence tolerated";
+    most = std::max(most, left);
+  }
+  EXPECT_GT(most, 2500ms) << "no heartbeat was credited with the one before it";
+}
+
+// An answer that came less than a tick before the next heartbeat vouches for nothing: no leader
+// ping need have fallen in between. A 12 s session, a 4.2 s lead time and an 800 ms tick: a sync
+// every 2.6 s, 5.2 s of silence tolerated. Right after one deadline (heartbeat k answered), the
+// replies are held from 2.1 s to 4.8 s: heartbeat k+1 (sent at 2.6 s) is answered at 4.8 s, 0.4 s
+// before heartbeat k+2 is sent. Heartbeat k+2 must not be credited with k+1's send (its deadline
+// 5.2 s ahead) but with the rule without an earlier answer: 3 s before its own send, 4.8 s ahead.
+TEST_F(QueueInterleaving, AHeartbeatIsNotCreditedWithAnAnswerThatCameTooLate) {
+  SessionOptions options;
+  options.servers = "fake:2181";
+  options.session_timeout = 12000ms;
+  options.connect_timeout = scaled(10s);
+  options.ensemble_tick_time = 800ms;
+  options.safety_margin = 4200ms;
+  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
+  core->connect_or_throw();
+  Session session(detail::Internals::key(), core);
+  ASSERT_EQ(core->heartbeat_interval(), 2600ms);
+  ASSERT_EQ(session.silence_tolerance(), 5200ms);
+  std::mutex mutex;
+  std::condition_variable heard_one;
+  std::vector<std::pair<BootClock::time_point, std::chrono::milliseconds>> heard;  // when, how far ahead
+  auto listening = session.on_deadline([&](SessionDeadline deadline) {
+    const auto now = BootClock::now();
+    std::lock_guard lock(mutex);
+    heard.emplace_back(now, std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - now));
+    heard_one.notify_all();
+  });
+  {
+    // A heartbeat after the first (the first is sent with the connection): one answered on a
+    // connection that had answered before.
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(heard_one.wait_for(lock, scaled(20s), [&] { return heard.size() >= 3; }));
+  }
+  const auto answered = BootClock::now();
+  std::this_thread::sleep_until(answered + 2100ms);
+  server->pause(session.id());
+  std::this_thread::sleep_until(answered + 4800ms);
+  server->resume(session.id());
+  const auto resumed = BootClock::now();
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(heard_one.wait_for(lock, scaled(10s), [&] { return !heard.empty() && heard.back().first > resumed + 200ms; }));
+  const auto next = std::find_if(heard.begin(), heard.end(), [&](const auto& each) { return each.first > resumed + 200ms; });
+  EXPECT_LE(next->second, 5000ms) << "a heartbeat was credited with an answer less than a tick older than its send";
+  EXPECT_GE(next->second, 4400ms);
 }
 
 // Session::on_deadline, which zklock relays to its keeper: the current deadline at once, then each

@@ -691,13 +691,14 @@ TEST_F(ZklockTest, KillAfterGetsTheSessionTimeoutItNeedsOrIsRefused) {
 }
 
 // The defaults (a 20 s session, --kill-after 5, a 2 s tick as Debian ships; the test servers'
-// tick is shorter, so it is given) tolerate 12 s of ensemble silence,
+// tick is shorter, so it is given) send a heartbeat every (20 - 6) / 3 = 4.667 s and tolerate
+// 9.334 s of ensemble silence,
 // more than a rolling restart or a leader election takes (docs/operations.md, "Timeouts"); -v
 // says so.
 TEST_F(ZklockTest, VerboseSaysTheSilenceTheDefaultsTolerate) {
   const Outcome outcome = run_to_end({zklock_binary, "--zk", servers_, "-v", "--tick-time", "2", path_, "-c", "echo job-ran"});
   EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
-  EXPECT_THAT(outcome.output, HasSubstr("negotiated timeout 20s, lead time 6s, tolerated silence 12s"));
+  EXPECT_THAT(outcome.output, HasSubstr("negotiated timeout 20s, lead time 6s, tolerated silence 9.334s"));
 }
 
 TEST_F(ZklockTest, LostExitCodeAndKillSignalAreConfigurable) {
