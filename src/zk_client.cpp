@@ -194,30 +194,27 @@ void session_watcher(zhandle_t*, int type, int state, const char*, void* context
   handle->on_event(event);
 }
 
-void node_watcher(zhandle_t*, int type, int, const char*, void* context) {
-  // Session events reach every registered path watcher as well; only node events count.
-  if (type == ZOO_SESSION_EVENT) return;
-  auto* watch = static_cast<WatchContext*>(context);
+// A fired watch leaves its handle's list, is freed, and then runs (outside the lock).
+template <typename Context>
+void fire(int type, Context* watch, void (HandleContext::*unlink_locked)(Context*)) {
   {
     std::lock_guard lock(watch->handle->watches_mutex);
-    watch->handle->unlink_locked(watch);
+    (watch->handle->*unlink_locked)(watch);
   }
   NodeWatch callback = std::move(watch->watch);
   delete watch;
   callback(to_node_event(type));
 }
 
+// Session events reach every registered path watcher as well, an owned one possibly after it was
+// forgotten: only node events count, and a session event never touches the context.
+void node_watcher(zhandle_t*, int type, int, const char*, void* context) {
+  if (type != ZOO_SESSION_EVENT) fire(type, static_cast<WatchContext*>(context), &HandleContext::unlink_locked);
+}
+
 void owned_node_watcher(zhandle_t*, int type, int, const char*, void* context) {
-  // Session events reach it too, possibly after it was forgotten: never touch the context then.
-  if (type == ZOO_SESSION_EVENT) return;
-  auto* watch = static_cast<OwnedWatchContext*>(context);
-  {
-    std::lock_guard lock(watch->handle->watches_mutex);
-    watch->handle->unlink_owned_locked(watch);
-  }
-  NodeWatch callback = std::move(watch->watch);
-  delete watch;
-  callback(to_node_event(type));
+  if (type != ZOO_SESSION_EVENT)
+    fire(type, static_cast<OwnedWatchContext*>(context), &HandleContext::unlink_owned_locked);
 }
 
 // Removes an owned watch from the client without its firing, if the client still has it. The

@@ -109,11 +109,15 @@ class QueueInterleaving : public ::testing::Test {
   // Long enough that no heartbeat (one every timeout/6) falls inside a test unless it wants one.
   std::unique_ptr<Session> open_session(std::chrono::milliseconds session_timeout = 120s) {
     SessionOptions options;
-    options.servers = "fake:2181";
     options.session_timeout = session_timeout;
-    options.connect_timeout = scaled(10s);
     // The fake answers at once: no follower lags behind its leader by more than this.
     options.ensemble_tick_time = 20ms;
+    return open_session_with(options);
+  }
+  // A session on the fake with these options (its servers and connect timeout set here).
+  std::unique_ptr<Session> open_session_with(SessionOptions options) {
+    options.servers = "fake:2181";
+    options.connect_timeout = scaled(10s);
     auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
     core->connect_or_throw();
     return std::make_unique<Session>(detail::Internals::key(), core);
@@ -1123,14 +1127,12 @@ TEST_F(QueueInterleaving, SilentServerIsDeclaredLostByTheDeadline) {
 // tolerated silence.
 TEST_F(QueueInterleaving, LongHeartbeatsAreEachCreditedWithTheOneBefore) {
   SessionOptions options;
-  options.servers = "fake:2181";
   options.session_timeout = 6000ms;
-  options.connect_timeout = scaled(10s);
   options.ensemble_tick_time = 400ms;
   options.safety_margin = 2100ms;
-  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
-  core->connect_or_throw();
-  Session session(detail::Internals::key(), core);
+  auto opened = open_session_with(options);
+  Session& session = *opened;
+  const auto& core = detail::Internals::core(session);
   ASSERT_EQ(core->heartbeat_interval(), 1300ms);
   ASSERT_EQ(session.lead_time(), 2100ms);
   ASSERT_EQ(session.silence_tolerance(), 2600ms);
@@ -1162,14 +1164,12 @@ TEST_F(QueueInterleaving, LongHeartbeatsAreEachCreditedWithTheOneBefore) {
 // 5.2 s ahead) but with the rule without an earlier answer: 3 s before its own send, 4.8 s ahead.
 TEST_F(QueueInterleaving, AHeartbeatIsNotCreditedWithAnAnswerThatCameTooLate) {
   SessionOptions options;
-  options.servers = "fake:2181";
   options.session_timeout = 12000ms;
-  options.connect_timeout = scaled(10s);
   options.ensemble_tick_time = 800ms;
   options.safety_margin = 4200ms;
-  auto core = std::make_shared<detail::SessionCore>(options, fake_factory(server));
-  core->connect_or_throw();
-  Session session(detail::Internals::key(), core);
+  auto opened = open_session_with(options);
+  Session& session = *opened;
+  const auto& core = detail::Internals::core(session);
   ASSERT_EQ(core->heartbeat_interval(), 2600ms);
   ASSERT_EQ(session.silence_tolerance(), 5200ms);
   std::mutex mutex;
