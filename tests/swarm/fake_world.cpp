@@ -174,7 +174,7 @@ class FakeWorld final : public World {
   void tune(SessionOptions& options) const override {
     options.session_timeout = 120s;
     options.connect_timeout = testenv::scaled(10s);
-    options.ensemble_tick_time = 2s;  // a heartbeat a second: rare beside the steps
+    options.ensemble_tick_time = 2s;  // a heartbeat every 10 s (see zkr/session.hpp): rare beside the steps
   }
 
  private:
