@@ -563,7 +563,7 @@ each option is given at most once:
                                 or 25 hours long when the clocks change
       --count-failed            with --once-per: any run that started uses up its window, even
                                 one that failed (at most one start per window)
-      --session-timeout SECS    requested session timeout (default 20: 12 s of ensemble
+      --session-timeout SECS    requested session timeout (default 20: 9.334 s of ensemble
                                 silence tolerated, see -v), raised if needed to
                                 give the lead time --kill-after needs; the server may
                                 negotiate another: if it leaves too little, zklock refuses (64)

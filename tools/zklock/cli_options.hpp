@@ -42,7 +42,7 @@ struct CliOptions {
   TimeZone once_per_zone;     // --tz: the zone whose wall clock the windows follow (UTC)
   bool count_failed = false;  // --count-failed: a failed run uses up its window too
 
-  // 20 s: with the default --kill-after and a 2 s tick it tolerates 12 s of silence from the
+  // 20 s: with the default --kill-after and a 2 s tick it tolerates 9.334 s of silence from the
   // ensemble (a rolling restart or a leader election measured 1-2 s), at the price of a crashed
   // holder blocking its path about 22 s. docs/operations.md ("Timeouts") has the figures.
   std::chrono::milliseconds session_timeout{20'000};
