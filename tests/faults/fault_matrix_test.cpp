@@ -190,8 +190,9 @@ TEST_F(FaultMatrix, Row01NoFaultOneHolderGrowingTokensQueueOrderAtMostTwoWakeups
 
 // ---- Row 3: holder process frozen for T/2: nothing changes. ----
 TEST_F(FaultMatrix, Row03HolderProcessFrozenForHalfTheTimeoutChangesNothing) {
-  // T/2 frozen, heartbeats every T/6, deadline 3T/4 after the last acknowledged send: T/12 of
-  // slack for the scheduler. T = 6 s gives 500 ms.
+  // T/2 frozen; with T = 6 s and a 100 ms tick, heartbeats every 500 ms, each credited with the
+  // one before: the deadline is 4 s after the last acknowledged send, T/12 (500 ms) of slack for
+  // the scheduler.
   const auto timeout = testenv::scaled(6000ms);
   auto holder = start_holder(servers, timeout);
   auto session_line = holder->wait_for_line("SESSION", testenv::scaled(15s));
