@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The floor for `zklock LOCK -- true`: a C program that connects, creates an ephemeral sequential
  * lock node, runs `true` (fork, exec, wait) while the node stands, deletes it and closes the
  * session: what any wrapper must do at the least. bench/compare times whole runs of it.

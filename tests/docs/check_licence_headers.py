@@ -4,15 +4,17 @@
 
     check_licence_headers.py SOURCE_DIR
 
-Source files: C++, Java, Python, shell, CMake, SQL and Promela files, and the executable scripts
-without a suffix (a first line starting with #!). Exit status 1 names each file without the line.
+Source files: C, C++, Java, Python, shell, CMake, SQL and Promela files, the templates CMake
+configures (*.in: the package's CMake and pkg-config files, the Doxyfile), the bash completion,
+and the executable scripts without a suffix (a first line starting with #!). Exit status 1 names
+each file without the line.
 """
 import subprocess
 import sys
 from pathlib import Path
 
 TAG = "SPDX-License-Identifier: Apache-2.0"
-SUFFIXES = {".cpp", ".hpp", ".h", ".java", ".py", ".sh", ".cmake", ".sql", ".pml"}
+SUFFIXES = {".c", ".cpp", ".hpp", ".h", ".java", ".py", ".sh", ".cmake", ".sql", ".pml", ".in", ".bash-completion"}
 
 
 def is_source(root, name):
