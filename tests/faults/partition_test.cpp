@@ -189,7 +189,7 @@ TEST_F(FastPartitionTest, HoldersServerFrozen) {
 }
 
 // Debian's zoo.cfg (tickTime 2000, syncLimit 5): an isolated follower answers for 10 s while the
-// leader stopped hearing of the session at once. A 10 s session, as the runs had.
+// leader stopped hearing of the session at once. A 10 s session, the library's default.
 TEST_F(PartitionTest, FollowerIsolatedWithDebianDefaults) {
   NetLab lab(NetLabOptions::debian_defaults());
   constexpr int kSessionMs = 10000;

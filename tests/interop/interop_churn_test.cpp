@@ -6,9 +6,9 @@
 // for the election, restarts servers of a 3-server ensemble. Every section goes into the shared
 // log (section_log.hpp) and is checked afterwards.
 //
-// The short run is part of the suite. ZKR_CHURN_LONG=1 selects the scale the issue reports (22
-// contenders; 10 minutes unless ZKR_CHURN_SECONDS says otherwise); the ctest entries
-// interop_churn_long_* run it when configured with -DZKR_SOAK_LONG=ON. Results:
+// The short run is part of the suite. ZKR_CHURN_LONG=1 selects the long run's scale (22 election
+// contenders, 18 lock holders; 10 minutes unless ZKR_CHURN_SECONDS says otherwise); the ctest
+// entries interop_churn_long_* run it when configured with -DZKR_SOAK_LONG=ON. Results:
 // docs/RELIABILITY.md.
 #include <gtest/gtest.h>
 
