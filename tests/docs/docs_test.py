@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Docs are code: every zklock command line and every C++ snippet of the docs, run and compiled.
+"""Docs are code: every code block of the docs compiled, run, or marked with why it is not.
 
 Reads README.md, docs/*.md, tools/zklock/README.md, examples/**/README.md and the man page
 (tools/zklock/zklock.1). From their code blocks it takes
@@ -9,12 +9,17 @@ Reads README.md, docs/*.md, tools/zklock/README.md, examples/**/README.md and th
   - each zklock command line (after "$ ", a cron schedule, "ExecStart="): run as written against
     a ZooKeeper server started with testenv/zkenv.py, its ensemble (-z, --zk, $ZKLOCK_SERVERS)
     replaced by that server under a chroot of the command's own, so every path is unique;
-  - each usage line ("zklock [options] ..."): it must be one of zklock --help's.
-A marker in the doc, just before the block, says what the block needs or why it cannot run here;
-tests/docs/README.md lists them. Prints what it compiled, ran and skipped (with the reasons), and
-ends with "docs: N passed, N failed".
+  - each usage line ("zklock [options] ..."): it must be one of zklock --help's;
+  - each ctest command line: listed (ctest -N) in the build directory, where every name its -R
+    gives must match a test;
+  - each line of a block marked "run": run as written from the source directory.
+Every other block must say why it is not run: a marker in the doc, just before the block, "skip
+(REASON)" naming the test or CI step that runs it instead, or "output" for output or a formula,
+nothing to run. Markers also say what a block needs; tests/docs/README.md lists them. Prints what
+it compiled, ran and skipped (with the reasons), and ends with "docs: N passed, N failed".
 
-  docs_test.py --source-dir SRC --zklock BIN [--cxx g++ --include-dirs A:B] [--only snippets|commands]
+  docs_test.py --source-dir SRC --zklock BIN --build-dir DIR [--cxx g++ --include-dirs A:B]
+               [--only snippets|commands]
 """
 
 import argparse
@@ -47,13 +52,21 @@ class Block:
 
 
 def parse_markers(texts):
-    """'skip (reason)', 'given(stub a b)', 'expect(exit 3)' -> {'skip': reason, 'given': [...], ...}"""
+    """'skip (reason)', 'output', 'run', 'given(stub a b)', 'expect(exit 3)' ->
+    {'skip': reason, 'output': True, 'run': True, 'given': [...], 'expect_exit': 3}"""
     markers = {"given": [], "expect_exit": 0}
     for text in texts:
         skip = re.match(r"skip\s*\((.*)\)\s*$", text)
         if skip:
+            if not skip.group(1).strip():
+                raise SystemExit(f"docs-test marker: skip () needs a reason, in '{text}'")
             markers["skip"] = skip.group(1)
             continue
+        if text.strip() in ("output", "run"):
+            markers[text.strip()] = True
+            continue
+        if not re.findall(r"(\w+)\s*\(([^()]*)\)", text):
+            raise SystemExit(f"docs-test marker: unknown marker '{text}'")
         for name, argument in re.findall(r"(\w+)\s*\(([^()]*)\)", text):
             if name == "given":
                 markers["given"].append(argument.split())
@@ -149,18 +162,11 @@ def doc_blocks(source):
     return blocks
 
 
-# Docs that record past defects and measurements: their inline zklock spans quote what was typed
-# then (refused options included), not what to type now.
-HISTORY_DOCS = ("docs/RELIABILITY.md", "docs/BENCHMARKS.md", "docs/SCALING.md", "docs/MODEL.md")
-
-
 def inline_zklock_spans(source):
     """(where, span) for each `zklock ...` in the prose of the docs (outside code blocks)."""
     spans = []
     for doc in ["README.md", "tools/zklock/README.md"] + sorted(
             os.path.relpath(p, source) for p in glob.glob(os.path.join(source, "docs", "*.md"))):
-        if doc in HISTORY_DOCS:
-            continue
         in_fence = False
         with open(os.path.join(source, doc), encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
@@ -248,6 +254,61 @@ def zklock_command(text):
 
 def is_zklock(word):
     return word in ("zklock", "/usr/bin/zklock", "/usr/local/bin/zklock")
+
+
+def ctest_command(text):
+    """The ctest command in a line of a code block (alone or after '$ '), or None."""
+    line = text.strip()
+    if line.startswith("$ "):
+        line = line[2:]
+    return line if line.split(None, 1)[:1] == ["ctest"] else None
+
+
+def list_ctest(command, ctest, build_dir):
+    """Lists the tests the doc's ctest command would run (its options, -N, in the build directory):
+    an error if it fails, lists none, or a name of its -R matches no test; else None."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError as error:
+        return f"cannot split the ctest command ({error}):\n    {command}"
+    argv, regexes, i = [ctest], [], 1
+    while i < len(words):
+        if words[i] == "--test-dir":
+            i += 2
+            continue
+        if words[i] in ("-R", "--tests-regex") and i + 1 < len(words):
+            regexes.append(words[i + 1])
+        argv.append(words[i])
+        i += 1
+    argv += ["--test-dir", build_dir, "-N"]
+    try:
+        listed = subprocess.run(argv, cwd=build_dir, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"ctest -N still running after {COMMAND_TIMEOUT_S} s:\n    {' '.join(argv)}"
+    names = re.findall(r"^\s*Test\s+#\d+: (\S+)", listed.stdout, re.M)
+    if listed.returncode != 0 or not names:
+        output = (listed.stdout + listed.stderr).strip().replace("\n", "\n    ")
+        return f"lists no test in {build_dir} (built? scripts/install-deps installs what every test needs):\n" \
+               f"    {' '.join(argv)}\n  output:\n    {output}"
+    for regex in regexes:
+        for name in (regex.split("|") if "(" not in regex else [regex]):
+            if not any(re.search(name, test) for test in names):
+                return f"no test of {build_dir} matches '{name}':\n    {command}"
+    return None
+
+
+def run_line(source, command, expected_exit, workdir):
+    """A line of a block marked 'run', run as written from the source directory: an error or None."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"}
+    try:
+        result = subprocess.run(["/bin/sh", "-c", command], cwd=source, env=env, capture_output=True, text=True,
+                                timeout=COMMAND_TIMEOUT_S, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return f"still running after {COMMAND_TIMEOUT_S} s (a block marked run must be quick):\n    {command}"
+    if result.returncode != expected_exit:
+        output = (result.stdout + result.stderr).strip().replace("\n", "\n    ")
+        return f"exit {result.returncode}, expected {expected_exit}:\n    {command}\n  output:\n    {output}"
+    return None
 
 
 class Ensemble:
@@ -504,6 +565,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--zklock", help="the zklock binary (for the commands)")
+    parser.add_argument("--build-dir", help="the build directory, whose tests the docs' ctest lines list")
+    parser.add_argument("--ctest", default="ctest", help="the ctest to list them with")
     parser.add_argument("--cxx", default="g++")
     parser.add_argument("--include-dirs", default="", help="colon-separated, for the snippets")
     parser.add_argument("--only", choices=["snippets", "commands"])
@@ -515,7 +578,7 @@ def main():
 
     blocks = doc_blocks(source)
     skipped, failures = [], []
-    passed = {"compiled": 0, "run": 0, "usage": 0, "inline": 0}
+    passed = {"compiled": 0, "run": 0, "usage": 0, "ctest": 0, "script": 0, "output": 0, "inline": 0}
     snippets, commands = [], []
     for block in blocks:
         if block.lang in ("cpp", "c++"):
@@ -528,18 +591,43 @@ def main():
             continue
         if args.only == "snippets":
             continue
+        found = []
         for offset, text in logical_lines(block):
             line = text.strip()
             if re.match(r"^zklock \[options\]", line):
-                commands.append((block, offset, "usage", line))
-                continue
-            command = zklock_command(text)
-            if command is None:
-                continue
-            if "skip" in block.markers:
-                skipped.append((block.where(offset), command.split("\n")[0], block.markers["skip"]))
-            else:
-                commands.append((block, offset, "command", command))
+                found.append((block, offset, "usage", line))
+            elif zklock_command(text) is not None:
+                found.append((block, offset, "command", zklock_command(text)))
+            elif ctest_command(text) is not None:
+                found.append((block, offset, "ctest", ctest_command(text)))
+        kinds = [marker for marker in ("skip", "output", "run") if marker in block.markers]
+        if len(kinds) > 1:
+            failures.append((block.where(), f"marked {' and '.join(kinds)}: one of them at most"))
+        elif "output" in block.markers:
+            if found:
+                failures.append((block.where(), "marked output, but it has a command the test runs: drop the marker"))
+            passed["output"] += 1
+        elif "run" in block.markers:
+            if found:
+                failures.append((block.where(), "marked run, but it has a zklock or ctest line, which the test runs "
+                                                "its own way: drop the marker"))
+            commands += [(block, offset, "script", text) for offset, text in logical_lines(block)
+                         if text.strip() and not text.strip().startswith("#")]
+        elif "skip" in block.markers:
+            for b, offset, kind, command in found:
+                if kind != "usage":
+                    skipped.append((b.where(offset), command.split("\n")[0], b.markers["skip"]))
+            commands += [entry for entry in found if entry[2] == "usage"]
+            if not found:
+                skipped.append((block.where(), block.lines[0] if block.lines else "", block.markers["skip"]))
+        elif found:
+            commands += found
+        else:
+            failures.append((block.where(), "a code block the test neither compiles nor runs: mark it "
+                             "<!-- docs-test: skip (REASON) --> naming the test or CI step that runs it, "
+                             "<!-- docs-test: output --> for output or a formula, or <!-- docs-test: run --> "
+                             "to run its lines (tests/docs/README.md)\n    " +
+                             (block.lines[0] if block.lines else "")))
 
     with tempfile.TemporaryDirectory(prefix="zkr-docs-test-") as workdir:
         started = time.monotonic()
@@ -556,6 +644,14 @@ def main():
                     if kind == "usage":
                         error = runner.check_usage(command)
                         passed["usage"] += error is None
+                    elif kind == "ctest":
+                        if not args.build_dir:
+                            raise SystemExit("docs: --build-dir is needed to list the docs' ctest lines")
+                        error = list_ctest(command, args.ctest, os.path.abspath(args.build_dir))
+                        passed["ctest"] += error is None
+                    elif kind == "script":
+                        error = run_line(source, command, block.markers["expect_exit"], workdir)
+                        passed["script"] += error is None
                     else:
                         error = runner.run(block, offset, command)
                         passed["run"] += error is None
@@ -579,11 +675,12 @@ def main():
         done.append(f"{passed['compiled']} C++ snippets compiled")
     if args.only in (None, "commands"):
         done += [f"{passed['run']} zklock commands run", f"{passed['usage']} usage lines found in --help",
-                 f"{passed['inline']} inline zklock spans with options of --help"]
+                 f"{passed['ctest']} ctest lines listed", f"{passed['script']} lines of run blocks run",
+                 f"{passed['output']} output blocks", f"{passed['inline']} inline zklock spans with options of --help"]
     print(f"docs: {', '.join(done)}, {len(skipped)} skipped ({elapsed:.1f} s){':' if skipped else ''}")
     for where, what, reason in skipped:
         print(f"  skipped {where}: {what.strip()[:70]} ({reason})")
-    total = sum(passed.values())
+    total = sum(count for kind, count in passed.items() if kind != "output")
     print(f"docs: {total} passed, {len(failures)} failed")
     return 1 if failures else 0
 
