@@ -664,6 +664,7 @@ void FakeServer::reconnect_locked(Link& link) {
     return;
   }
   link.state = Link::State::connected;
+  session_clocks_[link.session].unheard = {};  // heard again: its silence starts anew
   enqueue_session_event_locked(link, ConnectionEvent::connected);
   for (auto& entry : link.after_reconnect) link.queue.push_back(std::move(entry));
   link.after_reconnect.clear();
@@ -680,6 +681,7 @@ void FakeServer::reconnect_locked(Link& link) {
 // fires the watches of everybody else.
 void FakeServer::end_session_locked(std::int64_t session) {
   if (!live_sessions_.erase(session)) return;
+  session_clocks_.erase(session);
   for (auto* watches : {&data_watches_, &children_watches_})
     std::erase_if(*watches, [session](const auto& entry) { return entry.second.session == session; });
   std::vector<std::string> ephemerals;
@@ -698,6 +700,7 @@ std::shared_ptr<FakeServer::Link> FakeServer::open_link(std::chrono::millisecond
   link->timeout = timeout;
   link->on_event = std::move(on_event);
   live_sessions_.insert(link->session);
+  session_clocks_[link->session] = {timeout, {}};
   links_[link->session] = link;
   enqueue_session_event_locked(*link, ConnectionEvent::connected);
   link->thread = std::thread([this, raw = link.get()] { deliver_loop(*raw); });
@@ -946,6 +949,22 @@ int FakeServer::expire_abandoned_sessions() {
   }
   for (auto session : abandoned) end_session_locked(session);
   return static_cast<int>(abandoned.size());
+}
+
+std::vector<std::int64_t> FakeServer::pass_time(std::chrono::milliseconds elapsed) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::int64_t> expired;
+  for (auto& [session, clock] : session_clocks_) {
+    Link* link = link_locked(session);
+    if (link && link->state == Link::State::connected) {
+      clock.unheard = {};
+      continue;
+    }
+    clock.unheard += elapsed;
+    if (clock.unheard >= clock.timeout) expired.push_back(session);
+  }
+  for (auto session : expired) end_session_locked(session);
+  return expired;
 }
 
 void FakeServer::drop_connection(std::int64_t session) {

@@ -159,6 +159,12 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   // Expires every live session whose client has closed its handle while disconnected, as the
   // server does once the session timeout has passed. Returns how many.
   int expire_abandoned_sessions();
+  // The server's session clock: lets `elapsed` pass for every live session. A session whose
+  // connection is up (paused too: its requests still arrive) is heard all along; one whose
+  // connection is down, or whose client closed its handle while it was down, hears nothing, and
+  // once it has heard nothing for its timeout it is expired, its nodes with it. Its client learns
+  // that on reconnect(). Returns the sessions expired. Without calls to it no time passes.
+  std::vector<std::int64_t> pass_time(std::chrono::milliseconds elapsed);
   void drop_connection(std::int64_t session);
   // Reconnects a dropped connection: ConnectionEvent::connected on the same session, or expired if
   // the server expired it meanwhile.
@@ -262,6 +268,12 @@ class FakeServer : public std::enable_shared_from_this<FakeServer> {
   std::size_t request_limit_ = kServerRequestLimit;
   std::int64_t next_session_ = 0x1000000000000001;
   std::set<std::int64_t> live_sessions_;
+  // Per live session: its timeout, and how long it has heard nothing (pass_time).
+  struct SessionClock {
+    std::chrono::milliseconds timeout{};
+    std::chrono::milliseconds unheard{};
+  };
+  std::map<std::int64_t, SessionClock> session_clocks_;
   std::map<std::int64_t, std::weak_ptr<Link>> links_;
   std::multimap<std::string, Watch> data_watches_;
   std::multimap<std::string, Watch> children_watches_;

@@ -1754,5 +1754,53 @@ TEST_F(QueueInterleaving, APeerSemaphoreAcquisitionOnAClosedSessionLetsTheSessio
   EXPECT_TRUE(wait_until([&] { return core.expired(); })) << "the closed session is never freed";
 }
 
+// The fake's session clock: a session the server hears nothing of for its timeout is expired, as
+// on a real server, and its client learns it on reconnecting; a connected session (a paused one
+// too: its requests still arrive) is heard all along; one whose client closed its handle while
+// cut off lingers, its nodes with it, until its timeout has passed.
+TEST_F(QueueInterleaving, TheFakeExpiresASessionItHearsNothingOfForItsTimeout) {
+  const std::string parent = "/locks/fake-time";
+  server->ensure_path(parent);
+  auto cut = open_session();
+  auto paused = open_session();
+  auto closed = open_session();
+  Lock cut_lock(*cut, parent);
+  HeldLock cut_held = cut_lock.acquire();
+  const auto closed_node = closed->create(parent + "/member", {}, CreateMode::ephemeral);
+  const auto cut_id = cut->id(), paused_id = paused->id(), closed_id = closed->id();
+
+  server->drop_connection(cut_id);
+  server->pause(paused_id);
+  server->drop_connection(closed_id);
+  ASSERT_TRUE(wait_until([&] { return closed->state() == SessionState::suspended; }));
+  closed->close();
+  EXPECT_TRUE(server->pass_time(119s).empty());
+  EXPECT_TRUE(server->session_alive(cut_id));
+  EXPECT_TRUE(server->session_alive(closed_id));
+  EXPECT_TRUE(server->node(cut_held.node_path()));
+  EXPECT_TRUE(server->node(closed_node));
+
+  const auto expired = server->pass_time(1s);
+  EXPECT_EQ(std::set<std::int64_t>(expired.begin(), expired.end()), (std::set<std::int64_t>{cut_id, closed_id}));
+  EXPECT_FALSE(server->node(cut_held.node_path()));
+  EXPECT_FALSE(server->node(closed_node));
+  EXPECT_TRUE(server->session_alive(paused_id));
+  EXPECT_FALSE(cut_held.lost());  // the client has heard nothing yet
+  server->reconnect(cut_id);
+  ASSERT_TRUE(wait_until([&] { return cut_held.lost(); }));
+  EXPECT_EQ(cut_held.loss_reason(), LossReason::session_lost);
+  server->resume(paused_id);
+  EXPECT_TRUE(server->pass_time(1h).empty());  // connected sessions are heard
+
+  // Time a session was heard again in does not count towards its next silence.
+  server->drop_connection(paused_id);
+  EXPECT_TRUE(server->pass_time(100s).empty());
+  server->reconnect(paused_id);
+  ASSERT_TRUE(wait_until([&] { return paused->state() == SessionState::connected; }));
+  server->drop_connection(paused_id);
+  EXPECT_TRUE(server->pass_time(100s).empty());
+  EXPECT_TRUE(server->session_alive(paused_id));
+}
+
 }  // namespace
 }  // namespace zkr::fake
