@@ -343,9 +343,10 @@ std::vector<std::string> Swarm::contender_nodes(int resource_index) {
 }
 
 // Free: nothing on the server under the path (or fewer leases than the limit and nobody
-// counting), no grant the test keeps there, and no other acquisition on its way.
+// counting), no grant the test keeps there, no other acquisition on its way, and no peer there.
 bool Swarm::free_for(const Pending& pending) {
   const auto& r = resource(pending.resource);
+  if (world_.peers_on(r.path)) return false;  // a peer may come between the look and the acquisition
   for (const auto& other : pending_)
     if (other.get() != &pending && resource(other->resource).path == r.path) return false;
   int unreleased = 0;

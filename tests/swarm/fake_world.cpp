@@ -3,11 +3,14 @@
 // of the next create lost after it took effect, an expiry the client hears only on reconnecting),
 // and the fake tells when nothing is on the wire any more, so each step ends at a quiet point.
 //
-// Time does not pass on the fake as it does on a server: sessions get a long timeout, so no loss
-// comes from the session monitor's clock, only from the faults the run injects. A session whose
-// client closed its handle while cut off is expired at once, as the server would after the timeout.
+// Time passes on the fake's server in steps: each step is a quarter of the session timeout
+// (kStepTime), so a session the server hears nothing of for four steps (a drop that lasts, a handle
+// closed while cut off) is expired, its nodes with it, as on a real server; its client learns it
+// when it reconnects. The session monitor keeps real time, in which a run lasts a few seconds of
+// a 120 s timeout: a client hears of an expiry only from the server, as after fault_partition.
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <testenv.hpp>
@@ -107,6 +110,7 @@ class FakeWorld final : public World {
   }
 
   void heal(bool all) override {
+    if (!all) pass_time(kStepTime);  // the step's time, passed while its faults still held
     bool any_left = false;
     for (auto& fault : active_) {
       if (all || --fault.steps_left <= 0) {
@@ -123,8 +127,12 @@ class FakeWorld final : public World {
     for (auto session : server_->disconnected_sessions())
       if (std::none_of(active_.begin(), active_.end(), [&](const ActiveFault& f) { return f.session == session; }))
         server_->reconnect(session);
-    server_->expire_abandoned_sessions();
+    // Healing everything lets a whole timeout pass after the faults ended: what is left unheard
+    // then is a session whose client closed its handle while cut off.
+    if (all) pass_time(kSessionTimeout);
   }
+
+  std::vector<std::int64_t> take_expired_by_time() override { return std::exchange(expired_by_time_, {}); }
 
   bool faults_active() override { return !active_.empty() || server_->pending_faults() != 0; }
 
@@ -172,12 +180,19 @@ class FakeWorld final : public World {
   std::chrono::milliseconds slack() const override { return testenv::scaled(1500ms); }
 
   void tune(SessionOptions& options) const override {
-    options.session_timeout = 120s;
+    options.session_timeout = kSessionTimeout;
     options.connect_timeout = testenv::scaled(10s);
     options.ensemble_tick_time = 2s;  // a heartbeat every 10 s (see zkr/session.hpp): rare beside the steps
   }
 
  private:
+  static constexpr std::chrono::milliseconds kSessionTimeout = 120s;
+  static constexpr std::chrono::milliseconds kStepTime = kSessionTimeout / 4;
+
+  void pass_time(std::chrono::milliseconds elapsed) {
+    for (auto session : server_->pass_time(elapsed)) expired_by_time_.push_back(session);
+  }
+
   bool drained() const {
     for (auto session : server_->live_sessions())
       if (server_->queued(session) != 0 && !server_->paused(session)) return false;
@@ -191,6 +206,7 @@ class FakeWorld final : public World {
   std::shared_ptr<fake::FakeServer> server_ = std::make_shared<fake::FakeServer>();
   std::vector<ActiveFault> active_;
   std::size_t records_seen_ = 0;
+  std::vector<std::int64_t> expired_by_time_;
 };
 
 }  // namespace

@@ -5,7 +5,13 @@
 // a second handle while the session is cut off, and a restart of the server. Slower than the fake
 // and without its quiet points: each step waits a little, and bounds are longer.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <map>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -14,6 +20,7 @@
 
 #include "internals.hpp"
 #include "session_core.hpp"
+#include "config.hpp"
 #include "world.hpp"
 #include "zk_client.hpp"
 
@@ -100,13 +107,136 @@ class Observer {
   std::unique_ptr<detail::ZooKeeperConnection> connection_;
 };
 
+// A peer: a Curator JVM or a kazoo process whose clients enter and leave one recipe on a swarm
+// path again and again (their churn mode), straight to the server, never through a fault point,
+// until stop(). Each appends "ENTER <who> <ns> [<token>]" and "EXIT <who> <ns>" around its sections
+// to a log of its own (tests/interop/peers/), which inside() follows: the peers that believe they
+// hold now.
+class PeerProcess {
+ public:
+  PeerProcess(std::string path, std::vector<std::string> argv_before_log, std::vector<std::string> argv_after_log)
+      : path_(std::move(path)), log_(std::filesystem::temp_directory_path() /
+                                     fmt::format("zkr-swarm-peer-{:08x}.log", std::random_device{}())) {
+    std::ofstream(log_).flush();  // the peer appends; the file must exist for inside()
+    auto argv = std::move(argv_before_log);
+    argv.push_back(log_.string());
+    argv.insert(argv.end(), argv_after_log.begin(), argv_after_log.end());
+    testenv::Process::Options options;
+    options.pipe_stdin = true;
+    options.merge_stderr = true;
+    process_ = std::make_unique<testenv::Process>(std::move(argv), options);
+  }
+  ~PeerProcess() { std::filesystem::remove(log_); }
+
+  const std::string& path() const { return path_; }
+
+  // Waits for READY and lets the clients go. A peer that does not start is the test's failure.
+  void start() {
+    auto line = process_->read_line(testenv::scaled(60s));
+    while (line && *line != "READY" && !line->starts_with("ERROR")) line = process_->read_line(testenv::scaled(60s));
+    if (!line || *line != "READY")
+      throw std::runtime_error(fmt::format("swarm peer on {} did not start: {}", path_, line.value_or("(nothing)")));
+    process_->write_stdin("GO\n");
+  }
+
+  // Asks the clients to leave (a second line, then the end of stdin) and waits for them: their
+  // sessions close, their nodes go. Returns what went wrong, if anything.
+  std::string stop() {
+    if (stopped_) return {};
+    stopped_ = true;
+    std::string said;
+    try {
+      process_->write_stdin("STOP\n");
+      process_->close_stdin();
+    } catch (const std::exception& e) {
+      said = fmt::format("(it had ended: {}) ", e.what());
+    }
+    auto line = process_->read_line(testenv::scaled(60s));
+    while (line && *line != "DONE" && !line->starts_with("ERROR")) {
+      if (!line->starts_with("RETRY")) said += *line + "\n";
+      line = process_->read_line(testenv::scaled(60s));
+    }
+    const auto status = process_->wait(testenv::scaled(20s));
+    if (line && *line == "DONE" && status == std::optional<int>(0)) return {};
+    return fmt::format("the peer on {} did not stop cleanly ({}): {}", path_, line.value_or("no DONE"), said);
+  }
+
+  // The peer's clients inside a section now, with their tokens (0 where the peer logs none) and
+  // the line of their ENTER, as far as the log has been written.
+  std::map<std::string, std::pair<std::int64_t, std::uint64_t>> inside() {
+    std::ifstream in(log_);
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // a line still being written: read it whole next time
+      offset_ += line.size() + 1;
+      ++lines_;
+      std::istringstream fields(line);
+      std::string event, who;
+      std::int64_t ns = 0, token = 0;
+      fields >> event >> who >> ns >> token;
+      if (event == "ENTER") inside_[who] = {token, lines_};
+      else if (event == "EXIT") inside_.erase(who);
+    }
+    return inside_;
+  }
+
+  // Drains what the peer printed (its pipe must not fill up); counts the errors it went on from.
+  void drain() {
+    while (auto line = process_->read_line(1ms)) {
+      if (line->starts_with("RETRY")) ++retries_;
+      else if (std::getenv("ZKR_SWARM_TRACE")) fmt::print(stderr, "peer on {}: {}\n", path_, *line);
+    }
+  }
+
+ private:
+  std::string path_;
+  std::filesystem::path log_;
+  std::unique_ptr<testenv::Process> process_;
+  std::size_t offset_ = 0;
+  std::uint64_t lines_ = 0;
+  std::map<std::string, std::pair<std::int64_t, std::uint64_t>> inside_;  // who -> token, ENTER line
+  int retries_ = 0;
+  bool stopped_ = false;
+};
+
+// Whether the swarm on real servers runs peers: yes unless ZKR_SWARM_PEERS=0 (scripts/swarm
+// --real --no-peers).
+bool peers_wanted() {
+  const char* value = std::getenv("ZKR_SWARM_PEERS");
+  return !value || std::string_view(value) != "0";
+}
+
 class RealWorld final : public World {
  public:
-  RealWorld() : observer_(cluster_.connect_string()) {}
+  RealWorld() : observer_(cluster_.connect_string()) {
+    if (peers_wanted()) start_peers();
+  }
 
   ~RealWorld() override {
     for (auto& proxy : proxies_)
       if (proxy) proxy->pass();
+    for (auto& peer : peers_) peer->stop();
+  }
+
+  std::vector<PeerHolder> peer_holders() override {
+    std::vector<PeerHolder> out;
+    for (auto& peer : peers_) {
+      peer->drain();
+      for (const auto& [who, entered] : peer->inside())
+        out.push_back({peer->path(), who, entered.first, entered.second});
+    }
+    return out;
+  }
+
+  bool peers_on(const std::string& path) const override {
+    return std::any_of(peers_.begin(), peers_.end(), [&](const auto& peer) { return peer->path() == path; });
+  }
+
+  std::string stop_peers() override {
+    std::string problems;
+    for (auto& peer : peers_) problems += peer->stop();
+    return problems;
   }
 
   std::unique_ptr<Session> open_session(int slot, SessionOptions options) override {
@@ -176,6 +306,9 @@ class RealWorld final : public World {
     }
   }
 
+  // The server keeps its own time; a session it expires is one a fault held cut off.
+  std::vector<std::int64_t> take_expired_by_time() override { return {}; }
+
   void heal(bool all) override {
     for (auto& cut : cut_)
       if (all || --cut.steps_left <= 0) {
@@ -213,6 +346,46 @@ class RealWorld final : public World {
   }
 
  private:
+  // The peers on the swarm's shared paths: a kazoo Lock on the plain lock, a Curator
+  // InterProcessMutex on a reentrant one, and each semaphore's own kind on the semaphore in its
+  // layout. Two clients each,
+  // holding a few milliseconds, idle up to that long between sections.
+  void start_peers() {
+#if defined(ZKR_KAZOO_PEER) && defined(ZKR_CURATOR_CLASSPATH)
+    const auto servers = cluster_.connect_string();
+    const std::string hold_ms = "30";
+    auto path_of = [](std::string_view name) {
+      return std::find_if(resources().begin(), resources().end(), [&](const Resource& r) { return r.name == name; })->path;
+    };
+    auto kazoo = [&](std::string_view resource, const std::string& mode, const std::string& who) {
+      const auto path = path_of(resource);
+      peers_.push_back(std::make_unique<PeerProcess>(
+          path, std::vector<std::string>{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who},
+          std::vector<std::string>{"0", hold_ms, "2", mode}));
+    };
+    auto curator = [&](std::string_view resource, const std::string& mode, const std::string& who) {
+      if (!ZKR_CURATOR_AVAILABLE) return;
+      const auto path = path_of(resource);
+      // Short JIT and a small heap: two cores are shared, and JVM start is slow. setpriv makes the
+      // JVM die with the test.
+      peers_.push_back(std::make_unique<PeerProcess>(
+          path,
+          std::vector<std::string>{"setpriv", "--pdeathsig", "KILL", ZKR_JAVA, "-XX:TieredStopAtLevel=1",
+                                   "-XX:+UseSerialGC", "-Xmx128m", "-cp", ZKR_CURATOR_CLASSPATH, "CuratorPeer", servers,
+                                   path, mode, who},
+          std::vector<std::string>{"0", hold_ms, "2"}));
+    };
+    kazoo("lock2", "lock", "kazoo-lock");
+    curator("lock1", "mutex", "curator-lock");  // not beside kazoo's: Curator does not see kazoo's lock nodes
+    kazoo("sem-kazoo", "semaphore:2", "kazoo-sem");
+    curator("sem-curator", "semaphore:2", "curator-sem");
+    for (auto& peer : peers_) peer->start();
+#else
+    throw std::runtime_error("the swarm's real world wants its peers, but this swarm_test was built without the "
+                             "interop peers (ZKR_SWARM_PEERS=0 runs it without them)");
+#endif
+  }
+
   struct Cut {
     int slot;
     int steps_left;
@@ -226,6 +399,7 @@ class RealWorld final : public World {
   std::vector<std::unique_ptr<testenv::Proxy>> proxies_;
   std::vector<Cut> cut_;
   std::vector<Armed> armed_;
+  std::vector<std::unique_ptr<PeerProcess>> peers_;  // last: stopped before the cluster goes
 };
 
 }  // namespace

@@ -358,6 +358,13 @@ bool Swarm::fault_op(const Op& op) {
 // ---- harvesting ----
 
 void Swarm::harvest() {
+  for (auto& slot : slots_)
+    if (const auto id = slot->session->id(); id != 0) own_sessions_.insert(id);
+  // An expiry by the server's clock is a cut that lasted: the causes of the losses it brings.
+  for (auto session : world_.take_expired_by_time()) {
+    faults_on_[session].insert(OpKind::fault_partition);
+    count("faults: expired by time");
+  }
   for (auto it = pending_.begin(); it != pending_.end() && !failed();) {
     bool done = false;
     {
@@ -495,6 +502,8 @@ void Swarm::harvest_outcome(Pending& pending) {
 // ---- the end phase ----
 
 void Swarm::end_phase() {
+  // Peers leave first (their sessions close, their nodes go), so that every wait of ours can end.
+  if (auto problem = world_.stop_peers(); !problem.empty()) return fail("peer", "", std::move(problem));
   world_.heal(true);
   // Batches go out (from the driver when their actor is stuck in a wait).
   for (auto& actor : actors_) {

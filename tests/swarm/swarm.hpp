@@ -335,6 +335,8 @@ class Swarm {
   int next_id_ = 1;
   // What was injected, per session id: the causes a loss may have.
   std::map<std::int64_t, std::set<OpKind>> faults_on_;
+  // Every session id the slots had, as seen at a harvest: a node of another owner is a peer's.
+  std::set<std::int64_t> own_sessions_;
   std::set<std::string> broken_nodes_;
   std::vector<std::pair<int, int>> restarts_;  // steps from which to which a restart may cost a grant
   // The resource side: a durable gate and what the test expects of it.

@@ -26,6 +26,16 @@ struct ServerNode {
   std::int64_t ephemeral_owner = 0;
 };
 
+// A client of another library (Curator, kazoo) inside its section of a swarm path: it believes
+// it holds, by its own log.
+struct PeerHolder {
+  std::string path;
+  std::string who;
+  std::int64_t token = 0;  // its node's czxid where the peer logs it, else 0
+  std::uint64_t entered = 0;  // which of its log's lines the ENTER was
+  bool operator==(const PeerHolder&) const = default;
+};
+
 class World {
  public:
   virtual ~World() = default;
@@ -51,6 +61,9 @@ class World {
   virtual void inject(OpKind fault, int slot, Session& session, int steps) = 0;
   // One step passed: ends the faults whose time is up. `all` ends every fault.
   virtual void heal(bool all) = 0;
+  // Sessions the server expired since the last call because it heard nothing of them for their
+  // timeout (the fake's clock, see fake_world.cpp), not by an injected fault.
+  virtual std::vector<std::int64_t> take_expired_by_time() = 0;
   // True while a fault is injected and not yet healed, or armed and not yet triggered.
   virtual bool faults_active() = 0;
   // True if the connection of `session` is up, not held, and no fault is armed on it.
@@ -61,6 +74,12 @@ class World {
   virtual void settle(const std::function<bool()>& done, std::chrono::milliseconds bound) = 0;
   // Requests the server refused for their size since the last call ("create /a (1200000 bytes)").
   virtual std::vector<std::string> take_oversized_requests() = 0;
+
+  // ---- peers: other libraries' clients on the shared paths (the real world, on request) ----
+  virtual std::vector<PeerHolder> peer_holders() { return {}; }
+  virtual bool peers_on(const std::string& /*path*/) const { return false; }
+  // Lets the peers leave and waits for them; returns what went wrong ("" if nothing).
+  virtual std::string stop_peers() { return {}; }
 
   // How long an operation that must not wait may take, and the grace after a bounded wait.
   virtual std::chrono::milliseconds slack() const = 0;

@@ -8,7 +8,9 @@ Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...); prints "READ
 connected, waits for a line on stdin, then each client enters its critical section ITERATIONS
 times. Around each critical section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>"
 to LOG (time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at
-the end. MODE:
+the end. ITERATIONS 0 is the churn mode (lock and semaphore:N): every client enters again and
+again, idle up to HOLD_MS between sections, until a second line (or the end) of stdin; an error it
+meets (a server restarted under it) is printed as "RETRY <name> <error>" and it goes on. MODE:
   lock (the default)  a kazoo Lock that also counts "-lock-" nodes (ours and Curator's) as contenders;
   election            a plain kazoo Election, each run one term, whose ENTER line carries the term's
                       fencing token (the czxid of the client's lock node);
@@ -30,11 +32,13 @@ the end. MODE:
                       that type): each client adds X ITERATIONS times, logged as above.
 """
 import os
+import random
 import sys
 import threading
 import time
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import LockTimeout
 
 
 def main(argv):
@@ -65,6 +69,41 @@ def main(argv):
         return run_party(clients, path, who, iterations, mode)
 
     failures = []
+    churn = iterations == 0
+    stopping = threading.Event()
+    if churn:
+        def wait_for_stop():
+            sys.stdin.readline()
+            stopping.set()
+        threading.Thread(target=wait_for_stop, daemon=True).start()
+
+    def rounds():
+        """The sections' numbers: ITERATIONS of them, or (churn) until told to stop."""
+        n = 0
+        while (not stopping.is_set()) if churn else n < iterations:
+            yield n
+            n += 1
+
+    def acquired(recipe):
+        """Acquires a Lock or Semaphore; in churn mode a second at a time, so that a stop is heard."""
+        if not churn:
+            return recipe.acquire()
+        try:
+            return recipe.acquire(timeout=1.0)
+        except LockTimeout:
+            return False
+
+    def section(name, enter, body):
+        """One critical section; in churn mode an error is reported and the client goes on."""
+        try:
+            enter(body)
+        except Exception as error:
+            if not churn:
+                raise
+            print(f"RETRY {name} {error!r}", flush=True)
+            stopping.wait(0.2)
+        if churn:
+            stopping.wait(random.uniform(0, max(hold, 0.0)))
 
     def run(index):
         name = f"{who}-{index}"
@@ -85,15 +124,26 @@ def main(argv):
             if max_leases is not None:
                 client = clients[index]
                 semaphore = client.Semaphore(path, name, max_leases=max_leases)
-                for _ in range(iterations):
-                    with semaphore:
-                        stat = client.exists(semaphore.create_path)
-                        record("ENTER", name, stat.czxid if stat else -1)
-                        if hold < 0:
-                            print(f"HOLDING {name}", flush=True)
-                            threading.Event().wait()  # until killed
-                        time.sleep(hold)
-                        record("EXIT", name)
+
+                def leased(body):
+                    if not acquired(semaphore):
+                        return
+                    try:
+                        body()
+                    finally:
+                        semaphore.release()
+
+                def lease_held():
+                    stat = client.exists(semaphore.create_path)
+                    record("ENTER", name, stat.czxid if stat else -1)
+                    if hold < 0:
+                        print(f"HOLDING {name}", flush=True)
+                        threading.Event().wait()  # until killed
+                    time.sleep(hold)
+                    record("EXIT", name)
+
+                for _ in rounds():
+                    section(name, leased, lease_held)
                 return
             if mode.startswith("double-barrier:"):
                 barrier = clients[index].DoubleBarrier(path, int(mode.split(":", 1)[1]), identifier=name)
@@ -127,11 +177,22 @@ def main(argv):
                     record("ADD", name, counter.post_value)
                 return
             lock = clients[index].Lock(path, name, extra_lock_patterns=["-lock-"])
-            for _ in range(iterations):
-                with lock:
-                    record("ENTER", name)
-                    time.sleep(hold)
-                    record("EXIT", name)
+
+            def locked(body):
+                if not acquired(lock):
+                    return
+                try:
+                    body()
+                finally:
+                    lock.release()
+
+            def lock_held():
+                record("ENTER", name)
+                time.sleep(hold)
+                record("EXIT", name)
+
+            for _ in rounds():
+                section(name, locked, lock_held)
         except Exception as error:  # reported to the test, which fails on it
             failures.append(f"{name}: {error!r}")
 
