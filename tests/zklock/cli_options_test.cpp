@@ -390,6 +390,15 @@ TEST(ZklockOptions, OncePerTakesATimeZoneAndTheFailedRunPolicy) {
   EXPECT_THAT(help, HasSubstr("--count-failed"));
 }
 
+TEST(ZklockOptions, RecursiveGoesWithListOnlyAndNotWithWatch) {
+  EXPECT_TRUE(parse({"--list", "/p", "--recursive"}).recursive);
+  EXPECT_TRUE(parse({"-r", "--json", "--list", "/"}).recursive);
+  EXPECT_FALSE(parse({"--list", "/p"}).recursive);
+  EXPECT_THAT(usage_error({"--recursive", "/p", "true"}), HasSubstr("--recursive applies only to --list"));
+  EXPECT_THAT(usage_error({"--recursive", "--break", "/p"}), HasSubstr("--recursive applies only to --list"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--recursive", "--watch"}), HasSubstr("--watch follows one path"));
+}
+
 TEST(ZklockOptions, WatchGoesWithListOnly) {
   EXPECT_TRUE(parse({"--list", "/p", "--watch"}).watch);
   EXPECT_TRUE(parse({"--watch", "--json", "--list", "/p"}).watch);

@@ -1229,6 +1229,50 @@ class ZklockRecipeListTest : public ZklockTest {
   std::unique_ptr<zkr::Session> session_;
 };
 
+// --list PREFIX --recursive: every lock and recipe under the prefix, in path order, one block (or
+// one JSON object) each; plain nodes on the way and free lock paths are passed over.
+TEST_F(ZklockRecipeListTest, ListRecursiveShowsEveryLockAndRecipeUnderThePrefix) {
+  const std::string lock_path = path_ + "/jobs/nightly";
+  auto holder = std::make_unique<Process>(
+      zklock({"--owner", "nightly-holder", lock_path, "sh", "-c", "echo held; exec sleep 600"}), merged_output());
+  ASSERT_TRUE(holder->wait_for_line("held", scaled(30s)));
+  Process waiter(zklock({"--owner", "nightly-waiter", lock_path, "true"}), merged_output());
+  zkr::Lock other(*session_, path_ + "/jobs/other");
+  other.acquire().release();  // a free lock path
+  session_->create(path_ + "/plain", "no recipe");
+  zkr::GroupMember member(*session_, path_ + "/services/web", "web-1", "10.0.0.1");
+  member.join();
+  ASSERT_TRUE(eventually([&] { return session_->children(lock_path).size() == 2; }, 30s));
+
+  const Outcome text = run_to_end(zklock({"--list", path_, "--recursive"}));
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr(lock_path + ": 1 holder, 1 waiter"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("holder .*nightly-holder"));
+  EXPECT_THAT(text.output, HasSubstr(path_ + "/services/web: a group (curator layout), 1 member"));
+  EXPECT_LT(text.output.find(lock_path), text.output.find(path_ + "/services/web"));
+  EXPECT_THAT(text.output, Not(HasSubstr(path_ + "/plain")));
+  EXPECT_THAT(text.output, Not(HasSubstr(path_ + "/jobs/other")));
+  EXPECT_THAT(text.output, Not(HasSubstr(path_ + ": ")));  // the prefix itself holds nothing
+
+  const Outcome json = run_to_end(zklock({"--list", path_, "--recursive", "--json"}));
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, ::testing::StartsWith(fmt::format(R"({{"observed":")")));
+  EXPECT_THAT(json.output, HasSubstr(fmt::format(R"("prefix":"{}","complete":true,"paths":[{{"path":"{}","exists":true,)", path_,
+                                                 lock_path)));
+  EXPECT_THAT(json.output, ::testing::ContainsRegex(R"("owner":"nightly-waiter","since":"[^"]+Z","holds":false)"));
+  EXPECT_THAT(json.output, HasSubstr(R"("kind":"group","layout":"curator","members":[{"id":"web-1","data":"10.0.0.1")"));
+  EXPECT_EQ(std::count(json.output.begin(), json.output.end(), '\n'), 1) << "one line";
+
+  const Outcome missing = run_to_end(zklock({"--list", path_ + "/nowhere", "--recursive"}));
+  EXPECT_EQ(missing.exit_code, 66);
+  EXPECT_THAT(missing.output, HasSubstr(path_ + "/nowhere: does not exist"));
+  const Outcome none = run_to_end(zklock({"--list", path_ + "/plain", "--recursive"}));
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_THAT(none.output, HasSubstr(path_ + "/plain: no lock or recipe under it"));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+}
+
 TEST_F(ZklockRecipeListTest, ListShowsGroupMembersInEachLayout) {
   zkr::GroupMember a(*session_, path_ + "/curator", "member-a", "data of a");
   zkr::GroupMember b(*session_, path_ + "/curator", "member-b", "data of b");

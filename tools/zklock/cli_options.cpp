@@ -59,6 +59,7 @@ constexpr OptionSpec option_table[] = {
     {"force", '\0', false},
     {"json", '\0', false},
     {"watch", '\0', false},
+    {"recursive", 'r', false},
     {"log-format", '\0', true},
     {"log-file", '\0', true},
     {"metrics-file", '\0', true},
@@ -361,6 +362,7 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
   }
   options.json = given.flag("json");
   options.watch = given.flag("watch");
+  options.recursive = given.flag("recursive");
 }
 
 // TLS to the ensemble: each file from its option, else from $ZKLOCK_TLS_CA, _CERT, _KEY.
@@ -446,6 +448,7 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     if (options.kind == LockKind::semaphore) throw UsageError("--break reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--once-per applies only to running a command");
     if (options.watch) throw UsageError("--watch applies only to --list");
+    if (options.recursive) throw UsageError("--recursive applies only to --list");
     return;
   }
   if (given.flag("list")) {
@@ -453,10 +456,12 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     options.lock_path = commandless_path("--list");
     if (options.kind == LockKind::semaphore) throw UsageError("--list reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--list shows the path's last --once-per run by itself: drop --once-per");
+    if (options.recursive && options.watch) throw UsageError("--watch follows one path: drop --recursive or --watch");
     return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
   if (options.watch) throw UsageError("--watch applies only to --list");
+  if (options.recursive) throw UsageError("--recursive applies only to --list");
 
   if (rest.empty()) throw UsageError("missing LOCKPATH");
   options.lock_path = rest.front();
@@ -522,7 +527,7 @@ std::string help_text() {
   return R"(Usage:
   zklock [options] LOCKPATH COMMAND [ARGS...]
   zklock [options] LOCKPATH -c 'SHELL COMMAND'
-  zklock [options] --list LOCKPATH [--json] [--watch]
+  zklock [options] --list LOCKPATH [--json] [--watch | --recursive]
   zklock [options] --break LOCKPATH [--node NAME] [--force]
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
@@ -608,6 +613,10 @@ each option is given at most once:
                                 down; then exit (66 if LOCKPATH does not exist)
       --json                    with --list: print JSON instead of a table (numbers for
                                 "token" and "session_id", "observed": when it was read)
+  -r, --recursive               with --list: every lock, semaphore, election and recipe at or
+                                under LOCKPATH, in path order (plain nodes and free lock paths
+                                are passed over; at most 10000 paths are read); with --json,
+                                one line: {"observed", "prefix", "paths": [each as --list]}
       --watch                   with --list: print the listing again each time the holders
                                 change (who leads an election, who holds a lock), until
                                 interrupted (then exit 0), each after an 'observed TIME' line;

@@ -63,6 +63,7 @@ struct CliOptions {
   Verbosity verbosity = Verbosity::normal;
   bool json = false;
   bool watch = false;  // with --list: print again whenever the holders change, until interrupted
+  bool recursive = false;  // with --list: every lock and recipe under LOCKPATH
   // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
   std::optional<std::string> break_node;
   bool force = false;

@@ -100,12 +100,13 @@ class Zklock {
     std::chrono::system_clock::time_point observed;  // when it was read
     std::optional<RecipeReading> recipe;              // another recipe's path (no contender there)
   };
-  Listing read_listing();           // fails (exits) on an error
-  Listing read_listing_or_throw();  // throws zkr::Error
+  Listing read_listing();  // LOCKPATH's; fails (exits) on an error
+  Listing read_listing_or_throw(const std::string& path);  // throws zkr::Error
   bool passing_outage(const std::error_code& code) const;
-  std::string format_listing(const Listing& listing) const;
-  std::vector<RunRecord> read_last_runs(zkr::PathListing& listing);
-  std::optional<RecipeReading> read_recipe(zkr::PathListing& listing);
+  std::string format_listing(const std::string& path, const Listing& listing) const;
+  std::vector<RunRecord> read_last_runs(const std::string& path, zkr::PathListing& listing);
+  std::optional<RecipeReading> read_recipe(const std::string& path, zkr::PathListing& listing);
+  int list_recursive();
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -576,11 +577,11 @@ std::string Zklock::current_holders() {
 
 // The path's --once-per record, shown as the last run rather than as a child that is not a
 // contender. A record zklock did not write stays listed as such a child.
-std::vector<RunRecord> Zklock::read_last_runs(zkr::PathListing& listing) {
+std::vector<RunRecord> Zklock::read_last_runs(const std::string& path, zkr::PathListing& listing) {
   auto& others = listing.not_contenders;
   const auto record = std::find(others.begin(), others.end(), run_record_name);
   if (record == others.end()) return {};
-  const auto node = read_run_record_node(*session_, options_.lock_path);
+  const auto node = read_run_record_node(*session_, path);
   if (!node) return {};  // removed since the listing
   std::string problem;
   auto last_runs = run_records_from(*node, problem);
@@ -589,22 +590,22 @@ std::vector<RunRecord> Zklock::read_last_runs(zkr::PathListing& listing) {
   return std::move(*last_runs);
 }
 
-Zklock::Listing Zklock::read_listing_or_throw() {
+Zklock::Listing Zklock::read_listing_or_throw(const std::string& path) {
   Listing listing;
   listing.observed = std::chrono::system_clock::now();
   // A semaphore's path records its slots: its first N contenders hold, not only the first.
-  listing.slots = zkr::Semaphore::recorded_limit(*session_, options_.lock_path);
-  listing.contenders = zkr::list_lock_path(*session_, options_.lock_path, listing.slots.value_or(1));
-  listing.last_runs = read_last_runs(listing.contenders);
+  listing.slots = zkr::Semaphore::recorded_limit(*session_, path);
+  listing.contenders = zkr::list_lock_path(*session_, path, listing.slots.value_or(1));
+  listing.last_runs = read_last_runs(path, listing.contenders);
   // A semaphore's path, or a lock path with its once-per record, is not another recipe's.
-  if (!listing.slots && listing.last_runs.empty()) listing.recipe = read_recipe(listing.contenders);
+  if (!listing.slots && listing.last_runs.empty()) listing.recipe = read_recipe(path, listing.contenders);
   return listing;
 }
 
 // A path with no contender may be another recipe's: its node and its children's are read, and
 // recognise_recipe() says what they are. Children it recognises are no longer listed as "not a
 // contender". A node removed in between is read as gone.
-std::optional<RecipeReading> Zklock::read_recipe(zkr::PathListing& listing) {
+std::optional<RecipeReading> Zklock::read_recipe(const std::string& path, zkr::PathListing& listing) {
   if (!listing.exists) {
     RecipeReading missing;
     missing.kind = RecipeReading::Kind::missing;
@@ -619,11 +620,11 @@ std::optional<RecipeReading> Zklock::read_recipe(zkr::PathListing& listing) {
       throw;
     }
   };
-  const auto own = read(options_.lock_path);
+  const auto own = read(path);
   if (!own) return std::nullopt;
   std::vector<ListedNode> children;
   for (const auto& name : listing.not_contenders) {
-    if (auto child = read(options_.lock_path + "/" + name)) children.push_back({name, std::move(child->data), child->stat});
+    if (auto child = read(path + "/" + name)) children.push_back({name, std::move(child->data), child->stat});
   }
   auto recipe = recognise_recipe({{}, own->data, own->stat}, children);
   if (recipe) listing.not_contenders.clear();  // every child is a member or participant (or "ready")
@@ -632,7 +633,7 @@ std::optional<RecipeReading> Zklock::read_recipe(zkr::PathListing& listing) {
 
 Zklock::Listing Zklock::read_listing() {
   try {
-    return read_listing_or_throw();
+    return read_listing_or_throw(options_.lock_path);
   } catch (const zkr::Error& error) {
     fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
   }
@@ -649,15 +650,15 @@ bool Zklock::passing_outage(const std::error_code& code) const {
 }
 
 // JSON carries the time the listing was read; --watch's text says it in a line of its own first.
-std::string Zklock::format_listing(const Listing& listing) const {
+std::string Zklock::format_listing(const std::string& path, const Listing& listing) const {
   if (options_.json) {
-    return format_listing_json(options_.lock_path, listing.contenders, listing.slots, listing.last_runs,
+    return format_listing_json(path, listing.contenders, listing.slots, listing.last_runs,
                                listing.observed, listing.recipe);
   }
   std::error_code ignored;
   const auto servers = zkr::parse_servers(options_.servers, ignored);
   return (options_.watch ? fmt::format("observed {}\n", format_utc(listing.observed)) : std::string()) +
-         format_listing_text(options_.lock_path, listing.contenders, servers ? servers->chroot : "", listing.slots,
+         format_listing_text(path, listing.contenders, servers ? servers->chroot : "", listing.slots,
                              listing.last_runs, listing.recipe);
 }
 
@@ -670,10 +671,81 @@ int Zklock::list() {
   connect();
   if (options_.watch) return watch_list();
   const Listing listing = read_listing();
-  print_report(format_listing(listing));
+  print_report(format_listing(options_.lock_path, listing));
   session_->close();
   // Not "free": monitoring must not take a missing path (or chroot) for an unlocked one.
   return listing.contenders.exists ? 0 : exit_code::no_such_path;
+}
+
+// --list PREFIX --recursive: every lock, semaphore, election and other recipe at or under PREFIX,
+// in path order. The walk goes down through the children that are not contenders (a contender's
+// node has none, and a recipe recognised there takes its children as members); a path shows when it
+// has contenders, records a semaphore's slots or a --once-per run, or is a group, a double barrier
+// or a counter. Plain nodes and free lock paths are passed over. A path removed while the walk
+// reads it is skipped. At most kMostListedPaths paths are read, so that a prefix of millions of
+// nodes cannot keep the ensemble busy: beyond that the output says it is incomplete.
+int Zklock::list_recursive() {
+  constexpr std::size_t kMostListedPaths = 10000;
+  connect();
+  const auto observed = std::chrono::system_clock::now();
+  std::vector<std::pair<std::string, Listing>> shown;
+  std::vector<std::string> to_read{options_.lock_path};
+  std::size_t read = 0;
+  while (!to_read.empty() && read < kMostListedPaths) {
+    const std::string path = std::move(to_read.back());
+    to_read.pop_back();
+    Listing listing;
+    try {
+      listing = read_listing_or_throw(path);
+    } catch (const zkr::Error& error) {
+      if (error.code() == zkr::zk_errc::no_node && read > 0) continue;  // removed meanwhile
+      fail(error.code(), fmt::format("cannot list {}: {}", path, error.what()));
+    }
+    ++read;
+    if (!listing.contenders.exists) {
+      if (read > 1) continue;  // removed meanwhile
+      print_report(format_listing(path, listing));  // says the prefix (or the chroot) does not exist
+      session_->close();
+      return exit_code::no_such_path;
+    }
+    auto children = listing.contenders.not_contenders;  // a recognised recipe has taken its own
+    std::sort(children.rbegin(), children.rend());       // the stack pops them in order
+    for (const auto& name : children) {
+      if (path == "/" && name == "zookeeper") continue;  // the server's own
+      to_read.push_back(path == "/" ? "/" + name : path + "/" + name);
+    }
+    const auto recipe_kind = listing.recipe ? listing.recipe->kind : RecipeReading::Kind::empty;
+    const bool recipe_shown = recipe_kind == RecipeReading::Kind::group ||
+                              recipe_kind == RecipeReading::Kind::double_barrier ||
+                              recipe_kind == RecipeReading::Kind::counter;
+    if (!listing.contenders.contenders.empty() || listing.slots || !listing.last_runs.empty() || recipe_shown)
+      shown.emplace_back(path, std::move(listing));
+  }
+  const bool complete = to_read.empty();
+  if (!complete && !options_.quiet())
+    say("stopped after reading {} paths under {}; the rest is not listed", read, options_.lock_path);
+
+  std::string report;
+  if (options_.json) {
+    report = fmt::format(R"({{"observed":{},"prefix":{},"complete":{},"paths":[)", json_string(format_utc(observed)),
+                         json_string(options_.lock_path), complete);
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      const auto& [path, listing] = shown[i];
+      std::string object = format_listing_json(path, listing.contenders, listing.slots, listing.last_runs,
+                                               std::nullopt, listing.recipe);
+      while (!object.empty() && object.back() == '\n') object.pop_back();
+      report += (i ? "," : "") + object;
+    }
+    report += "]}\n";
+  } else if (shown.empty()) {
+    report = fmt::format("{}: no lock or recipe under it\n", escape_for_terminal(options_.lock_path));
+  } else {
+    for (std::size_t i = 0; i < shown.size(); ++i)
+      report += (i ? "\n" : "") + format_listing(shown[i].first, shown[i].second);
+  }
+  print_report(report);
+  session_->close();
+  return 0;
 }
 
 // --list --watch: the listing, then again each time the set of holders changes (a new leader, a
@@ -708,7 +780,7 @@ int Zklock::watch_list() {
     }
     std::optional<Listing> listing;
     try {
-      listing = read_listing_or_throw();
+      listing = read_listing_or_throw(options_.lock_path);
     } catch (const zkr::Error& error) {
       outage(error);
     }
@@ -720,7 +792,7 @@ int Zklock::watch_list() {
         if (contender.holds) holders += "\n" + contender.node;
       if (listing->recipe) holders += "\n" + format_listing_json(options_.lock_path, {}, {}, {}, {}, listing->recipe);
       if (holders != shown_holders) {
-        print_report(format_listing(*listing));
+        print_report(format_listing(options_.lock_path, *listing));
         shown_holders = std::move(holders);
       }
     }
@@ -768,7 +840,7 @@ int Zklock::break_lock() {
   }
   // As --list says it: a path that does not exist is not one without a holder (a typo, a chroot).
   if (!listing.exists) {
-    std::string missing = format_listing(Listing{std::move(listing), std::nullopt, {}, std::chrono::system_clock::now(), std::nullopt});
+    std::string missing = format_listing(options_.lock_path, Listing{std::move(listing), std::nullopt, {}, std::chrono::system_clock::now(), std::nullopt});
     while (!missing.empty() && missing.back() == '\n') missing.pop_back();
     say("{}, nothing to break", missing);
     return exit_code::no_such_path;
@@ -926,7 +998,7 @@ int zklock_main(int argc, char** argv) {
     if (options.mode == Mode::run) keeper.emplace(WaitingKeeper::fork_now());
     SignalReceiver signals;
     Zklock zklock(options, signals, std::move(given_descriptors), std::move(keeper));
-    if (options.mode == Mode::list) return finish(zklock.list());
+    if (options.mode == Mode::list) return finish(options.recursive ? zklock.list_recursive() : zklock.list());
     if (options.mode == Mode::break_lock) return finish(zklock.break_lock());
     return finish(zklock.run());
   } catch (const ExitRequest& request) {
