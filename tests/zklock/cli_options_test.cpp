@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // zklock's command line, parsed without starting anything.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -98,6 +101,30 @@ TEST(ZklockOptions, ServersFromEnvironmentUnlessGiven) {
   EXPECT_EQ(parse({"/a", "true"}, "zk9:2181").servers, "zk9:2181");
   EXPECT_EQ(parse({"-z", "zk1:1", "/a", "true"}, "zk9:2181").servers, "zk1:1");
   EXPECT_EQ(parse({"/a", "true"}, "").servers, "127.0.0.1:2181");
+}
+
+// -z @FILE: the servers as a file an ops tool keeps, read at the start: one or more per line,
+// commas or blanks between them, '#' comments, the chroot on the last server or a line of its own.
+TEST(ZklockOptions, ServersFromAFileGivenAsAtFile) {
+  const std::string file = fmt::format("/tmp/zklock-servers-{}.txt", ::getpid());
+  std::ofstream(file) << "# the ensemble, kept by config management\n"
+                         "zk1.example:2181, zk2.example:2181\n"
+                         "\n"
+                         "  zk3.example:2181   # moved on 2026-11-30\n"
+                         "/apps/billing\n";
+  EXPECT_EQ(parse({"-z", "@" + file, "/a", "true"}).servers, "zk1.example:2181,zk2.example:2181,zk3.example:2181/apps/billing");
+  EXPECT_EQ(parse({"/a", "true"}, ("@" + file).c_str()).servers,
+            "zk1.example:2181,zk2.example:2181,zk3.example:2181/apps/billing");  // $ZKLOCK_SERVERS too
+  std::ofstream(file) << "zk1:2181,zk2:2181/chroot\n";
+  EXPECT_EQ(parse({"--zk=@" + file, "/a", "true"}).servers, "zk1:2181,zk2:2181/chroot");
+
+  std::ofstream(file) << "# nothing but a comment\n";
+  EXPECT_THAT(usage_error({"-z", "@" + file, "/a", "true"}), HasSubstr(file + " names no server"));
+  std::ofstream(file) << "zk1:2181\n/a\n/b\n";
+  EXPECT_THAT(usage_error({"-z", "@" + file, "/a", "true"}), HasSubstr("more than one chroot"));
+  std::remove(file.c_str());
+  EXPECT_THAT(usage_error({"-z", "@" + file, "/a", "true"}), HasSubstr("cannot read the servers from " + file));
+  EXPECT_THAT(usage_error({"-z", "@", "/a", "true"}), HasSubstr("-z @FILE needs a file name"));
 }
 
 TEST(ZklockOptions, TickTimeFromOptionElseEnvironmentElseTwoSeconds) {

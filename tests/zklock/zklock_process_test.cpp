@@ -1209,6 +1209,17 @@ TEST_F(ZklockTest, ListShowsHolderAndWaitersAsTextAndJson) {
   EXPECT_THAT(list().output, HasSubstr(path_ + ": free"));
 }
 
+// -z @FILE end to end: the servers come from the file, and the job's ZKLOCK_SERVERS is the list read.
+TEST_F(ZklockTest, ServersFromAFileReachTheEnsembleAndTheJob) {
+  const std::string file = testing::TempDir() + "zklock-servers-" + std::to_string(::getpid());
+  std::ofstream(file) << "# the test's ensemble\n" << servers_ << "\n";
+  const Outcome run = run_to_end({zklock_binary, "-z", "@" + file, "--session-timeout", scaled_seconds(2s), path_, "sh",
+                                  "-c", "echo \"servers=$ZKLOCK_SERVERS\""});
+  std::remove(file.c_str());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("servers=" + servers_));
+}
+
 TEST_F(ZklockTest, DefaultOwnerNamesHostPidAndCommand) {
   auto holder = start_holder();
   const Outcome json = list({"--json"});

@@ -7,10 +7,14 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace zklock {
 
@@ -289,6 +293,34 @@ std::chrono::milliseconds positive_milliseconds(const std::string& value, std::s
   return duration;
 }
 
+// -z @FILE (or ZKLOCK_SERVERS=@FILE): the servers as a file that configuration management keeps,
+// read once at the start. Servers one or more per line, commas or blanks between them; '#' starts
+// a comment; the chroot is written on the last server, or alone on a line.
+std::string servers_from_file(const std::string& file) {
+  if (file.empty()) throw UsageError("-z @FILE needs a file name after the @");
+  std::ifstream in(file);
+  if (!in) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
+  std::vector<std::string> servers;
+  std::string chroot, line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.front() != '/') {
+        servers.push_back(word);
+      } else if (chroot.empty()) {
+        chroot = word;
+      } else {
+        throw UsageError(fmt::format("{} names more than one chroot ({} and {})", file, chroot, word));
+      }
+    }
+  }
+  if (in.bad()) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
+  if (servers.empty()) throw UsageError(fmt::format("{} names no server (expected HOST:PORT, '#' for comments)", file));
+  return fmt::format("{}{}", fmt::join(servers, ","), chroot);
+}
+
 void read_ensemble(const GivenOptions& given, const char* env_servers, CliOptions& options) {
   if (auto zk = given.text("zk")) {
     options.servers = *zk;
@@ -297,6 +329,7 @@ void read_ensemble(const GivenOptions& given, const char* env_servers, CliOption
   } else {
     options.servers = default_servers;
   }
+  if (options.servers.starts_with('@')) options.servers = servers_from_file(options.servers.substr(1));
   if (options.servers.empty()) throw UsageError("invalid value '' for --zk: expected HOST:PORT[,...][/chroot]");
 }
 
@@ -544,7 +577,9 @@ joined to it (--wait=5, -w5); short switches group (-nq); long names are spelled
 each option is given at most once:
   -c, --command 'SHELL COMMAND' after LOCKPATH, instead of COMMAND: run it with /bin/sh -c
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
-                                (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181)
+                                (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181); @FILE reads
+                                it from FILE at the start: servers one or more per line, '#'
+                                comments, the chroot on the last server or alone on a line
   -n, --nonblock                fail at once if the lock is held (reaching the ensemble is
                                 bounded by --connect-timeout)
   -w, --wait, --timeout SECS    give up after SECS, reaching the ensemble included
