@@ -551,14 +551,23 @@ bool Swarm::hold_op(const Op& op) {
 
     case OpKind::release_on_loss: {
       auto box = hold().box;
-      std::lock_guard lock(box->mutex);
-      box->held().on_lost([weak = std::weak_ptr<HoldBox>(box)](LossReason) {
-        if (auto held = weak.lock()) {
-          std::lock_guard inner(held->mutex);
-          held->held().release();  // from the callback thread
-        }
-      });
+      auto ran = std::make_shared<std::atomic<bool>>(false);
+      bool lost_already = false;
+      {
+        std::lock_guard lock(box->mutex);
+        lost_already = box->held().lost();
+        box->held().on_lost([weak = std::weak_ptr<HoldBox>(box), ran](LossReason) {
+          ran->store(true);
+          if (auto held = weak.lock()) {
+            std::lock_guard inner(held->mutex);
+            held->held().release();  // from the callback thread
+          }
+        });
+      }
       hold().release_on_loss = true;
+      // Registered on a grant already lost: it runs at once (zkr/lock.hpp), checked with the
+      // losses told.
+      if (lost_already) late_loss_callbacks_.push_back({std::move(ran), what, step_index_});
       return true;
     }
 

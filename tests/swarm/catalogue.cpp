@@ -742,6 +742,23 @@ std::string Swarm::group_problem(bool at_end) {
     else if (alive && made.session->state() == SessionState::closed) may_linger.insert(made.member->id());
     else if (on_a_replaced_session && !at_end) may_linger.insert(made.member->id());
   }
+  // The server's own truth, views or not: on a healthy session, a node stands only for a member
+  // joined (or joining) through it; one that left, or never knew its create took effect, has none.
+  for (const auto& [name, owner] : owners) {
+    const auto slot = std::find_if(slots_.begin(), slots_.end(),
+                                   [&](const auto& each) { return each->session && each->session->id() == owner; });
+    if (slot == slots_.end() || !healthy((*slot)->slot) || expected.contains(name) || may_linger.contains(name))
+      continue;
+    const bool wanted = std::any_of(c.members.begin(), c.members.end(), [&](const auto& entry) {
+      const auto& made = entry.second;
+      return made.member && made.member->id() == name && made.session == (*slot)->session.get() &&
+             made.member->state() != MembershipState::left;
+    });
+    if (!wanted)
+      return fmt::format("after step {}: member node {} stands on session s{}'s session {:#x}, healthy, though no "
+                         "member there is joined or joining as {}",
+                         step_index_, name, (*slot)->slot, owner, name);
+  }
   for (auto& [key, view] : c.views) {
     const auto& [slot_index, epoch] = key;
     auto& slot = *slots_[static_cast<std::size_t>(slot_index)];

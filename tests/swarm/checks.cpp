@@ -251,6 +251,34 @@ void Swarm::check_loss_policies() {
 
 void Swarm::check_losses_told() {
   eventually("loss not told", world_.slack() / 2, [&]() -> std::string {
+    for (const auto& late : late_loss_callbacks_)
+      if (!late.ran->load())
+        return fmt::format("the on_lost callback registered at step {} ({}) on a grant already lost never ran",
+                           late.step, late.what);
+    std::erase_if(late_loss_callbacks_, [](const LateLossCallback& late) { return late.ran->load(); });
+    // A term of leadership whose node is gone, on a healthy connected session, ends: the latch
+    // stops being leader, the selector's leadership function is told to stop.
+    for (auto& slot : slots_) {
+      if (!healthy(slot->slot)) continue;
+      for (auto& [index, made] : slot->latches) {
+        if (!made->latch->is_leader()) continue;
+        const auto term = made->latch->leadership();
+        if (term && !term.ended() && !world_.exists(term.node_path()))
+          return fmt::format("after step {}: the LeaderLatch of session s{} on {} is still leader, its node {} "
+                             "gone from the server",
+                             step_index_, slot->slot, resource(index).path, term.node_path());
+      }
+      if (!slot->selector) continue;
+      std::optional<Leadership> running;
+      {
+        std::lock_guard lock(slot->selector->shared->mutex);
+        running = slot->selector->shared->running;
+      }
+      if (running && !running->ended_token().stop_requested() && !world_.exists(running->node_path()))
+        return fmt::format("after step {}: the LeaderSelector of session s{} runs its leadership function for a "
+                           "term whose node {} is gone from the server, and the term has not ended",
+                           step_index_, slot->slot, running->node_path());
+    }
     for (auto& [node, grant] : grants_) {
       const auto& r = resource(grant.resource);
       if (is_election(r.kind)) continue;

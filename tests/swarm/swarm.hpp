@@ -338,6 +338,13 @@ class Swarm {
   // Every session id the slots had, as seen at a harvest: a node of another owner is a peer's.
   std::set<std::int64_t> own_sessions_;
   std::set<std::string> broken_nodes_;
+  // on_lost callbacks registered on grants already lost, which must run at once.
+  struct LateLossCallback {
+    std::shared_ptr<std::atomic<bool>> ran;
+    std::string what;
+    int step = 0;
+  };
+  std::vector<LateLossCallback> late_loss_callbacks_;
   std::vector<std::pair<int, int>> restarts_;  // steps from which to which a restart may cost a grant
   // The resource side: a durable gate and what the test expects of it.
   std::unique_ptr<struct GateState> gate_;
