@@ -426,6 +426,22 @@ TEST(ZklockOptions, RecursiveGoesWithListOnlyAndNotWithWatch) {
   EXPECT_THAT(usage_error({"--list", "/p", "--recursive", "--watch"}), HasSubstr("--watch follows one path"));
 }
 
+TEST(ZklockOptions, PrometheusAndListenGoWithListAndNotWithJsonOrWatch) {
+  EXPECT_TRUE(parse({"--list", "/", "-r", "--prometheus"}).prometheus);
+  const auto served = parse({"--list", "/jobs", "-r", "--listen", "127.0.0.1:9475", "--max-locks", "50"});
+  EXPECT_EQ(served.listen, "127.0.0.1:9475");
+  EXPECT_TRUE(served.prometheus);  // what it serves
+  EXPECT_EQ(served.max_locks, 50u);
+  EXPECT_EQ(parse({"--list", "/jobs", "--prometheus"}).max_locks, 1000u);
+  EXPECT_THAT(usage_error({"--prometheus", "/p", "true"}), HasSubstr("--prometheus applies only to --list"));
+  EXPECT_THAT(usage_error({"--listen", "127.0.0.1:1", "/p", "true"}), HasSubstr("--listen applies only to --list"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--prometheus", "--json"}), HasSubstr("--prometheus and --json exclude each other"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--listen", "127.0.0.1:1", "--watch"}), HasSubstr("--listen and --watch exclude each other"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--max-locks", "5"}), HasSubstr("--max-locks applies only to --prometheus or --listen"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--prometheus", "--max-locks", "0"}), HasSubstr("invalid value '0' for --max-locks"));
+  EXPECT_THAT(usage_error({"--list", "/p", "--listen", "9475"}), HasSubstr("invalid value '9475' for --listen: expected HOST:PORT"));
+}
+
 TEST(ZklockOptions, WatchGoesWithListOnly) {
   EXPECT_TRUE(parse({"--list", "/p", "--watch"}).watch);
   EXPECT_TRUE(parse({"--watch", "--json", "--list", "/p"}).watch);

@@ -84,6 +84,29 @@ long long number_after(const std::string& line, std::string_view prefix) {
   return value;
 }
 
+// An HTTP GET on 127.0.0.1:port: the whole response (status line, headers, body), or "" if the
+// connection failed.
+std::string http_get(int port, const std::string& target) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  timeval patience{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return {};
+  }
+  const std::string request = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target);
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  return response;
+}
+
 int unused_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -1282,6 +1305,104 @@ TEST_F(ZklockRecipeListTest, ListRecursiveShowsEveryLockAndRecipeUnderThePrefix)
   EXPECT_THAT(none.output, HasSubstr(path_ + "/plain: no lock or recipe under it"));
   holder->signal(SIGTERM);
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+}
+
+// --prometheus prints the listing as metrics; --listen serves them, read afresh at each scrape,
+// with at most --max-locks paths' series.
+TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadAtEachScrape) {
+  const std::string busy = path_ + "/jobs/busy";
+  auto holder = std::make_unique<Process>(zklock({"--owner", "busy-holder", busy, "sh", "-c", "echo held; exec sleep 600"}),
+                                          merged_output());
+  ASSERT_TRUE(holder->wait_for_line("held", scaled(30s)));
+  Process waiter(zklock({busy, "true"}), merged_output());
+  zkr::GroupMember member(*session_, path_ + "/services/web", "web-1", "10.0.0.1");
+  member.join();
+  ASSERT_TRUE(eventually([&] { return session_->children(busy).size() == 2; }, 30s));
+  const std::string labels = fmt::format(R"(lock="{}",kind="lock")", busy);
+
+  const Outcome once = run_to_end(zklock({"--list", path_, "-r", "--prometheus"}));
+  EXPECT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_THAT(once.output, HasSubstr("# TYPE zklock_lock_holders gauge\nzklock_lock_holders{" + labels + "} 1\n"));
+  EXPECT_THAT(once.output, HasSubstr("zklock_lock_waiters{" + labels + "} 1\n"));
+  EXPECT_THAT(once.output, ::testing::ContainsRegex("zklock_lock_oldest_wait_seconds\\{lock=\"[^\"]+/jobs/busy\",kind=\"lock\"\\} [0-9.e+-]+\n"));
+  EXPECT_THAT(once.output, HasSubstr(fmt::format(R"(zklock_group_members{{lock="{}/services/web",kind="group"}} 1)", path_)));
+  EXPECT_THAT(once.output, HasSubstr("zklock_listing_up 1\n"));
+
+  Process exporter(zklock({"--list", path_, "--recursive", "--listen", "127.0.0.1:0", "--max-locks", "1"}), merged_output());
+  const auto serving = exporter.wait_for_line("serving the locks under", scaled(30s));
+  ASSERT_TRUE(serving) << "the exporter never said where it listens";
+  const auto colon = serving->rfind(':');
+  const int port = std::stoi(serving->substr(colon + 1));
+  const std::string scrape = http_get(port, "/metrics");
+  EXPECT_THAT(scrape, ::testing::StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(scrape, HasSubstr("Content-Type: text/plain; version=0.0.4"));
+  EXPECT_THAT(scrape, HasSubstr("zklock_lock_holders{" + labels + "} 1\n"));
+  EXPECT_THAT(scrape, Not(HasSubstr("zklock_group_members{")));  // past --max-locks 1
+  EXPECT_THAT(scrape, HasSubstr("zklock_listing_paths_dropped 1\n"));
+
+  holder->signal(SIGTERM);  // the waiter takes the lock and ends: the next scrape sees it
+  EXPECT_EQ(waiter.wait(scaled(30s)), 0);
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").find("zklock_lock_holders{") == std::string::npos; }, 30s))
+      << "the freed lock is still listed";
+  EXPECT_THAT(http_get(port, "/other"), ::testing::StartsWith("HTTP/1.1 404 "));
+
+  const Outcome taken = run_to_end(zklock({"--list", path_, "-r", "--listen", fmt::format("127.0.0.1:{}", port)}));
+  EXPECT_EQ(taken.exit_code, 64);
+  EXPECT_THAT(taken.output, HasSubstr(fmt::format("cannot listen on 127.0.0.1:{}", port)));
+  exporter.signal(SIGTERM);
+  EXPECT_EQ(exporter.wait(scaled(10s)), 0);
+}
+
+// A real Prometheus (Debian's) scrapes the exporter and evaluates the shipped rule for a lock held
+// too long, its threshold and wait lowered to nothing; promtool finds the scraped text valid.
+TEST_F(ZklockRecipeListTest, ARealPrometheusScrapesTheExporterAndFiresTheHeldTooLongRule) {
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/prometheus") && std::filesystem::exists("/usr/bin/promtool"))
+      << "Debian's prometheus package is missing (scripts/install-deps installs it)";
+  const std::string stuck = path_ + "/jobs/stuck";
+  auto holder = std::make_unique<Process>(zklock({stuck, "sh", "-c", "echo held; exec sleep 600"}), merged_output());
+  ASSERT_TRUE(holder->wait_for_line("held", scaled(30s)));
+  Process exporter(zklock({"--list", path_, "--recursive", "--listen", "127.0.0.1:0"}), merged_output());
+  const auto serving = exporter.wait_for_line("serving the locks under", scaled(30s));
+  ASSERT_TRUE(serving);
+  const int port = std::stoi(serving->substr(serving->rfind(':') + 1));
+
+  const std::string scrape = http_get(port, "/metrics");
+  const std::string dir = testing::TempDir() + fmt::format("zklock-prometheus-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/scrape.prom") << scrape.substr(scrape.find("\r\n\r\n") + 4);
+  const Outcome checked = run_to_end({"sh", "-c", "promtool check metrics < " + dir + "/scrape.prom"});
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+
+  std::ifstream shipped(ZKLOCK_ALERT_RULES);
+  std::string rules((std::istreambuf_iterator<char>(shipped)), std::istreambuf_iterator<char>());
+  const std::string threshold = "zklock_lock_held_seconds > 6 * 3600\n        for: 5m";
+  ASSERT_NE(rules.find(threshold), std::string::npos) << "the shipped rule changed: update this test";
+  rules.replace(rules.find(threshold), threshold.size(), "zklock_lock_held_seconds > 0\n        for: 0s");
+  std::ofstream(dir + "/rules.yml") << rules;
+  std::ofstream(dir + "/prometheus.yml") << fmt::format(
+      "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
+      "rule_files: [{}/rules.yml]\n"
+      "scrape_configs:\n  - job_name: zklock\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+      dir, port);
+  const int web = unused_port();
+  Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
+                      fmt::format("--web.listen-address=127.0.0.1:{}", web)},
+                     merged_output());
+  std::string alerts;
+  const bool fired = eventually(
+      [&] {
+        prometheus.read_all(1ms);  // its log must not fill the pipe
+        alerts = http_get(web, "/api/v1/alerts");
+        return alerts.find(R"("alertname":"ZklockLockHeldTooLong")") != std::string::npos &&
+               alerts.find(R"("state":"firing")") != std::string::npos &&
+               alerts.find(fmt::format(R"("lock":"{}")", stuck)) != std::string::npos;
+      },
+      60s);
+  EXPECT_TRUE(fired) << "Prometheus never fired the rule; its alerts:\n" << alerts;
+  exporter.signal(SIGTERM);
+  EXPECT_EQ(exporter.wait(scaled(10s)), 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ZklockRecipeListTest, ListShowsGroupMembersInEachLayout) {

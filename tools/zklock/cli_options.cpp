@@ -64,6 +64,9 @@ constexpr OptionSpec option_table[] = {
     {"json", '\0', false},
     {"watch", '\0', false},
     {"recursive", 'r', false},
+    {"prometheus", '\0', false},
+    {"listen", '\0', true},
+    {"max-locks", '\0', true},
     {"log-format", '\0', true},
     {"log-file", '\0', true},
     {"metrics-file", '\0', true},
@@ -321,6 +324,32 @@ std::string servers_from_file(const std::string& file) {
   return fmt::format("{}{}", fmt::join(servers, ","), chroot);
 }
 
+// --prometheus, --listen HOST:PORT, --max-locks N (with --list; checked against the mode later).
+void read_exposition(const GivenOptions& given, CliOptions& options) {
+  options.prometheus = given.flag("prometheus");
+  if (auto listen = given.text("listen")) {
+    const auto colon = listen->rfind(':');
+    int port = -1;
+    if (colon != std::string::npos && colon > 0)
+      std::from_chars(listen->data() + colon + 1, listen->data() + listen->size(), port);
+    if (colon == std::string::npos || colon == 0 || port < 0 || port > 65535 ||
+        listen->find_first_not_of("0123456789", colon + 1) != std::string::npos || colon + 1 == listen->size())
+      throw UsageError(fmt::format("invalid value '{}' for --listen: expected HOST:PORT (127.0.0.1:9475, [::1]:9475; "
+                                   "port 0 picks a free one)",
+                                   *listen));
+    options.listen = *listen;
+    options.prometheus = true;  // what it serves
+  }
+  if (auto value = given.text("max-locks")) {
+    if (!options.prometheus) throw UsageError("--max-locks applies only to --prometheus or --listen");
+    std::size_t most = 0;
+    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), most);
+    if (value->empty() || error != std::errc{} || end != value->data() + value->size() || most < 1)
+      throw UsageError(fmt::format("invalid value '{}' for --max-locks: expected a number of paths, 1 or more", *value));
+    options.max_locks = most;
+  }
+}
+
 void read_ensemble(const GivenOptions& given, const char* env_servers, CliOptions& options) {
   if (auto zk = given.text("zk")) {
     options.servers = *zk;
@@ -396,6 +425,7 @@ void read_job_stop_and_node(const GivenOptions& given, CliOptions& options) {
   options.json = given.flag("json");
   options.watch = given.flag("watch");
   options.recursive = given.flag("recursive");
+  read_exposition(given, options);
 }
 
 // TLS to the ensemble: each file from its option, else from $ZKLOCK_TLS_CA, _CERT, _KEY.
@@ -482,6 +512,8 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     if (options.once_per) throw UsageError("--once-per applies only to running a command");
     if (options.watch) throw UsageError("--watch applies only to --list");
     if (options.recursive) throw UsageError("--recursive applies only to --list");
+    if (options.prometheus) throw UsageError(options.listen.empty() ? "--prometheus applies only to --list"
+                                                                     : "--listen applies only to --list");
     return;
   }
   if (given.flag("list")) {
@@ -490,11 +522,17 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
     if (options.kind == LockKind::semaphore) throw UsageError("--list reads a semaphore's slots from the path: drop --slots");
     if (options.once_per) throw UsageError("--list shows the path's last --once-per run by itself: drop --once-per");
     if (options.recursive && options.watch) throw UsageError("--watch follows one path: drop --recursive or --watch");
+    if (!options.listen.empty() && options.json) throw UsageError("--listen and --json exclude each other");
+    if (!options.listen.empty() && options.watch) throw UsageError("--listen and --watch exclude each other");
+    if (options.prometheus && options.json) throw UsageError("--prometheus and --json exclude each other");
+    if (options.prometheus && options.watch) throw UsageError("--prometheus and --watch exclude each other");
     return;
   }
   if (options.json) throw UsageError("--json applies only to --list");
   if (options.watch) throw UsageError("--watch applies only to --list");
   if (options.recursive) throw UsageError("--recursive applies only to --list");
+  if (!options.listen.empty()) throw UsageError("--listen applies only to --list");
+  if (options.prometheus) throw UsageError("--prometheus applies only to --list");
 
   if (rest.empty()) throw UsageError("missing LOCKPATH");
   options.lock_path = rest.front();
@@ -561,6 +599,7 @@ std::string help_text() {
   zklock [options] LOCKPATH COMMAND [ARGS...]
   zklock [options] LOCKPATH -c 'SHELL COMMAND'
   zklock [options] --list LOCKPATH [--json] [--watch | --recursive]
+  zklock [options] --list LOCKPATH [--recursive] --prometheus | --listen HOST:PORT [--max-locks N]
   zklock [options] --break LOCKPATH [--node NAME] [--force]
 
 Runs COMMAND while holding a ZooKeeper lock on LOCKPATH, like flock(1) across hosts. The command
@@ -652,6 +691,14 @@ each option is given at most once:
                                 under LOCKPATH, in path order (plain nodes and free lock paths
                                 are passed over; at most 10000 paths are read); with --json,
                                 one line: {"observed", "prefix", "paths": [each as --list]}
+      --prometheus              with --list: print the listing as Prometheus metrics (holders,
+                                waiters, held and oldest-wait seconds, token, per path), e.g.
+                                for node_exporter's textfile collector
+      --listen HOST:PORT        with --list: serve those metrics on http://HOST:PORT/metrics,
+                                read afresh on one session at each scrape, until INT or TERM
+                                (port 0: a free one; the address is printed first)
+      --max-locks N             with --prometheus or --listen: at most N paths' series (default
+                                1000); the others are counted in zklock_listing_paths_dropped
       --watch                   with --list: print the listing again each time the holders
                                 change (who leads an election, who holds a lock), until
                                 interrupted (then exit 0), each after an 'observed TIME' line;

@@ -64,6 +64,9 @@ struct CliOptions {
   bool json = false;
   bool watch = false;  // with --list: print again whenever the holders change, until interrupted
   bool recursive = false;  // with --list: every lock and recipe under LOCKPATH
+  bool prometheus = false;  // with --list: Prometheus text instead of a table (also what --listen serves)
+  std::string listen;       // with --list: serve the listing as Prometheus metrics on HOST:PORT
+  std::size_t max_locks = 1000;  // with --prometheus or --listen: paths shown at most
   // Mode::break_lock: the holder's node to delete when there are several; no confirmation asked.
   std::optional<std::string> break_node;
   bool force = false;

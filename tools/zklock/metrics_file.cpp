@@ -22,17 +22,6 @@ std::filesystem::path temporary_beside(const std::filesystem::path& file) {
   return file.string() + fmt::format(".tmp.{}", ::getpid());
 }
 
-// A label value of the text format: backslash, double quote and line feed escaped.
-std::string label_value(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
 
 // The count of the sample `series` ("name{labels}") in `previous`, or 0. Counters are written as
 // integers; a value in exponent form (as older zklocks wrote past 999999) is read as the double it
@@ -60,6 +49,17 @@ std::string error_text(const std::filesystem::path& file, std::string_view what)
 }
 
 }  // namespace
+
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
 
 std::optional<std::string> check_metrics_file(const std::filesystem::path& file) {
   const auto temporary = temporary_beside(file);

@@ -19,6 +19,9 @@
 
 namespace zklock {
 
+// A label value of the text format: backslash, double quote and line feed escaped.
+std::string label_value(std::string_view text);
+
 // Checks, before anything is acquired, that a file can be created beside `file` (and removes it).
 // Returns an error message naming the file if not.
 std::optional<std::string> check_metrics_file(const std::filesystem::path& file);

@@ -43,6 +43,8 @@
 #include "inbox.hpp"
 #include "job.hpp"
 #include "keeper.hpp"
+#include "lock_exposition.hpp"
+#include "metrics_listener.hpp"
 #include "messages.hpp"
 #include "metrics_file.hpp"
 #include "nesting.hpp"
@@ -107,6 +109,16 @@ class Zklock {
   std::vector<RunRecord> read_last_runs(const std::string& path, zkr::PathListing& listing);
   std::optional<RecipeReading> read_recipe(const std::string& path, zkr::PathListing& listing);
   int list_recursive();
+  int serve_metrics();
+  struct Walk {
+    std::vector<std::pair<std::string, Listing>> shown;
+    std::chrono::system_clock::time_point observed;
+    std::size_t read = 0;
+    bool complete = true;
+    bool exists = true;
+  };
+  Walk walk_listings();
+  std::string walk_exposition(const Walk* walk) const;
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -612,9 +624,9 @@ std::optional<RecipeReading> Zklock::read_recipe(const std::string& path, zkr::P
     return missing;
   }
   if (!listing.contenders.empty()) return std::nullopt;
-  const auto read = [&](const std::string& path) -> std::optional<zkr::NodeData> {
+  const auto read = [&](const std::string& node) -> std::optional<zkr::NodeData> {
     try {
-      return session_->get(path);
+      return session_->get(node);
     } catch (const zkr::Error& error) {
       if (error.code() == zkr::zk_errc::no_node) return std::nullopt;
       throw;
@@ -677,75 +689,166 @@ int Zklock::list() {
   return listing.contenders.exists ? 0 : exit_code::no_such_path;
 }
 
-// --list PREFIX --recursive: every lock, semaphore, election and other recipe at or under PREFIX,
-// in path order. The walk goes down through the children that are not contenders (a contender's
-// node has none, and a recipe recognised there takes its children as members); a path shows when it
-// has contenders, records a semaphore's slots or a --once-per run, or is a group, a double barrier
-// or a counter. Plain nodes and free lock paths are passed over. A path removed while the walk
-// reads it is skipped. At most kMostListedPaths paths are read, so that a prefix of millions of
-// nodes cannot keep the ensemble busy: beyond that the output says it is incomplete.
-int Zklock::list_recursive() {
+// The paths --list shows: LOCKPATH's alone, or (--recursive) every lock, semaphore, election and
+// other recipe at or under it, in path order. The walk goes down through the children that are
+// not contenders (a contender's node has none, and a recipe recognised there takes its children as
+// members); a path shows when it has contenders, records a semaphore's slots or a --once-per run,
+// or is a group, a double barrier or a counter. Plain nodes and free lock paths are passed over. A
+// path removed while the walk reads it is skipped. At most kMostListedPaths paths are read, so that
+// a prefix of millions of nodes cannot keep the ensemble busy: beyond that the walk is incomplete.
+// Throws zkr::Error; `exists` is false when LOCKPATH (or the chroot) does not exist.
+Zklock::Walk Zklock::walk_listings() {
   constexpr std::size_t kMostListedPaths = 10000;
-  connect();
-  const auto observed = std::chrono::system_clock::now();
-  std::vector<std::pair<std::string, Listing>> shown;
+  Walk walk;
+  walk.observed = std::chrono::system_clock::now();
   std::vector<std::string> to_read{options_.lock_path};
-  std::size_t read = 0;
-  while (!to_read.empty() && read < kMostListedPaths) {
+  while (!to_read.empty() && walk.read < kMostListedPaths) {
     const std::string path = std::move(to_read.back());
     to_read.pop_back();
     Listing listing;
     try {
       listing = read_listing_or_throw(path);
     } catch (const zkr::Error& error) {
-      if (error.code() == zkr::zk_errc::no_node && read > 0) continue;  // removed meanwhile
-      fail(error.code(), fmt::format("cannot list {}: {}", path, error.what()));
+      if (error.code() == zkr::zk_errc::no_node && walk.read > 0) continue;  // removed meanwhile
+      throw;
     }
-    ++read;
+    ++walk.read;
     if (!listing.contenders.exists) {
-      if (read > 1) continue;  // removed meanwhile
-      print_report(format_listing(path, listing));  // says the prefix (or the chroot) does not exist
-      session_->close();
-      return exit_code::no_such_path;
+      if (walk.read > 1) continue;  // removed meanwhile
+      walk.exists = false;
+      walk.shown.emplace_back(path, std::move(listing));  // says the prefix (or the chroot) does not exist
+      return walk;
     }
-    auto children = listing.contenders.not_contenders;  // a recognised recipe has taken its own
-    std::sort(children.rbegin(), children.rend());       // the stack pops them in order
-    for (const auto& name : children) {
-      if (path == "/" && name == "zookeeper") continue;  // the server's own
-      to_read.push_back(path == "/" ? "/" + name : path + "/" + name);
+    if (options_.recursive) {
+      auto children = listing.contenders.not_contenders;  // a recognised recipe has taken its own
+      std::sort(children.rbegin(), children.rend());       // the stack pops them in order
+      for (const auto& name : children) {
+        if (path == "/" && name == "zookeeper") continue;  // the server's own
+        to_read.push_back(path == "/" ? "/" + name : path + "/" + name);
+      }
     }
     const auto recipe_kind = listing.recipe ? listing.recipe->kind : RecipeReading::Kind::empty;
     const bool recipe_shown = recipe_kind == RecipeReading::Kind::group ||
                               recipe_kind == RecipeReading::Kind::double_barrier ||
                               recipe_kind == RecipeReading::Kind::counter;
-    if (!listing.contenders.contenders.empty() || listing.slots || !listing.last_runs.empty() || recipe_shown)
-      shown.emplace_back(path, std::move(listing));
+    if (!options_.recursive || !listing.contenders.contenders.empty() || listing.slots || !listing.last_runs.empty() ||
+        recipe_shown)
+      walk.shown.emplace_back(path, std::move(listing));
   }
-  const bool complete = to_read.empty();
-  if (!complete && !options_.quiet())
-    say("stopped after reading {} paths under {}; the rest is not listed", read, options_.lock_path);
+  walk.complete = to_read.empty();
+  return walk;
+}
+
+// The walk as Prometheus text: the first --max-locks paths' series, the others counted.
+std::string Zklock::walk_exposition(const Walk* walk) const {
+  ListingSummary summary;
+  std::vector<PathReading> readings;
+  if (walk) {
+    summary.observed = walk->observed;
+    summary.complete = walk->complete;
+    summary.paths_read = walk->read;
+    for (const auto& [path, listing] : walk->shown) {
+      if (!listing.contenders.exists) continue;
+      if (readings.size() == options_.max_locks) {
+        ++summary.dropped;
+        continue;
+      }
+      readings.push_back({path, listing.contenders, listing.slots, listing.recipe});
+    }
+  } else {
+    summary.observed = std::chrono::system_clock::now();
+    summary.up = false;
+    summary.complete = false;
+  }
+  return lock_exposition(readings, summary);
+}
+
+// --list [--recursive] as text, JSON or Prometheus text.
+int Zklock::list_recursive() {
+  connect();
+  Walk walk;
+  try {
+    walk = walk_listings();
+  } catch (const zkr::Error& error) {
+    fail(error.code(), fmt::format("cannot list {}: {}", options_.lock_path, error.what()));
+  }
+  if (!walk.complete && !options_.quiet())
+    say("stopped after reading {} paths under {}; the rest is not listed", walk.read, options_.lock_path);
+  if (!walk.exists) {
+    print_report(options_.prometheus ? walk_exposition(&walk) : format_listing(options_.lock_path, walk.shown.front().second));
+    session_->close();
+    return exit_code::no_such_path;
+  }
 
   std::string report;
-  if (options_.json) {
-    report = fmt::format(R"({{"observed":{},"prefix":{},"complete":{},"paths":[)", json_string(format_utc(observed)),
-                         json_string(options_.lock_path), complete);
-    for (std::size_t i = 0; i < shown.size(); ++i) {
-      const auto& [path, listing] = shown[i];
+  if (options_.prometheus) {
+    report = walk_exposition(&walk);
+  } else if (!options_.recursive) {
+    report = format_listing(options_.lock_path, walk.shown.front().second);
+  } else if (options_.json) {
+    report = fmt::format(R"({{"observed":{},"prefix":{},"complete":{},"paths":[)", json_string(format_utc(walk.observed)),
+                         json_string(options_.lock_path), walk.complete);
+    for (std::size_t i = 0; i < walk.shown.size(); ++i) {
+      const auto& [path, listing] = walk.shown[i];
       std::string object = format_listing_json(path, listing.contenders, listing.slots, listing.last_runs,
                                                std::nullopt, listing.recipe);
       while (!object.empty() && object.back() == '\n') object.pop_back();
       report += (i ? "," : "") + object;
     }
     report += "]}\n";
-  } else if (shown.empty()) {
+  } else if (walk.shown.empty()) {
     report = fmt::format("{}: no lock or recipe under it\n", escape_for_terminal(options_.lock_path));
   } else {
-    for (std::size_t i = 0; i < shown.size(); ++i)
-      report += (i ? "\n" : "") + format_listing(shown[i].first, shown[i].second);
+    for (std::size_t i = 0; i < walk.shown.size(); ++i)
+      report += (i ? "\n" : "") + format_listing(walk.shown[i].first, walk.shown[i].second);
   }
   print_report(report);
   session_->close();
   return 0;
+}
+
+// --list ... --listen HOST:PORT: an exporter. One session; each GET /metrics reads the listing
+// afresh (the scrape's own cadence sets the load: a few requests per path) and answers with
+// walk_exposition(); while the ensemble cannot be read it answers zklock_listing_up 0, so that an
+// alert on it fires rather than the series going stale. Until INT, TERM or HUP (exit 0). One
+// request at a time: Prometheus scrapes a target serially.
+int Zklock::serve_metrics() {
+  std::optional<MetricsListener> listener;
+  try {
+    listener.emplace(MetricsListener::open(options_.listen));
+  } catch (const std::runtime_error& error) {
+    std::fprintf(stderr, "zklock: %s\n", error.what());
+    return exit_code::usage;
+  }
+  connect();
+  print_report(fmt::format("serving the locks under {} as Prometheus metrics on http://{}/metrics\n",
+                           options_.lock_path, listener->address()));
+  while (true) {
+    const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::milliseconds(-1), listener->fd());
+    if (ready.signal) {
+      while (const auto signal = signals_.next()) {
+        if (*signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP) {
+          session_->close();
+          return 0;
+        }
+      }
+    }
+    if (ready.wakeup) {
+      inbox_->wakeup().drain();
+      (void)inbox_->take_states();
+      (void)inbox_->take_path_changed();
+    }
+    listener->serve_waiting([this](std::string_view target) -> std::optional<std::string> {
+      if (target != "/metrics") return std::nullopt;
+      try {
+        const Walk walk = walk_listings();
+        return walk_exposition(&walk);
+      } catch (const zkr::Error& error) {
+        if (!passing_outage(error.code()) && !options_.quiet()) say("cannot list {}: {}", options_.lock_path, error.what());
+        return walk_exposition(nullptr);
+      }
+    });
+  }
 }
 
 // --list --watch: the listing, then again each time the set of holders changes (a new leader, a
@@ -998,7 +1101,10 @@ int zklock_main(int argc, char** argv) {
     if (options.mode == Mode::run) keeper.emplace(WaitingKeeper::fork_now());
     SignalReceiver signals;
     Zklock zklock(options, signals, std::move(given_descriptors), std::move(keeper));
-    if (options.mode == Mode::list) return finish(options.recursive ? zklock.list_recursive() : zklock.list());
+    if (options.mode == Mode::list) {
+      if (!options.listen.empty()) return finish(zklock.serve_metrics());
+      return finish(options.recursive || options.prometheus ? zklock.list_recursive() : zklock.list());
+    }
     if (options.mode == Mode::break_lock) return finish(zklock.break_lock());
     return finish(zklock.run());
   } catch (const ExitRequest& request) {
