@@ -110,6 +110,7 @@ class Zklock {
   std::optional<RecipeReading> read_recipe(const std::string& path, zkr::PathListing& listing);
   int list_recursive();
   int serve_metrics();
+  bool interrupted();
   struct Walk {
     std::vector<std::pair<std::string, Listing>> shown;
     std::chrono::system_clock::time_point observed;
@@ -807,6 +808,14 @@ int Zklock::list_recursive() {
   return 0;
 }
 
+// For the modes that run until interrupted (--watch, --listen): true once INT, TERM or HUP came;
+// other signals pending are taken and ignored.
+bool Zklock::interrupted() {
+  bool stop = false;
+  while (const auto signal = signals_.next()) stop = stop || *signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP;
+  return stop;
+}
+
 // --list ... --listen HOST:PORT: an exporter. One session; each GET /metrics reads the listing
 // afresh (the scrape's own cadence sets the load: a few requests per path) and answers with
 // walk_exposition(); while the ensemble cannot be read it answers zklock_listing_up 0, so that an
@@ -825,13 +834,9 @@ int Zklock::serve_metrics() {
                            options_.lock_path, listener->address()));
   while (true) {
     const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::milliseconds(-1), listener->fd());
-    if (ready.signal) {
-      while (const auto signal = signals_.next()) {
-        if (*signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP) {
-          session_->close();
-          return 0;
-        }
-      }
+    if (ready.signal && interrupted()) {
+      session_->close();
+      return 0;
     }
     if (ready.wakeup) {
       inbox_->wakeup().drain();
@@ -902,13 +907,9 @@ int Zklock::watch_list() {
 
     const auto poll = watched_session != 0 && !in_outage ? safety_poll : missing_path_poll;
     const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::duration_cast<std::chrono::milliseconds>(poll));
-    if (ready.signal) {
-      while (const auto signal = signals_.next()) {
-        if (*signal == SIGINT || *signal == SIGTERM || *signal == SIGHUP) {
-          session_->close();
-          return 0;
-        }
-      }
+    if (ready.signal && interrupted()) {
+      session_->close();
+      return 0;
     }
     if (ready.wakeup) {
       inbox_->wakeup().drain();
