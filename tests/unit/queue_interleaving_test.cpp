@@ -939,13 +939,23 @@ TEST_F(QueueInterleaving, NoGrantIsHandedOutPastTheSessionDeadline) {
   BackgroundAcquire waiter(waiter_lock, kForever);
   ASSERT_TRUE(wait_until([&] { return server->data_watches(holder_node) >= 1; }));
 
-  server->pause(old_session);
-  std::promise<void> unblock;
+  // The worker is made busy first, so that no heartbeat goes out from here on; then every reply is
+  // held. Every request the step below answers was sent before the sleep, and a proof is never
+  // credited later than its own send, so the deadline is at most the timeout less the margin from
+  // then: the sleep passes it whatever the credit (the silence tolerated alone can fall short by
+  // up to a heartbeat interval, which a loaded machine once showed under ThreadSanitizer).
+  const auto core = detail::Internals::core(*waiter_session);
+  std::promise<void> unblock, busy;
   auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
-  boost::asio::post(detail::Internals::core(*waiter_session)->worker(), [worker_busy] { worker_busy->wait(); });
+  boost::asio::post(core->worker(), [worker_busy, &busy] {
+    busy.set_value();
+    worker_busy->wait();
+  });
+  busy.get_future().wait();
+  server->pause(old_session);
   held.release();
   ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
-  std::this_thread::sleep_for(detail::Internals::core(*waiter_session)->silence_tolerance() + 200ms);  // past the deadline
+  std::this_thread::sleep_for(core->silence_tolerance() + core->forward_lag() + 200ms);  // past any deadline
   ASSERT_TRUE(server->step_through(old_session, "deleted " + holder_node));
   unblock.set_value();
   server->resume(old_session);
