@@ -499,6 +499,7 @@ std::string Swarm::watch_problem() {
         if (made->shared->stopped_inside || made->shared->calls == 0) continue;
       }
       const auto& r = resource(index);
+      if (world_.peers_on(r.path)) continue;  // a peer's term comes and goes between any two looks
       std::vector<ContenderName> contenders;
       for (const auto& node : world_.children(r.path))
         if (auto name = parse_contender_name(node.name)) contenders.push_back(*name);

@@ -347,8 +347,8 @@ class RealWorld final : public World {
 
  private:
   // The peers on the swarm's shared paths: a kazoo Lock on the plain lock, a Curator
-  // InterProcessMutex on a reentrant one, and each semaphore's own kind on the semaphore in its
-  // layout. Two clients each,
+  // InterProcessMutex on a reentrant one, each semaphore's and each election's own kind on the one
+  // in its layout (a kazoo Election, a Curator LeaderLatch, a Curator LeaderSelector). Two clients each,
   // holding a few milliseconds, idle up to that long between sections.
   void start_peers() {
 #if defined(ZKR_KAZOO_PEER) && defined(ZKR_CURATOR_CLASSPATH)
@@ -379,6 +379,9 @@ class RealWorld final : public World {
     curator("lock1", "mutex", "curator-lock");  // not beside kazoo's: Curator does not see kazoo's lock nodes
     kazoo("sem-kazoo", "semaphore:2", "kazoo-sem");
     curator("sem-curator", "semaphore:2", "curator-sem");
+    kazoo("latch-kazoo", "election", "kazoo-election");
+    curator("latch", "latch", "curator-latch");
+    curator("selector", "leader", "curator-selector");
     for (auto& peer : peers_) peer->start();
 #else
     throw std::runtime_error("the swarm's real world wants its peers, but this swarm_test was built without the "

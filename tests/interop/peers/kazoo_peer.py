@@ -8,9 +8,10 @@ Starts CLIENTS clients (one session each, named WHO-0, WHO-1, ...); prints "READ
 connected, waits for a line on stdin, then each client enters its critical section ITERATIONS
 times. Around each critical section it appends "ENTER <name> <ns> [<token>]" and "EXIT <name> <ns>"
 to LOG (time.monotonic_ns, CLOCK_MONOTONIC), each line with one O_APPEND write. Prints "DONE" at
-the end. ITERATIONS 0 is the churn mode (lock and semaphore:N): every client enters again and
+the end. ITERATIONS 0 is the churn mode: every client enters again and
 again, idle up to HOLD_MS between sections, until a second line (or the end) of stdin; an error it
-meets (a server restarted under it) is printed as "RETRY <name> <error>" and it goes on. MODE:
+meets (a server restarted under it) is printed as "RETRY <name> <error>" and it goes on (lock,
+election and semaphore:N). MODE:
   lock (the default)  a kazoo Lock that also counts "-lock-" nodes (ours and Curator's) as contenders;
   election            a plain kazoo Election, each run one term, whose ENTER line carries the term's
                       fencing token (the czxid of the client's lock node);
@@ -118,8 +119,21 @@ def main(argv):
                     time.sleep(hold)
                     record("EXIT", name)
 
-                for _ in range(iterations):
-                    election.run(lead)
+                if not churn:
+                    for _ in range(iterations):
+                        election.run(lead)
+                    return
+
+                def elected(body):  # Election.run, a second at a time so that a stop is heard
+                    if not acquired(election.lock):
+                        return
+                    try:
+                        body()
+                    finally:
+                        election.lock.release()
+
+                for _ in rounds():
+                    section(name, elected, lead)
                 return
             if max_leases is not None:
                 client = clients[index]
