@@ -125,6 +125,8 @@ TEST(ZklockOptions, ServersFromAFileGivenAsAtFile) {
   std::remove(file.c_str());
   EXPECT_THAT(usage_error({"-z", "@" + file, "/a", "true"}), HasSubstr("cannot read the servers from " + file));
   EXPECT_THAT(usage_error({"-z", "@", "/a", "true"}), HasSubstr("-z @FILE needs a file name"));
+  EXPECT_THAT(usage_error({"-z", "@/tmp", "/a", "true"}), HasSubstr("cannot read the servers from /tmp: not a regular file"));
+  EXPECT_THAT(usage_error({"-z", "@/dev/zero", "/a", "true"}), HasSubstr("/dev/zero: not a regular file"));
 }
 
 TEST(ZklockOptions, TickTimeFromOptionElseEnvironmentElseTwoSeconds) {

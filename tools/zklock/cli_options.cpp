@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -301,6 +302,15 @@ std::chrono::milliseconds positive_milliseconds(const std::string& value, std::s
 // a comment; the chroot is written on the last server, or alone on a line.
 std::string servers_from_file(const std::string& file) {
   if (file.empty()) throw UsageError("-z @FILE needs a file name after the @");
+  // A regular file of a sensible size: not a directory, a device or a pipe that would never end.
+  constexpr std::uintmax_t most_bytes = 64 * 1024;
+  std::error_code error;
+  const auto status = std::filesystem::status(file, error);
+  if (error) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, error.message()));
+  if (!std::filesystem::is_regular_file(status))
+    throw UsageError(fmt::format("cannot read the servers from {}: not a regular file", file));
+  if (std::filesystem::file_size(file, error) > most_bytes && !error)
+    throw UsageError(fmt::format("cannot read the servers from {}: larger than {} bytes", file, most_bytes));
   std::ifstream in(file);
   if (!in) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
   std::vector<std::string> servers;
