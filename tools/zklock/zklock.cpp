@@ -764,7 +764,8 @@ std::string Zklock::walk_exposition(const Walk* walk) const {
   return lock_exposition(readings, summary);
 }
 
-// --list [--recursive] as text, JSON or Prometheus text.
+// --list --recursive (text or JSON), and --list --prometheus of one path or of a prefix; list()
+// is the one path's table or JSON.
 int Zklock::list_recursive() {
   connect();
   Walk walk;
@@ -784,8 +785,6 @@ int Zklock::list_recursive() {
   std::string report;
   if (options_.prometheus) {
     report = walk_exposition(&walk);
-  } else if (!options_.recursive) {
-    report = format_listing(options_.lock_path, walk.shown.front().second);
   } else if (options_.json) {
     report = fmt::format(R"({{"observed":{},"prefix":{},"complete":{},"paths":[)", json_string(format_utc(walk.observed)),
                          json_string(options_.lock_path), walk.complete);
