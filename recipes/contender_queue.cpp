@@ -641,10 +641,15 @@ void Contender::grant_locked() {
   // A grant decided after the session's deadline would hand out a lock the server may already
   // have given away: the session is declared lost instead, which queues us again. (A grant for an
   // older session than the current one cannot reach here, its replies being dropped; should one,
-  // it queues again too rather than wait for nothing.)
-  if (!core_->alive_by_deadline_locked(generation_)) {
-    if (phase_ == Phase::checking || phase_ == Phase::watching) begin_locked();
-    return;
+  // it queues again too rather than wait for nothing.) While the monitor asks about a deadline it
+  // slept through, the grant waits for its verdict: checked again once the session is proven
+  // alive (on_deadline_renewed), queued again on the next session if it is not.
+  switch (core_->deadline_verdict_locked(generation_)) {
+    case SessionCore::DeadlineVerdict::alive: break;
+    case SessionCore::DeadlineVerdict::in_doubt: retry_ = Retry::check; return;
+    case SessionCore::DeadlineVerdict::lost:
+      if (phase_ == Phase::checking || phase_ == Phase::watching) begin_locked();
+      return;
   }
   set_phase_locked(Phase::held);
   drops_in_a_row_ = 0;
@@ -1007,6 +1012,15 @@ void Contender::give_up_after_drops_locked() {
 void Contender::retry_after_reconnect_locked(Retry what) {
   retry_ = what;
   if (core_->usable_locked(generation_)) on_reconnected(generation_);
+}
+
+// A grant that waited for the monitor's verdict (grant_locked) is decided again, unless something
+// else decided it meanwhile (a listing that granted, a drop that set its own retry).
+void Contender::on_deadline_renewed(std::uint64_t generation) {
+  if (generation != generation_ || retry_ != Retry::check || !core_->usable_locked(generation)) return;
+  if (phase_ != Phase::checking && phase_ != Phase::watching) return;
+  retry_ = Retry::none;
+  check_locked();
 }
 
 void Contender::on_reconnected(std::uint64_t generation) {

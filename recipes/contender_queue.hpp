@@ -158,6 +158,7 @@ class Contender final : public SessionListener, public std::enable_shared_from_t
 
   // SessionListener (called with the session mutex held).
   void on_reconnected(std::uint64_t generation) override;
+  void on_deadline_renewed(std::uint64_t generation) override;
   void on_new_session(std::uint64_t generation) override;
   void on_session_lost(std::uint64_t generation, LossReason reason) override;
   void on_session_ended(std::error_code why) override;

@@ -144,6 +144,9 @@ std::vector<MetricFamily> metric_families(const SessionMetrics& m) {
       .sample({{"cause", "deadline"}}, m.losses_by_deadline)
       .sample({{"cause", "expiry"}}, m.losses_by_expiry)
       .sample({{"cause", "disconnect"}}, m.losses_by_disconnect);
+  out.family("zkr_session_deadline_rechecks_total", counter,
+             "Deadlines the session monitor slept through (a frozen process) and asked the ensemble about.")
+      .sample({}, m.deadline_rechecks);
   out.family("zkr_session_suspensions_total", counter, "Connection drops while the session lived on.")
       .sample({}, m.suspensions);
   out.family("zkr_session_state", gauge, "1 for the session's current state, 0 for the others.");

@@ -26,6 +26,9 @@ namespace {
 // The deadline timer wakes at least this often, so that a deadline passed during a suspend of the
 // machine (which CLOCK_BOOTTIME counts and the timer's clock does not) is seen promptly on resume.
 constexpr auto kDeadlineCheckInterval = std::chrono::milliseconds(100);
+// A look at the deadline this long after the one before slept through the time in between (the
+// process was frozen or starved, the machine suspended): see deadline_verdict_locked.
+constexpr auto kMonitorAsleepAfter = std::chrono::milliseconds(500);
 constexpr auto kMinHeartbeatInterval = std::chrono::milliseconds(20);
 // What a long heartbeat interval has beyond a tick: the previous heartbeat's round trip must fit
 // in it for the next one to be credited with that one's send time (see long_heartbeat).
@@ -84,11 +87,11 @@ namespace {
 // The session's timing, from its timeout, its lead time and the ensemble's tick (see the top of
 // zkr/session.hpp): written once here, for the session and for shortest_session_timeout().
 //
-// Short heartbeats, every min(T/6, tick/2): a sync's send time minus tick/2 + one interval is a
-// moment the leader had heard of the session by (forward lag). Long heartbeats, every
-// min(T/4, (T - margin) / 3) (a quarter of the timeout, or less where a long lead time leaves
-// less than three intervals; less again where a freeze must be survived, see long_heartbeat),
-// once that is at least a tick and kHeartbeatSlack: a
+// Short heartbeats, every min(T/6, tick/2): a sync is credited with the latest heartbeat sent at
+// least tick/2 before it, so at worst with its send time less tick/2 + one interval (forward lag).
+// Long heartbeats, every min(T/4, (T - margin) / 3) (a quarter of the timeout, or less where a
+// long lead time leaves less than three intervals), once that is at least a tick and
+// kHeartbeatSlack: a
 // sync's credit is then the send time of the previous answered request on the same connection
 // (see credit_for_locked), whose answer came at least a tick before the sync was sent, so that a
 // leader ping fell in between on the follower-leader stream the sync later took; the forward lag
@@ -97,17 +100,11 @@ std::chrono::milliseconds short_heartbeat(std::chrono::milliseconds timeout, std
   return std::max(std::min(timeout / 6, tick / 2), kMinHeartbeatInterval);
 }
 
-// A holder frozen for half the timeout keeps its lock when the deadline it finds on waking is
-// still ahead: the silence tolerated less the interval that may have passed since the latest
-// answer before the freeze. Long heartbeats keep that wherever short ones give it (with a
-// twelfth of the timeout to spare): they never cost a freeze that short ones would survive.
+// A freeze needs no shorter interval: the monitor, waking past the deadline, asks before it
+// declares anything (deadline_verdict_locked).
 std::optional<std::chrono::milliseconds> long_heartbeat(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
                                                         std::chrono::milliseconds tick) {
-  auto interval = std::min(timeout / 4, (timeout - margin) / 3);
-  const auto short_interval = short_heartbeat(timeout, tick);
-  const auto freeze_room = timeout / 2 + timeout / 12;
-  if (timeout - margin - (tick / 2 + short_interval) - short_interval >= freeze_room)
-    interval = std::min(interval, (timeout - margin - freeze_room) / 2);
+  const auto interval = std::min(timeout / 4, (timeout - margin) / 3);
   if (interval >= tick + kHeartbeatSlack) return interval;
   return std::nullopt;
 }
@@ -118,8 +115,8 @@ std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeo
   return short_heartbeat(timeout, tick);
 }
 
-// What a sync's send time is credited with when no earlier answer qualifies (short heartbeats;
-// the first sync on a connection): tick/2 + one interval earlier.
+// How much earlier than its send a sync is credited at worst when no earlier answer qualifies
+// (short heartbeats; the first sync on a connection): tick/2 + one interval.
 std::chrono::milliseconds fallback_lag_for(std::chrono::milliseconds timeout, std::chrono::milliseconds margin,
                                            std::chrono::milliseconds tick) {
   return tick / 2 + heartbeat_interval_for(timeout, margin, tick);
@@ -345,6 +342,7 @@ void SessionCore::open_connection_locked() {
   // Until the session is established, the server can have heard from us no earlier than now.
   last_leader_proof_ = BootClock::now();
   credited_touch_ = last_leader_proof_ - fallback_lag();
+  recheck_since_.reset();
   ++connection_epoch_;
   std::weak_ptr<SessionCore> self = weak_from_this();
   const std::uint64_t generation = generation_;
@@ -466,6 +464,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       }
       on_server_since_ = BootClock::now();
       ++connection_epoch_;  // answers on the connection before do not vouch for this one
+      note_send_locked(on_server_since_ - fallback_lag());
       set_state_locked(SessionState::connected);
       announce_deadline_locked();  // a new session's, or a resumed one's under a renegotiated timeout
       for (const auto& listener : snapshot_listeners_locked()) {
@@ -522,6 +521,7 @@ void SessionCore::declare_lost_locked(LossReason reason, SessionLossCause cause)
   last_loss_cause_.store(static_cast<int>(cause) + 1);
   const bool server_expired = cause == SessionLossCause::server_expiry;
   const std::uint64_t lost_generation = generation_;
+  recheck_since_.reset();
   log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "session {} lost: {}", session_id_text(session_id_.load()),
       to_string(cause));
   set_state_locked(SessionState::lost);
@@ -584,12 +584,66 @@ std::optional<SessionLossCause> SessionCore::last_loss_cause() const {
   return static_cast<SessionLossCause>(stored - 1);
 }
 
-bool SessionCore::alive_by_deadline_locked(std::uint64_t generation) {
-  if (generation != generation_) return false;
-  if (BootClock::now() < deadline_locked()) return true;
+// A deadline passed while someone was looking is a loss, declared at once: the holders hear it
+// the lead time before the leader could expire the session. A deadline found passed by a look
+// that comes kMonitorAsleepAfter or more after the one before was slept through: the holders
+// were not told in time anyway, and the session may well be alive (a frozen process is not a
+// lost one). The monitor then asks the ensemble and gives the answer until recheck_until_locked();
+// meanwhile nothing is granted (in_doubt). A heartbeat goes out at once, and another a tick after
+// the first answer, which is credited with a send after the wake (credit_for_locked): that proof
+// ends the doubt (note_leader_proof), or an earlier one that leaves the deadline far enough ahead
+// for it. A sync answered means the leader had not expired
+// the session when it answered, so it never did, and nothing held on it was ever given away; its
+// credit gives the session a deadline as after any heartbeat. No such proof in time, and the
+// session is declared lost as it would have been.
+SessionCore::DeadlineVerdict SessionCore::deadline_verdict_locked(std::uint64_t generation) {
+  if (generation != generation_) return DeadlineVerdict::lost;
+  const auto now = BootClock::now();
+  const auto previous_look = std::exchange(last_deadline_look_, now);
+  if (!recheck_since_) {
+    if (now < deadline_locked()) return DeadlineVerdict::alive;
+    if (now - previous_look >= kMonitorAsleepAfter && session_established_) start_recheck_locked(now, previous_look);
+  }
+  if (recheck_since_ && now < recheck_until_locked()) return DeadlineVerdict::in_doubt;
   ++session_metrics_.losses_by_deadline;
   declare_lost_locked(LossReason::session_lost, SessionLossCause::local_deadline);
-  return false;
+  return DeadlineVerdict::lost;
+}
+
+// Half the lead time past the later of the deadline and the wake: should the answer not come,
+// the holders are still told before the earliest moment the leader could expire the session as
+// far as the latest proof shows, with half the lead time to spare, unless the wake itself came
+// later than that.
+BootClock::time_point SessionCore::recheck_until_locked() const {
+  const auto timeout = negotiated_timeout_.load();
+  return std::max(*recheck_since_, deadline_locked()) + margin_for(timeout) / 2;
+}
+
+void SessionCore::start_recheck_locked(BootClock::time_point now, BootClock::time_point previous_look) {
+  recheck_since_ = now;
+  recheck_followup_sent_ = false;
+  ++session_metrics_.deadline_rechecks;
+  log(LogLevel::warning, LogContext{session_id_.load(), {}, {}},
+      "session {}: the monitor did not run for {} ms and finds its deadline passed; asking the ensemble before "
+      "declaring it lost",
+      session_id_text(session_id_.load()),
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - previous_look).count());
+  if (state_ == SessionState::connected) send_heartbeat_after_locked(generation_, std::chrono::milliseconds::zero());
+}
+
+void SessionCore::end_recheck_alive_locked() {
+  log(LogLevel::warning, LogContext{session_id_.load(), {}, {}},
+      "session {}: proven alive after {} ms in doubt; nothing was lost", session_id_text(session_id_.load()),
+      std::chrono::duration_cast<std::chrono::milliseconds>(BootClock::now() - *recheck_since_).count());
+  recheck_since_.reset();
+  const std::uint64_t generation = generation_;
+  post_to_worker([self = weak_from_this(), generation] {
+    auto core = self.lock();
+    if (!core) return;
+    std::lock_guard lock(core->mutex_);
+    if (generation != core->generation_ || core->ended()) return;
+    for (const auto& listener : core->snapshot_listeners_locked()) listener->on_deadline_renewed(generation);
+  });
 }
 
 BootClock::time_point SessionCore::deadline_locked() const {
@@ -599,6 +653,7 @@ BootClock::time_point SessionCore::deadline_locked() const {
 
 void SessionCore::schedule_deadline_check_locked() {
   const std::uint64_t generation = generation_;
+  last_deadline_look_ = BootClock::now();
   post_to_worker([self = weak_from_this(), generation] {
     auto core = self.lock();
     if (!core) return;
@@ -609,7 +664,8 @@ void SessionCore::schedule_deadline_check_locked() {
 }
 
 void SessionCore::arm_deadline_timer_locked(std::uint64_t generation) {
-  const auto remaining = std::chrono::ceil<std::chrono::milliseconds>(deadline_locked() - BootClock::now());
+  const auto next_look = recheck_since_ ? recheck_until_locked() : deadline_locked();
+  const auto remaining = std::chrono::ceil<std::chrono::milliseconds>(next_look - BootClock::now());
   deadline_timer_.expires_after(std::clamp(remaining, std::chrono::milliseconds(1), kDeadlineCheckInterval));
   deadline_timer_.async_wait([self = weak_from_this(), generation](boost::system::error_code ec) {
     if (ec) return;
@@ -621,7 +677,7 @@ void SessionCore::on_deadline_timer(std::uint64_t generation) {
   std::unique_lock lock(mutex_);
   if (generation != generation_) return;
   if (state_ != SessionState::connected && state_ != SessionState::suspended) return;
-  if (!alive_by_deadline_locked(generation)) return;
+  if (deadline_verdict_locked(generation) == DeadlineVerdict::lost) return;
   arm_deadline_timer_locked(generation);
 }
 
@@ -637,6 +693,26 @@ void SessionCore::send_heartbeat(std::uint64_t generation) {
     if (ec) return;
     if (auto core = self.lock()) core->send_heartbeat(generation);
   });
+}
+
+// The next heartbeat after `delay` rather than when due (the recheck's).
+void SessionCore::send_heartbeat_after_locked(std::uint64_t generation, std::chrono::milliseconds delay) {
+  // Timers belong to the worker thread.
+  post_to_worker([self = weak_from_this(), generation, delay] {
+    auto core = self.lock();
+    if (!core) return;
+    std::lock_guard lock(core->mutex_);
+    if (generation != core->generation_ || core->ended()) return;
+    core->heartbeat_timer_.expires_after(delay);  // cancels the wait for the due one
+    core->heartbeat_timer_.async_wait([self, generation](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto again = self.lock()) again->send_heartbeat(generation);
+    });
+  });
+}
+
+void SessionCore::note_send_locked(BootClock::time_point sent) {
+  recent_sends_[recent_send_next_++ % recent_sends_.size()] = {connection_epoch_, sent};
 }
 
 // The server watch. The C client leaves a server that does not answer only after 2/3 of the session
@@ -674,6 +750,12 @@ void SessionCore::watch_server(std::uint64_t generation) {
   if (generation != generation_ || ended() || !connection_) return;
   if (server_count_ >= 2) {
     const auto now = BootClock::now();
+    if (now - last_server_watch_ >= kMonitorAsleepAfter) {
+      // The watch slept (the process was frozen): a silence it slept through is not the server's.
+      on_server_since_ = now;
+      attempt_since_ = now;
+    }
+    last_server_watch_ = now;
     if (state_ == SessionState::connected) {
       attempt_server_.clear();
       const auto quiet_since = std::max(last_leader_proof_, on_server_since_);
@@ -711,9 +793,22 @@ void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_po
   const auto credit = credit_for_locked(sent);
   recent_answers_[recent_answer_next_++ % recent_answers_.size()] = {connection_epoch_, sent, answered};
   if (sent > last_leader_proof_) last_leader_proof_ = sent;
-  if (credit <= credited_touch_) return;
-  credited_touch_ = credit;
-  announce_deadline_locked();
+  if (credit > credited_touch_) {
+    credited_touch_ = credit;
+    announce_deadline_locked();
+  }
+  if (!recheck_since_) return;
+  if (sent >= *recheck_since_ && !recheck_followup_sent_) {
+    // The first answer to a request sent since the wake vouches for a heartbeat sent a tick after
+    // it (credit_for_locked): that one goes out then rather than an interval on.
+    recheck_followup_sent_ = true;
+    send_heartbeat_after_locked(generation, options_.ensemble_tick_time + kHeartbeatSlack);
+  }
+  // Settled once a proof is credited with a moment since the wake, or once the deadline is far
+  // enough ahead for that follow-up's answer to come before it (then the heartbeats run as usual).
+  const auto followup_answered_by = answered + options_.ensemble_tick_time + 2 * kHeartbeatSlack;
+  if (credited_touch_ >= *recheck_since_ || (recheck_followup_sent_ && deadline_locked() > followup_answered_by))
+    end_recheck_alive_locked();
 }
 
 // The moment the leader had heard of the session by, proven by a request sent at `sent` and
@@ -722,9 +817,18 @@ void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_po
 // tick), on the stream our request then took to the leader. An earlier request on the same
 // connection answered at least a tick before `sent` reached the follower before a ping that came
 // before our request on that stream: the leader had heard of it, sent at `earlier.sent`, before it
-// answered ours. Without such an answer: tick/2 + one heartbeat interval before `sent`.
+// answered ours. Without such an answer: tick/2 + one heartbeat interval before `sent` (the
+// follower answered a leader ping within half a tick before forwarding ours, and the session's
+// previous request was at most an interval before that), but never later than the previous
+// request's send on the same connection: after a gap in the heartbeats (a frozen process) it was
+// longer ago. A (re)connect, which the leader validated, counts as a request sent tick/2 + one
+// interval before it.
 BootClock::time_point SessionCore::credit_for_locked(BootClock::time_point sent) const {
-  auto credit = sent - fallback_lag();
+  BootClock::time_point previous_send{};
+  for (const auto& earlier : recent_sends_)
+    if (earlier.epoch == connection_epoch_ && earlier.sent < sent && earlier.sent > previous_send)
+      previous_send = earlier.sent;
+  auto credit = std::min(sent - fallback_lag(), previous_send);
   const auto answered_by = sent - options_.ensemble_tick_time;
   for (const auto& earlier : recent_answers_)
     if (earlier.epoch == connection_epoch_ && earlier.answered <= answered_by && earlier.sent > credit)
@@ -754,7 +858,9 @@ void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Is
     BootClock::time_point sent;
     Proof proof;
   };
-  auto pending = std::make_unique<Pending>(Pending{std::move(done), weak_from_this(), generation, BootClock::now(), proof});
+  const auto sent = BootClock::now();
+  if (proof == Proof::leader) note_send_locked(sent);
+  auto pending = std::make_unique<Pending>(Pending{std::move(done), weak_from_this(), generation, sent, proof});
   Callback reply = [raw = pending.get()](zk_errc rc, auto... results) {
     const std::unique_ptr<Pending> owned(raw);
     auto core = owned->core.lock();

@@ -66,6 +66,9 @@ class SessionListener {
   virtual void on_new_session(std::uint64_t generation) = 0;
   // The session of `generation` is lost; the reason says why.
   virtual void on_session_lost(std::uint64_t generation, LossReason reason) = 0;
+  // The monitor, which slept through the deadline of `generation` (DeadlineVerdict::in_doubt),
+  // has a proof that the session lives: what waited for the verdict can go on.
+  virtual void on_deadline_renewed(std::uint64_t /*generation*/) {}
   // Closed by the owner, or credentials refused: nothing will ever connect again.
   virtual void on_session_ended(std::error_code why) = 0;
   // The connection dropped; the session of `generation` may still be alive (a view goes stale).
@@ -144,9 +147,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::chrono::milliseconds move_after() const;
   // How long one connect attempt may go unanswered before the next server is tried.
   std::chrono::milliseconds attempt_patience() const;
-  // Before a grant: true while the session of `generation` is inside its deadline. Past it, the
-  // session is declared lost right here (the monitor's timer may not have run yet), and false.
-  bool alive_by_deadline_locked(std::uint64_t generation);
+  // Before a grant: whether the session of `generation` is inside its deadline (alive). Past it,
+  // the session is declared lost right here (lost), unless the monitor slept through the deadline
+  // and is asking the ensemble (in_doubt: no grant yet; listeners hear on_deadline_renewed, or the
+  // loss). See the top of zkr/session.hpp.
+  enum class DeadlineVerdict { alive, in_doubt, lost };
+  DeadlineVerdict deadline_verdict_locked(std::uint64_t generation);
   // A holder on the lost session of `generation` has been told and is still stopping: the old
   // handle stays open (so the server keeps the node) until let_go_locked, or until the server
   // would have expired the session anyway.
@@ -256,7 +262,11 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void schedule_deadline_check_locked();
   void arm_deadline_timer_locked(std::uint64_t generation);
   void on_deadline_timer(std::uint64_t generation);
+  void start_recheck_locked(BootClock::time_point now, BootClock::time_point previous_look);
+  BootClock::time_point recheck_until_locked() const;
+  void end_recheck_alive_locked();
   void send_heartbeat(std::uint64_t generation);
+  void send_heartbeat_after_locked(std::uint64_t generation, std::chrono::milliseconds delay);
   void arm_server_watch_locked(std::uint64_t generation);
   void watch_server(std::uint64_t generation);
   void close_in_background(std::shared_ptr<ZooKeeperConnection> connection);
@@ -313,13 +323,32 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::array<Answer, 4> recent_answers_{};
   std::size_t recent_answer_next_ = 0;
   std::uint64_t connection_epoch_ = 0;
+  // The latest requests' send times that go through the leader (heartbeats, writes), with the
+  // connection they went on; a (re)connect counts as one, tick/2 + one interval before it (the
+  // leader validated it). A proof no earlier answer vouches for is credited no later than the one
+  // before it (see credit_for_locked).
+  struct Send {
+    std::uint64_t epoch = 0;
+    BootClock::time_point sent{};
+  };
+  std::array<Send, 4> recent_sends_{};
+  std::size_t recent_send_next_ = 0;
+  void note_send_locked(BootClock::time_point sent);
   BootClock::time_point credit_for_locked(BootClock::time_point sent) const;
+  // The monitor's latest look at the deadline (on_deadline_timer, deadline_verdict_locked). A look
+  // that comes long after the one before slept through whatever happened in between (the process
+  // was frozen, the machine suspended): past the deadline, the session is then rechecked from
+  // recheck_since_ on rather than declared lost at once.
+  BootClock::time_point last_deadline_look_{};
+  std::optional<BootClock::time_point> recheck_since_;
+  bool recheck_followup_sent_ = false;  // the heartbeat a tick after the recheck's first answer
   // The server watch (watch_server): servers in the connect string, when the connection was last
   // (re)established or sent away, and the connect attempt being timed (server and start).
   std::size_t server_count_ = 0;
   BootClock::time_point on_server_since_{};
   std::string attempt_server_;
   BootClock::time_point attempt_since_{};
+  BootClock::time_point last_server_watch_{};  // the watch's latest run
   std::error_code end_reason_;
   // The attached listeners, in attach order (linked through SessionListener). Each holds the
   // session's strong reference to itself: the session keeps its active contenders alive until

@@ -24,22 +24,38 @@
 //     credit = that earlier request's send time.
 //   - Otherwise credit = sent - (tick / 2 + heartbeat_interval): the follower answered a ping
 //     within half a tick before forwarding ours, and the session's previous request (a heartbeat,
-//     or the reconnect the leader itself validated) was at most an interval before.
+//     or the reconnect the leader itself validated) was at most an interval before. Never later
+//     than that previous request's own send: after a gap (a frozen process) it was longer ago.
 // While connected the monitor sends one `sync` every heartbeat_interval; that is the whole
 // heartbeat traffic, however many locks the session holds:
 //   - min(negotiated_timeout / 4, (negotiated_timeout - safety_margin) / 3) where that is at
 //     least a tick and 100 ms: each heartbeat is then credited with the one before (forward_lag
-//     = heartbeat_interval), and the session tolerates at least two intervals of silence. Where
-//     the short heartbeats below would let a holder frozen for half the timeout keep its lock
-//     (with a twelfth of it to spare), the interval is also at most (negotiated_timeout -
-//     safety_margin - 7 * negotiated_timeout / 12) / 2, so that the long ones do too. At 10 s and
-//     Debian's 2 s tick: one sync every 2.5 s, 24 a minute (a Curator session pings 18 times);
-//     at 30 s also every 2.5 s (a half-timeout freeze survived), at 20 s with a 6 s lead time
+//     = heartbeat_interval), and the session tolerates at least two intervals of silence. At 10 s
+//     and Debian's 2 s tick: one sync every 2.5 s, 24 a minute (a Curator session pings 18
+//     times); at 30 s every 7.5 s, 8 a minute (Curator: 6); at 20 s with a 6 s lead time
 //     (zklock's) every 4.667 s.
 //   - otherwise min(negotiated_timeout / 6, tick / 2), with forward_lag = tick / 2 +
 //     heartbeat_interval (a 4 s session: one every 667 ms).
 // Time is measured on CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the
 // servers' clocks do.
+//
+// A deadline the monitor slept through is not a loss by itself. The monitor declares the session
+// lost at the deadline when it is there to see it pass. When it finds the deadline passed on a
+// look half a second or more after its previous one (the process was frozen or starved, the
+// machine suspended, the session's worker thread kept busy), the holders were not told in time
+// anyway, and the session may well be alive: a frozen process is not a lost one. The monitor
+// then asks: a heartbeat at once, another a tick after the first answer, which is credited with
+// a moment since the wake. That proof ends the doubt (as does an earlier one that leaves the
+// deadline far enough ahead for it). A sync answered
+// means the leader had not expired the session when it answered, so it never had, and nothing
+// held on it was given away meanwhile. Until the proof, nothing is granted; without one by half
+// the lead time after the later of the deadline and the wake, the session is declared lost as it
+// would have been. So a holder frozen for half the timeout keeps its lock wherever the tick
+// leaves room: the fresh proof comes a tick and 0.1 s plus two round trips after the wake, and
+// until then the first answer credits the session with the last heartbeat sent before the freeze
+// (a 20 s session with a 6 s lead time, or the default lead time at 30 s: always; the library's
+// 10 s with Debian's 2 s tick: when the freeze began in the first two thirds of a heartbeat
+// interval).
 //
 // One silent server (its host lost power, a cable cut: packets vanish, nothing is refused) must not
 // cost the session while the rest of the ensemble serves. The C client leaves a server only after
@@ -371,6 +387,7 @@ struct SessionMetrics {
   std::uint64_t losses_by_expiry = 0;  // told expired by the server
   std::uint64_t losses_by_disconnect = 0;  // on a disconnection (LossPolicy::on_disconnect)
   std::uint64_t suspensions = 0;  // connections lost and the session suspended
+  std::uint64_t deadline_rechecks = 0;  // deadlines the monitor slept through and asked about
   std::uint64_t requests_sent = 0;  // requests sent to the ensemble
   std::uint64_t heartbeats_sent = 0;  // of them the monitor's heartbeats (syncs)
   std::uint64_t wakeups = 0;  // blocker and second-blocker watches that fired (see lock.hpp)

@@ -6,7 +6,7 @@
 // the moment it is told it lost the lock (from its loss callback). <t> is CLOCK_MONOTONIC in
 // nanoseconds, which every process on the machine shares, network namespaces included. Exits when
 // stdin closes (releasing the lock) or after 120 s. TICK_MS is the ensemble's tickTime (default:
-// testenv's 100 ms).
+// testenv's 100 ms). With ZKR_TEST_HOLDER_LOG set, the library's log goes to stderr.
 #include <poll.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,11 +14,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include <zkr/lock.hpp>
+#include <zkr/session.hpp>
 
 namespace {
 long long monotonic_ns() {
@@ -34,6 +37,10 @@ int main(int argc, char** argv) {
     return 64;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (std::getenv("ZKR_TEST_HOLDER_LOG") != nullptr)
+    zkr::set_log_sink([](zkr::LogLevel level, std::string_view message) {
+      fmt::print(stderr, "{} {} {}\n", monotonic_ns(), zkr::to_string(level), message);
+    }, zkr::LogLevel::debug);
   zkr::SessionOptions options;
   options.servers = argv[1];
   options.session_timeout = std::chrono::milliseconds(std::stoi(argv[3]));

@@ -761,9 +761,8 @@ TEST_F(QueueInterleaving, LoseOnDisconnectTellsTheHolderAndRequeuesTheWaiter) {
 
 // The server watch (SessionCore::watch_server) with a connect string of two servers: the session's
 // server goes silent (the fake's connection answers nothing). With a 3 s session and a 20 ms tick the
-// session sends a heartbeat every 0.25 s (what keeps a freeze of half the timeout survivable:
-// (3 - 0.75 - 1.75) / 2), tolerates 2 s of silence and leaves a silent server after
-// (2 + 0.25) / 2 = 1.125 s.
+// session sends a heartbeat every 0.75 s (a quarter of the timeout), tolerates 3 - 0.75 - 0.75 =
+// 1.5 s of silence and leaves a silent server after (1.5 + 0.75) / 2 = 1.125 s.
 class ServerWatch : public QueueInterleaving {
  protected:
   std::unique_ptr<Session> open_on_two_servers() {
@@ -783,8 +782,8 @@ TEST_F(ServerWatch, ASilentServerIsLeftForTheNextBeforeTheDeadline) {
   const std::string parent = "/locks/silent-server";
   server->ensure_path(parent);
   auto session = open_on_two_servers();
-  ASSERT_EQ(session->silence_tolerance(), 2000ms);
-  ASSERT_EQ(detail::Internals::core(*session)->heartbeat_interval(), 250ms);
+  ASSERT_EQ(session->silence_tolerance(), 1500ms);
+  ASSERT_EQ(detail::Internals::core(*session)->heartbeat_interval(), 750ms);
   const auto id = session->id();
   Lock lock(*session, parent);
   HeldLock held = lock.acquire();
@@ -793,7 +792,7 @@ TEST_F(ServerWatch, ASilentServerIsLeftForTheNextBeforeTheDeadline) {
   server->pause(id);
   ASSERT_TRUE(wait_until([&] { return server->server_moves(id) >= 1; }, 5s));
   const auto moved_after = std::chrono::steady_clock::now() - paused_at;
-  EXPECT_GE(moved_after, 875ms);  // 1.125 s after the latest proof, at most a heartbeat (0.25 s) before the pause
+  EXPECT_GE(moved_after, 375ms);  // 1.125 s after the latest proof, at most a heartbeat (0.75 s) before the pause
   EXPECT_LT(moved_after, session->silence_tolerance());
   std::this_thread::sleep_for(session->silence_tolerance());  // past where the silence would have ended it
   EXPECT_FALSE(held.lost());
@@ -924,10 +923,39 @@ TEST_F(BreakHolderInterleaving, AHolderThatRewroteItsNodeMeanwhileIsStillBroken)
 }
 
 // The waiter's blocker is deleted, but the event that grants it is handled only after the waiter's
-// session passed its deadline (the monitor's timer has not run: its thread is busy). The grant
-// must not be handed out on a session the server may already have expired: the session is
-// declared lost instead, and the waiter is granted on the next one.
-TEST_F(QueueInterleaving, NoGrantIsHandedOutPastTheSessionDeadline) {
+// session passed its deadline, while the monitor's thread is busy (for the monitor, a freeze it
+// slept through). The grant must not be handed out on a session the server may already have
+// expired: it waits for the monitor's verdict (a heartbeat at once, answered or not). Here the
+// replies stay held: the session is declared lost half the lead time after the wake, and the
+// waiter is granted on the next one.
+class GrantPastTheDeadline : public QueueInterleaving {
+ protected:
+  // Returns when the grant's event has been handled with the deadline passed and the monitor's
+  // thread still busy; `unblock` frees the thread.
+  void hold_the_grant_past_the_deadline(Session& waiter_session, const std::string& parent, HeldLock& held,
+                                        std::promise<void>& unblock) {
+    const std::string holder_node = held.node_path();
+    // The worker is made busy first, so that no heartbeat goes out from here on; then every reply
+    // is held. Every request the step below answers was sent before the sleep, and a proof is
+    // never credited later than its own send, so the deadline is at most the timeout less the
+    // margin from then: the sleep passes it whatever the credit.
+    const auto core = detail::Internals::core(waiter_session);
+    std::promise<void> busy;
+    auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
+    boost::asio::post(core->worker(), [worker_busy, &busy] {
+      busy.set_value();
+      worker_busy->wait();
+    });
+    busy.get_future().wait();
+    server->pause(waiter_session.id());
+    held.release();
+    ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
+    std::this_thread::sleep_for(core->silence_tolerance() + core->forward_lag() + 200ms);  // past any deadline
+    ASSERT_TRUE(server->step_through(waiter_session.id(), "deleted " + holder_node));
+  }
+};
+
+TEST_F(GrantPastTheDeadline, WithNoAnswerTheSessionIsLostAndTheGrantMadeOnTheNext) {
   const std::string parent = "/locks/grant-past-deadline";
   server->ensure_path(parent);
   auto holder_session = open_session();
@@ -935,36 +963,55 @@ TEST_F(QueueInterleaving, NoGrantIsHandedOutPastTheSessionDeadline) {
   const auto old_session = waiter_session->id();
   Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
   HeldLock held = holder_lock.acquire();
-  const std::string holder_node = held.node_path();
   BackgroundAcquire waiter(waiter_lock, kForever);
-  ASSERT_TRUE(wait_until([&] { return server->data_watches(holder_node) >= 1; }));
+  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) >= 1; }));
+  std::promise<void> unblock;
+  hold_the_grant_past_the_deadline(*waiter_session, parent, held, unblock);
+  const auto woke = std::chrono::steady_clock::now();
+  unblock.set_value();
 
-  // The worker is made busy first, so that no heartbeat goes out from here on; then every reply is
-  // held. Every request the step below answers was sent before the sleep, and a proof is never
-  // credited later than its own send, so the deadline is at most the timeout less the margin from
-  // then: the sleep passes it whatever the credit (the silence tolerated alone can fall short by
-  // up to a heartbeat interval, which a loaded machine once showed under ThreadSanitizer).
-  const auto core = detail::Internals::core(*waiter_session);
-  std::promise<void> unblock, busy;
-  auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
-  boost::asio::post(core->worker(), [worker_busy, &busy] {
-    busy.set_value();
-    worker_busy->wait();
-  });
-  busy.get_future().wait();
-  server->pause(old_session);
-  held.release();
-  ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
-  std::this_thread::sleep_for(core->silence_tolerance() + core->forward_lag() + 200ms);  // past any deadline
-  ASSERT_TRUE(server->step_through(old_session, "deleted " + holder_node));
+  ASSERT_TRUE(wait_until([&] { return waiter_session->metrics().losses_by_deadline == 1; }, scaled(5s)));
+  EXPECT_LE(std::chrono::steady_clock::now() - woke, waiter_session->lead_time() / 2 + scaled(500ms))
+      << "the doubt lasted longer than half the lead time";
+  server->resume(old_session);
+  ASSERT_TRUE(waiter.finished(scaled(10s)));
+  ASSERT_FALSE(waiter.error()) << waiter.error().message();
+  HeldLock granted = waiter.take();
+  EXPECT_NE(granted.session_id(), old_session) << "granted on a session past its deadline";
+  EXPECT_EQ(waiter_session->metrics().deadline_rechecks, 1u);
+}
+
+// The same with the replies flowing again at the wake: the heartbeats sent since prove the session
+// alive, and the waiter is granted on it, its deadline ahead again. Nothing was lost.
+TEST_F(GrantPastTheDeadline, AnAnswerSinceTheWakeLetsTheGrantGoOnTheSameSession) {
+  const std::string parent = "/locks/grant-after-recheck";
+  server->ensure_path(parent);
+  auto holder_session = open_session();
+  auto waiter_session = open_session(scaled(2000ms));
+  const auto old_session = waiter_session->id();
+  Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
+  HeldLock held = holder_lock.acquire();
+  BackgroundAcquire waiter(waiter_lock, kForever);
+  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) >= 1; }));
+  std::promise<void> unblock;
+  hold_the_grant_past_the_deadline(*waiter_session, parent, held, unblock);
   unblock.set_value();
   server->resume(old_session);
 
   ASSERT_TRUE(waiter.finished(scaled(10s)));
   ASSERT_FALSE(waiter.error()) << waiter.error().message();
   HeldLock granted = waiter.take();
-  EXPECT_NE(granted.session_id(), old_session) << "granted on a session past its deadline";
-  EXPECT_EQ(waiter_session->metrics().losses_by_deadline, 1u);
+  EXPECT_EQ(granted.session_id(), old_session);
+  EXPECT_FALSE(granted.lost());
+  std::promise<BootClock::time_point> current;
+  auto listening = waiter_session->on_deadline([&current, first = true](SessionDeadline deadline) mutable {
+    if (std::exchange(first, false)) current.set_value(deadline.at);
+  });
+  EXPECT_GT(current.get_future().get(), BootClock::now()) << "granted with the deadline still passed";
+  const auto metrics = waiter_session->metrics();
+  EXPECT_EQ(metrics.deadline_rechecks, 1u);
+  EXPECT_EQ(metrics.losses_by_deadline, 0u);
+  EXPECT_EQ(metrics.sessions_lost, 0u);
 }
 
 // The session expires with a holder and three waiters on it. The holder is told lost; the waiters
@@ -1164,6 +1211,58 @@ TEST_F(QueueInterleaving, LongHeartbeatsAreEachCreditedWithTheOneBefore) {
     most = std::max(most, left);
   }
   EXPECT_GT(most, 2500ms) << "no heartbeat was credited with the one before it";
+}
+
+// Short heartbeats are credited with their send less half a tick and one interval: the session's
+// previous request was at most an interval earlier. Not after a gap: a 4 s session, a 200 ms lead
+// time and a 1.5 s tick send one every 667 ms with a 1.417 s forward lag, and the worker is kept
+// busy (a freeze) for 1.6 s, less than the deadline is ahead. The first heartbeat after the gap
+// must not be credited with a moment after the last one before it, so every deadline heard just
+// after the gap is at most the timeout less the lead time after the gap began.
+TEST_F(QueueInterleaving, AHeartbeatAfterAGapIsNotCreditedWithTheGap) {
+  SessionOptions options;
+  options.session_timeout = 4000ms;
+  options.ensemble_tick_time = 1500ms;
+  options.safety_margin = 200ms;
+  auto opened = open_session_with(options);
+  Session& session = *opened;
+  const auto& core = detail::Internals::core(session);
+  ASSERT_EQ(core->heartbeat_interval(), 666ms);
+  ASSERT_EQ(core->forward_lag(), 1416ms);
+  std::mutex mutex;
+  std::vector<std::pair<BootClock::time_point, BootClock::time_point>> heard;  // when, the deadline
+  auto listening = session.on_deadline([&](SessionDeadline deadline) {
+    std::lock_guard lock(mutex);
+    heard.emplace_back(BootClock::now(), deadline.at);
+  });
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(mutex);
+    return heard.size() >= 3;
+  }));
+
+  std::promise<void> unblock, busy;
+  auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
+  boost::asio::post(core->worker(), [worker_busy, &busy] {
+    busy.set_value();
+    worker_busy->wait();
+  });
+  busy.get_future().wait();
+  const auto gap_began = BootClock::now();  // no heartbeat is sent from here on
+  std::this_thread::sleep_for(1600ms);
+  const auto gap_ended = BootClock::now();
+  unblock.set_value();
+  std::this_thread::sleep_for(400ms);  // the first heartbeat after the gap is answered; not the second
+
+  std::lock_guard lock(mutex);
+  int after_gap = 0;
+  for (const auto& [when, deadline] : heard) {
+    if (when < gap_ended) continue;
+    ++after_gap;
+    EXPECT_LE(deadline, gap_began + options.session_timeout - options.safety_margin)
+        << "a heartbeat after the gap was credited with a moment inside it";
+  }
+  EXPECT_GE(after_gap, 1) << "no heartbeat was answered after the gap";
+  EXPECT_EQ(session.metrics().sessions_lost, 0u);
 }
 
 // An answer that came less than a tick before the next heartbeat vouches for nothing: no leader
