@@ -19,6 +19,8 @@
  *   RELEASE_NOT_RETRIED remove_node_locked gives up on connection loss instead of retrying
  *   NO_RECHECK          a waiter woken by its blocker's deletion that was not its last obstacle,
  *                       or by its second blocker's, does not look again (check_locked)
+ *   GRANT_IN_DOUBT      grant_locked grants while the monitor asks about a deadline it slept
+ *                       through (DeadlineVerdict::in_doubt taken for alive)
  */
 
 #ifndef NC
@@ -91,6 +93,9 @@ byte sid[NC];            /* the session's current session id (0 while connecting
 bool connected[NC];
 byte proof[NC];          /* last_leader_proof_, in ticks */
 byte grants[NC];
+bool doubt[NC];          /* the contender's grant waits for the monitor's verdict on a deadline it
+                          * slept through (grant_locked: DeadlineVerdict::in_doubt, retry_ =
+                          * Retry::check) until on_deadline_renewed or the loss */
 byte writers;            /* bit i: node i is named as a writer ("__WRIT__"; "lock-" for the lock) */
 bool writer[NC];         /* the client's current contender is a writer (always, for the lock) */
 byte tp_deleted_head;    /* bit i: a third party deleted node i while it held, as the server sees
@@ -345,6 +350,14 @@ active proctype Clock() {
 #define VOUCHED (path_live || own_watch == OW_SET)
 #endif
 
+/* grant_locked's grant (Client's locals). A grant is handed out only before the deadline: a
+ * holder granted past it would believe it holds where property 2 no longer counts it. */
+inline hold_lock() {
+  assert(now < DEADLINE(c));
+  phase[c] = HELD; completed = true; grants[c]++; wrote = false;
+  own_timer = !path_live  /* schedule_own_node_watch_locked, unless the children watch stands in */
+}
+
 /* One client: its session (SessionCore) and one contender at a time (Contender), and the job
  * that holds the lock and writes to the fenced resource. */
 proctype Client(byte c) {
@@ -552,8 +565,14 @@ proctype Client(byte c) {
         fi
 
      /* ---- the session monitor ---- */
-     /* on_deadline_timer: past the deadline, alive_by_deadline_locked declares the session lost */
+     /* on_deadline_timer: past the deadline, deadline_verdict_locked declares the session lost, at
+      * once when the monitor saw it pass, or once the recheck of a deadline it slept through ends
+      * without a proof (recheck_until_locked): a step that may come at any point past it */
      :: sid[c] != 0 && now >= DEADLINE(c) -> server_expired = false; call = F_DECLARE_LOST
+     /* the recheck ends with a proof (note_leader_proof: the Clock answered a heartbeat, the
+      * deadline is ahead again; end_recheck_alive_locked): Contender::on_deadline_renewed, which
+      * runs on_reconnected with Retry::check: check_locked */
+     :: doubt[c] && retry == RETRY_CHECK && USABLE(c, gen) && now < DEADLINE(c) -> doubt[c] = false; call = F_RECONNECTED
 
      /* fault: the connection drops; unanswered requests fail with connection loss */
      :: drops_left > 0 && connected[c] ->
@@ -605,7 +624,7 @@ proctype Client(byte c) {
         if :: writer[c] = true :: writer[c] = false fi;
 #endif
         abandon = false; completed = false; holding_lost = false; own_timer = false; path_live = false;
-        retry = RETRY_NONE; own_watch = OW_NONE; mynode[c] = NONE;
+        retry = RETRY_NONE; doubt[c] = false; own_watch = OW_NONE; mynode[c] = NONE;
         call = F_BEGIN
      :: phase[c] == FINISHED && round == ROUNDS && empty(req[c]) && empty(rep[c]) ->
         done++; goto end_client
@@ -623,7 +642,7 @@ proctype Client(byte c) {
            if
            :: !USABLE(c, gen) -> phase[c] = WAITSESS
            :: else ->
-              phase[c] = CREATING; retry = RETRY_NONE; mynode[c] = NONE; own_watch = OW_NONE; blk_reg = false;
+              phase[c] = CREATING; retry = RETRY_NONE; doubt[c] = false; mynode[c] = NONE; own_watch = OW_NONE; blk_reg = false;
               path_live = false;
               myguid++;  /* new_guid(): a fresh GUID per attempt */
               attempt++;
@@ -722,13 +741,24 @@ proctype Client(byte c) {
 
      :: call == F_GRANT ->  /* Contender::grant_locked */
         call = F_NONE;
-        /* SessionCore::alive_by_deadline_locked */
+        /* SessionCore::deadline_verdict_locked */
         if
         :: gen != sid[c] -> skip
+        /* lost: the deadline passed while the monitor was looking: declared lost at once */
         :: gen == sid[c] && now >= DEADLINE(c) -> server_expired = false; call = F_DECLARE_LOST
-        :: else ->
-           phase[c] = HELD; completed = true; grants[c]++; wrote = false;
-           own_timer = !path_live  /* schedule_own_node_watch_locked, unless the children watch stands in */
+        /* in_doubt: the monitor slept through the deadline (its previous look was kMonitorAsleepAfter
+         * or more before) and asks the ensemble: no grant; the contender waits for the verdict
+         * (retry_ = Retry::check) in its phase (checking or watching), its watches' events handled
+         * as in that phase, until the monitor's steps decide (on_deadline_renewed, or the loss) or
+         * a reconnect runs check_locked */
+        :: gen == sid[c] && now >= DEADLINE(c) ->
+#ifdef GRANT_IN_DOUBT
+           hold_lock()
+#else
+           doubt[c] = true; retry = RETRY_CHECK
+#endif
+        /* alive */
+        :: else -> hold_lock()
         fi
 
      :: call == F_OWN_GONE ->  /* Contender::own_node_gone_locked: the one rule */
@@ -745,7 +775,7 @@ proctype Client(byte c) {
         if
         :: mynode[c] == NONE || gen != sid[c] -> call = F_FINISH
         :: else ->
-           phase[c] = RELEASING; retry = RETRY_NONE;
+           phase[c] = RELEASING; retry = RETRY_NONE; doubt[c] = false;
            if
            :: !USABLE(c, gen) -> retry = RETRY_REMOVE
            :: else -> attempt++; send(c, R_DELETE, attempt, mynode[c], gen)
@@ -769,7 +799,7 @@ proctype Client(byte c) {
 #else
         :: rc == CLOSS ->  /* retry_after_reconnect_locked */
 #endif
-           retry = j;
+           retry = j; doubt[c] = false;
            if :: USABLE(c, gen) -> call = F_RECONNECTED :: else -> skip fi
         :: rc != CLOSS && gen != sid[c] && phase[c] != FINISHED && phase[c] != HELD && phase[c] != LOST ->
            if
@@ -784,7 +814,7 @@ proctype Client(byte c) {
         if
         :: phase[c] == LOST || phase[c] == FINISHED -> skip
         :: else ->
-           j = retry; retry = RETRY_NONE;
+           j = retry; retry = RETRY_NONE; doubt[c] = false;
            if
            :: j == RETRY_RECOVER -> call = F_RECOVER
            :: j == RETRY_CHECK -> call = F_CHECK
@@ -814,8 +844,9 @@ proctype Client(byte c) {
               phase[c] = LOST; holders_stopping[lost_sid]++; holding_lost = true
            :: phase[c] == RELEASING -> call = F_FINISH  /* the node goes with the session */
            :: phase[c] == LOST || phase[c] == FINISHED -> skip
-           :: else ->  /* a waiter never held anything: queue again on the next session */
-              attempt++; mynode[c] = NONE; retry = RETRY_NONE;
+           :: else ->  /* a waiter never held anything (also one whose grant waits for the
+                        * verdict): queue again on the next session */
+              attempt++; mynode[c] = NONE; retry = RETRY_NONE; doubt[c] = false;
               if
               :: abandon -> call = F_FINISH
               :: else -> phase[c] = WAITSESS
@@ -830,7 +861,7 @@ proctype Client(byte c) {
 
      :: call == F_FINISH ->  /* Contender::finish_locked */
         call = F_NONE;
-        phase[c] = FINISHED; retry = RETRY_NONE;
+        phase[c] = FINISHED; retry = RETRY_NONE; doubt[c] = false;
         if
         :: holding_lost ->  /* SessionCore::let_go_locked: the last holder closes the handle */
            holding_lost = false;

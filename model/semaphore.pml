@@ -598,7 +598,7 @@ proctype Client(byte c) {
         send(c, R_DATA_BLK, attempt, blk, 0);
         send(c, R_DATA_SEC, attempt, sec, 0)  /* the same attempt: whichever fires first re-checks */
 
-     :: call == F_GRANT ->  /* Contender::grant_locked (alive_by_deadline_locked: the session is live) */
+     :: call == F_GRANT ->  /* Contender::grant_locked (deadline_verdict_locked: alive, the model having no time) */
         call = F_NONE;
         phase[c] = HELD; grants[c]++;
         call = F_TOUCH;
