@@ -372,8 +372,10 @@ void Swarm::check_loss_explained(Grant& grant) {
                     fmt::format("after step {}: grant {} on {} (session {}, LossPolicy::at_deadline) was lost "
                                 "with connection_lost, the reason only on_disconnect gives",
                                 step_index_, grant.node, r.path, session_id_text(grant.session_id)));
+      // A freeze may outlast the C client's patience with a silent connection (2/3 of the timeout
+      // since its latest answer): it drops and reconnects.
       explained = any_of({OpKind::fault_drop, OpKind::fault_lost_reply, OpKind::fault_failed_create,
-                          OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause});
+                          OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_freeze});
       expected = "fault that dropped its connection";
       break;
     case LossReason::session_lost:

@@ -61,7 +61,8 @@ class FakeWorld final : public World {
     return server_->data_watches(path, session_id) + server_->children_watches(path, session_id);
   }
 
-  bool supports(OpKind fault) const override { return fault != OpKind::fault_restart; }
+  // Its sessions' deadlines are far away in real time: a freeze would cross none.
+  bool supports(OpKind fault) const override { return fault != OpKind::fault_restart && fault != OpKind::fault_freeze; }
 
   // The same fault for the next write of the shared counter (counters.cpp), whose adds are
   // set_data requests: no other recipe writes under that prefix.

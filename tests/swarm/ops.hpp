@@ -76,6 +76,8 @@ enum class OpKind : std::uint8_t {
   fault_pause,          // replies are held (a slow link)
   fault_break,          // an operator breaks the holder of the resource (zkr::break_holder)
   fault_restart,        // the server restarts (real servers only)
+  fault_freeze,         // the session's worker stops for 3/8 of the timeout, as in a frozen process
+                        // (real servers only; no loss may follow from it alone)
   // The shared counter, on actors' threads (arg 0-3: one add of arg + 1; 4 and up: a burst of
   // calls in flight at once, see counters.cpp).
   counter_add,  // SharedCounter calls on the run's counter

@@ -10,10 +10,12 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <testenv.hpp>
 #include <zkr/error.hpp>
@@ -301,6 +303,9 @@ class RealWorld final : public World {
         cluster_.stop(0);
         cluster_.start(0);
         return;
+      case OpKind::fault_freeze:
+        freeze_worker(session);
+        return;
       default:
         return;
     }
@@ -346,6 +351,22 @@ class RealWorld final : public World {
   }
 
  private:
+  // The session's worker thread (its monitor, heartbeats and timers) is kept busy for 3/8 of the
+  // timeout, 1.5 s: the deadline of its latest proof passes meanwhile in about half the cases, and
+  // the monitor, waking past it, must prove the session alive rather than declare it lost.
+  static void freeze_worker(Session& session) {
+    auto running = std::make_shared<std::promise<void>>();
+    auto release = std::make_shared<std::promise<void>>();
+    auto running_now = running->get_future();
+    boost::asio::post(detail::Internals::core(session)->worker(),
+                      [running, released = release->get_future().share()] {
+                        running->set_value();
+                        released.wait();
+                      });
+    if (running_now.wait_for(testenv::scaled(5s)) == std::future_status::ready) std::this_thread::sleep_for(1500ms);
+    release->set_value();
+  }
+
   // The peers on the swarm's shared paths: a kazoo Lock on the plain lock, a Curator
   // InterProcessMutex on a reentrant one, each semaphore's and each election's own kind on the one
   // in its layout (a kazoo Election, a Curator LeaderLatch, a Curator LeaderSelector). Two clients each,
