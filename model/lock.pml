@@ -571,8 +571,10 @@ proctype Client(byte c) {
      :: sid[c] != 0 && now >= DEADLINE(c) -> server_expired = false; call = F_DECLARE_LOST
      /* the recheck ends with a proof (note_leader_proof: the Clock answered a heartbeat, the
       * deadline is ahead again; end_recheck_alive_locked): Contender::on_deadline_renewed, which
-      * runs on_reconnected with Retry::check: check_locked */
-     :: doubt[c] && retry == RETRY_CHECK && USABLE(c, gen) && now < DEADLINE(c) -> doubt[c] = false; call = F_RECONNECTED
+      * runs check_locked again if the contender is still checking or watching with Retry::check */
+     :: doubt[c] && retry == RETRY_CHECK && USABLE(c, gen) && now < DEADLINE(c) &&
+        (phase[c] == CHECKING || phase[c] == WATCHING) ->
+        doubt[c] = false; retry = RETRY_NONE; call = F_CHECK
 
      /* fault: the connection drops; unanswered requests fail with connection loss */
      :: drops_left > 0 && connected[c] ->
