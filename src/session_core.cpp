@@ -87,9 +87,9 @@ namespace {
 // The session's timing, from its timeout, its lead time and the ensemble's tick (see the top of
 // zkr/session.hpp): written once here, for the session and for shortest_session_timeout().
 //
-// Short heartbeats, every min(T/6, tick/2): a sync is credited with the latest heartbeat sent at
-// least tick/2 before it, so at worst with its send time less tick/2 + one interval (forward lag).
-// Long heartbeats, every min(T/4, (T - margin) / 3) (a quarter of the timeout, or less where a
+// Short heartbeats, every min(T/6, tick/2): a sync's send time less tick/2 + one interval (forward
+// lag), never later than the previous request's send, is a moment the leader had heard of the
+// session by. Long heartbeats, every min(T/4, (T - margin) / 3) (a quarter of the timeout, or less where a
 // long lead time leaves less than three intervals), once that is at least a tick and
 // kHeartbeatSlack: a
 // sync's credit is then the send time of the previous answered request on the same connection
@@ -464,7 +464,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       }
       on_server_since_ = BootClock::now();
       ++connection_epoch_;  // answers on the connection before do not vouch for this one
-      note_send_locked(on_server_since_ - fallback_lag());
+      last_leader_send_ = on_server_since_ - fallback_lag();
       set_state_locked(SessionState::connected);
       announce_deadline_locked();  // a new session's, or a resumed one's under a renegotiated timeout
       for (const auto& listener : snapshot_listeners_locked()) {
@@ -592,10 +592,10 @@ std::optional<SessionLossCause> SessionCore::last_loss_cause() const {
 // meanwhile nothing is granted (in_doubt). A heartbeat goes out at once, and another a tick after
 // the first answer, which is credited with a send after the wake (credit_for_locked): that proof
 // ends the doubt (note_leader_proof), or an earlier one that leaves the deadline far enough ahead
-// for it. A sync answered means the leader had not expired
-// the session when it answered, so it never did, and nothing held on it was ever given away; its
-// credit gives the session a deadline as after any heartbeat. No such proof in time, and the
-// session is declared lost as it would have been.
+// for it. A sync answered means the leader had not expired the session when it answered, so it
+// never did, and nothing held on it was ever given away; its credit gives the session a deadline
+// as after any heartbeat. No such proof in time, and the session is declared lost as it would
+// have been.
 SessionCore::DeadlineVerdict SessionCore::deadline_verdict_locked(std::uint64_t generation) {
   if (generation != generation_) return DeadlineVerdict::lost;
   const auto now = BootClock::now();
@@ -711,9 +711,6 @@ void SessionCore::send_heartbeat_after_locked(std::uint64_t generation, std::chr
   });
 }
 
-void SessionCore::note_send_locked(BootClock::time_point sent) {
-  recent_sends_[recent_send_next_++ % recent_sends_.size()] = {connection_epoch_, sent};
-}
 
 // The server watch. The C client leaves a server that does not answer only after 2/3 of the session
 // timeout, for a fresh connect as for a connected session: later than the monitor tolerates
@@ -786,11 +783,12 @@ void SessionCore::watch_server(std::uint64_t generation) {
   arm_server_watch_locked(generation);
 }
 
-void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent) {
+void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_point sent,
+                                    BootClock::time_point previous_send) {
   std::lock_guard lock(mutex_);
   if (generation != generation_) return;
   const auto answered = BootClock::now();
-  const auto credit = credit_for_locked(sent);
+  const auto credit = credit_for_locked(sent, previous_send);
   recent_answers_[recent_answer_next_++ % recent_answers_.size()] = {connection_epoch_, sent, answered};
   if (sent > last_leader_proof_) last_leader_proof_ = sent;
   if (credit > credited_touch_) {
@@ -823,11 +821,8 @@ void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_po
 // request's send on the same connection: after a gap in the heartbeats (a frozen process) it was
 // longer ago. A (re)connect, which the leader validated, counts as a request sent tick/2 + one
 // interval before it.
-BootClock::time_point SessionCore::credit_for_locked(BootClock::time_point sent) const {
-  BootClock::time_point previous_send{};
-  for (const auto& earlier : recent_sends_)
-    if (earlier.epoch == connection_epoch_ && earlier.sent < sent && earlier.sent > previous_send)
-      previous_send = earlier.sent;
+BootClock::time_point SessionCore::credit_for_locked(BootClock::time_point sent,
+                                                    BootClock::time_point previous_send) const {
   auto credit = std::min(sent - fallback_lag(), previous_send);
   const auto answered_by = sent - options_.ensemble_tick_time;
   for (const auto& earlier : recent_answers_)
@@ -856,15 +851,19 @@ void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Is
     std::weak_ptr<SessionCore> core;
     std::uint64_t generation;
     BootClock::time_point sent;
+    BootClock::time_point previous_send;  // the request through the leader sent before it
     Proof proof;
   };
   const auto sent = BootClock::now();
-  if (proof == Proof::leader) note_send_locked(sent);
-  auto pending = std::make_unique<Pending>(Pending{std::move(done), weak_from_this(), generation, sent, proof});
+  const auto previous_send = last_leader_send_;
+  if (proof == Proof::leader) last_leader_send_ = sent;
+  auto pending =
+      std::make_unique<Pending>(Pending{std::move(done), weak_from_this(), generation, sent, previous_send, proof});
   Callback reply = [raw = pending.get()](zk_errc rc, auto... results) {
     const std::unique_ptr<Pending> owned(raw);
     auto core = owned->core.lock();
-    if (core && owned->proof == Proof::leader && server_answered(rc)) core->note_leader_proof(owned->generation, owned->sent);
+    if (core && owned->proof == Proof::leader && server_answered(rc))
+      core->note_leader_proof(owned->generation, owned->sent, owned->previous_send);
     owned->done(rc, std::move(results)...);
     if (core) core->request_finished();
   };

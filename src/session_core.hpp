@@ -278,7 +278,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   enum class Proof { none, leader };
   template <typename Callback, typename Issue, typename... FailArgs>
   void issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request, FailArgs... fail_args);
-  void note_leader_proof(std::uint64_t generation, BootClock::time_point sent);
+  void note_leader_proof(std::uint64_t generation, BootClock::time_point sent, BootClock::time_point previous_send);
   void request_finished();
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
   struct BatchedCreate {
@@ -323,18 +323,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::array<Answer, 4> recent_answers_{};
   std::size_t recent_answer_next_ = 0;
   std::uint64_t connection_epoch_ = 0;
-  // The latest requests' send times that go through the leader (heartbeats, writes), with the
-  // connection they went on; a (re)connect counts as one, tick/2 + one interval before it (the
-  // leader validated it). A proof no earlier answer vouches for is credited no later than the one
-  // before it (see credit_for_locked).
-  struct Send {
-    std::uint64_t epoch = 0;
-    BootClock::time_point sent{};
-  };
-  std::array<Send, 4> recent_sends_{};
-  std::size_t recent_send_next_ = 0;
-  void note_send_locked(BootClock::time_point sent);
-  BootClock::time_point credit_for_locked(BootClock::time_point sent) const;
+  // The latest request sent through the leader (a heartbeat, a write) on the current connection; a
+  // (re)connect counts as one sent tick/2 + one interval before it (the leader validated it). Each
+  // request carries the one before it: a proof no earlier answer vouches for is credited no later
+  // than that (see credit_for_locked).
+  BootClock::time_point last_leader_send_{};
+  BootClock::time_point credit_for_locked(BootClock::time_point sent, BootClock::time_point previous_send) const;
   // The monitor's latest look at the deadline (on_deadline_timer, deadline_verdict_locked). A look
   // that comes long after the one before slept through whatever happened in between (the process
   // was frozen, the machine suspended): past the deadline, the session is then rechecked from

@@ -349,9 +349,11 @@ bool Swarm::fault_op(const Op& op) {
   } else {
     faults_on_[target->id()].insert(op.kind);
   }
+  const auto rechecks_before = target->metrics().deadline_rechecks;
   world_.inject(op.kind, op.session, *target, fault_steps(op));
   count(fmt::format("faults: {}", info(op.kind).name.substr(6)));
   settle_after(-1);
+  if (target->metrics().deadline_rechecks > rechecks_before) count("faults: freeze past the deadline (rechecked)");
   return true;
 }
 

@@ -930,85 +930,87 @@ TEST_F(BreakHolderInterleaving, AHolderThatRewroteItsNodeMeanwhileIsStillBroken)
 // waiter is granted on the next one.
 class GrantPastTheDeadline : public QueueInterleaving {
  protected:
-  // Returns when the grant's event has been handled with the deadline passed and the monitor's
-  // thread still busy; `unblock` frees the thread.
-  void hold_the_grant_past_the_deadline(Session& waiter_session, const std::string& parent, HeldLock& held,
-                                        std::promise<void>& unblock) {
+  ~GrantPastTheDeadline() override { unblock(); }  // a failed step leaves the worker busy otherwise
+
+  // A holder and a waiter (timeout 2 s) on `parent`; returns when the grant's event has been
+  // handled with the waiter's deadline passed and the monitor's thread still busy.
+  void hold_the_grant_past_the_deadline(const std::string& parent) {
+    server->ensure_path(parent);
+    holder_session_ = open_session();
+    waiter_session_ = open_session(scaled(2000ms));
+    old_session_ = waiter_session_->id();
+    holder_lock_ = std::make_unique<Lock>(*holder_session_, parent);
+    waiter_lock_ = std::make_unique<Lock>(*waiter_session_, parent);
+    HeldLock held = holder_lock_->acquire();
     const std::string holder_node = held.node_path();
+    waiter_ = std::make_unique<BackgroundAcquire>(*waiter_lock_, kForever);
+    ASSERT_TRUE(wait_until([&] { return server->data_watches(holder_node) >= 1; }));
     // The worker is made busy first, so that no heartbeat goes out from here on; then every reply
     // is held. Every request the step below answers was sent before the sleep, and a proof is
     // never credited later than its own send, so the deadline is at most the timeout less the
     // margin from then: the sleep passes it whatever the credit.
-    const auto core = detail::Internals::core(waiter_session);
+    const auto core = detail::Internals::core(*waiter_session_);
     std::promise<void> busy;
-    auto worker_busy = std::make_shared<std::shared_future<void>>(unblock.get_future().share());
-    boost::asio::post(core->worker(), [worker_busy, &busy] {
+    boost::asio::post(core->worker(), [released = unblock_.get_future().share(), &busy] {
       busy.set_value();
-      worker_busy->wait();
+      released.wait();
     });
     busy.get_future().wait();
-    server->pause(waiter_session.id());
+    server->pause(old_session_);
     held.release();
     ASSERT_TRUE(wait_until([&] { return server->children(parent).size() == 1; }));
     std::this_thread::sleep_for(core->silence_tolerance() + core->forward_lag() + 200ms);  // past any deadline
-    ASSERT_TRUE(server->step_through(waiter_session.id(), "deleted " + holder_node));
+    ASSERT_TRUE(server->step_through(old_session_, "deleted " + holder_node));
   }
+
+  void unblock() {
+    if (!unblocked_) unblock_.set_value();
+    unblocked_ = true;
+  }
+
+  HeldLock granted() {
+    EXPECT_TRUE(waiter_->finished(scaled(10s)));
+    EXPECT_FALSE(waiter_->error()) << waiter_->error().message();
+    return waiter_->take();
+  }
+
+  std::unique_ptr<Session> holder_session_, waiter_session_;
+  std::int64_t old_session_ = 0;
+  std::unique_ptr<Lock> holder_lock_, waiter_lock_;
+  std::unique_ptr<BackgroundAcquire> waiter_;
+  std::promise<void> unblock_;
+  bool unblocked_ = false;
 };
 
 TEST_F(GrantPastTheDeadline, WithNoAnswerTheSessionIsLostAndTheGrantMadeOnTheNext) {
-  const std::string parent = "/locks/grant-past-deadline";
-  server->ensure_path(parent);
-  auto holder_session = open_session();
-  auto waiter_session = open_session(scaled(2000ms));
-  const auto old_session = waiter_session->id();
-  Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
-  HeldLock held = holder_lock.acquire();
-  BackgroundAcquire waiter(waiter_lock, kForever);
-  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) >= 1; }));
-  std::promise<void> unblock;
-  hold_the_grant_past_the_deadline(*waiter_session, parent, held, unblock);
+  ASSERT_NO_FATAL_FAILURE(hold_the_grant_past_the_deadline("/locks/grant-past-deadline"));
   const auto woke = std::chrono::steady_clock::now();
-  unblock.set_value();
+  unblock();
 
-  ASSERT_TRUE(wait_until([&] { return waiter_session->metrics().losses_by_deadline == 1; }, scaled(5s)));
-  EXPECT_LE(std::chrono::steady_clock::now() - woke, waiter_session->lead_time() / 2 + scaled(500ms))
+  ASSERT_TRUE(wait_until([&] { return waiter_session_->metrics().losses_by_deadline == 1; }, scaled(5s)));
+  EXPECT_LE(std::chrono::steady_clock::now() - woke, waiter_session_->lead_time() / 2 + scaled(500ms))
       << "the doubt lasted longer than half the lead time";
-  server->resume(old_session);
-  ASSERT_TRUE(waiter.finished(scaled(10s)));
-  ASSERT_FALSE(waiter.error()) << waiter.error().message();
-  HeldLock granted = waiter.take();
-  EXPECT_NE(granted.session_id(), old_session) << "granted on a session past its deadline";
-  EXPECT_EQ(waiter_session->metrics().deadline_rechecks, 1u);
+  server->resume(old_session_);
+  EXPECT_NE(granted().session_id(), old_session_) << "granted on a session past its deadline";
+  EXPECT_EQ(waiter_session_->metrics().deadline_rechecks, 1u);
 }
 
 // The same with the replies flowing again at the wake: the heartbeats sent since prove the session
 // alive, and the waiter is granted on it, its deadline ahead again. Nothing was lost.
 TEST_F(GrantPastTheDeadline, AnAnswerSinceTheWakeLetsTheGrantGoOnTheSameSession) {
-  const std::string parent = "/locks/grant-after-recheck";
-  server->ensure_path(parent);
-  auto holder_session = open_session();
-  auto waiter_session = open_session(scaled(2000ms));
-  const auto old_session = waiter_session->id();
-  Lock holder_lock(*holder_session, parent), waiter_lock(*waiter_session, parent);
-  HeldLock held = holder_lock.acquire();
-  BackgroundAcquire waiter(waiter_lock, kForever);
-  ASSERT_TRUE(wait_until([&] { return server->data_watches(held.node_path()) >= 1; }));
-  std::promise<void> unblock;
-  hold_the_grant_past_the_deadline(*waiter_session, parent, held, unblock);
-  unblock.set_value();
-  server->resume(old_session);
+  ASSERT_NO_FATAL_FAILURE(hold_the_grant_past_the_deadline("/locks/grant-after-recheck"));
+  unblock();
+  server->resume(old_session_);
 
-  ASSERT_TRUE(waiter.finished(scaled(10s)));
-  ASSERT_FALSE(waiter.error()) << waiter.error().message();
-  HeldLock granted = waiter.take();
-  EXPECT_EQ(granted.session_id(), old_session);
-  EXPECT_FALSE(granted.lost());
+  HeldLock held = granted();
+  EXPECT_EQ(held.session_id(), old_session_);
+  EXPECT_FALSE(held.lost());
   std::promise<BootClock::time_point> current;
-  auto listening = waiter_session->on_deadline([&current, first = true](SessionDeadline deadline) mutable {
+  auto listening = waiter_session_->on_deadline([&current, first = true](SessionDeadline deadline) mutable {
     if (std::exchange(first, false)) current.set_value(deadline.at);
   });
   EXPECT_GT(current.get_future().get(), BootClock::now()) << "granted with the deadline still passed";
-  const auto metrics = waiter_session->metrics();
+  const auto metrics = waiter_session_->metrics();
   EXPECT_EQ(metrics.deadline_rechecks, 1u);
   EXPECT_EQ(metrics.losses_by_deadline, 0u);
   EXPECT_EQ(metrics.sessions_lost, 0u);
