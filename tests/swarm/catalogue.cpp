@@ -167,9 +167,19 @@ struct Swarm::Catalogue {
   std::map<std::tuple<int, int, int>, Participant> participants;  // (slot, epoch, actor)
   bool double_ready_left = false;  // an earlier run left "ready": an enter may pass alone
   int double_enters = 0;           // enters that passed, for Participant::entered_serial
-  int present() const {
-    return static_cast<int>(std::count_if(participants.begin(), participants.end(),
-                                          [](const auto& each) { return each.second.phase != Phase::idle; }));
+  // The participants the barrier counts: those entering, entered or leaving, and those whose enter
+  // or leave ended with their node still on the server (a session closed while its connection was
+  // down keeps the node until the server expires it, and every participant's recipe, a peer's too,
+  // counts it until then).
+  template <typename NodeExists>
+  int present(NodeExists node_exists) const {
+    return static_cast<int>(std::count_if(participants.begin(), participants.end(), [&](const auto& each) {
+      const Participant& p = each.second;
+      if (p.phase != Phase::idle) return true;
+      if (!p.barrier) return false;
+      const std::string node = p.barrier->node();
+      return !node.empty() && node_exists(node);
+    }));
   }
 };
 
@@ -437,7 +447,7 @@ bool Swarm::catalogue_op(const Op& op) {
         if (!p.barrier) return true;
       }
       p.phase = entering ? Catalogue::Phase::entering : Catalogue::Phase::leaving;
-      p.most_present = c.present();
+      p.most_present = c.present([&](const std::string& node) { return world_.exists(node); });
       p.in_at_leave.clear();
       if (!entering)
         for (const auto& [key, other] : c.participants)
@@ -593,7 +603,7 @@ void Swarm::harvest_catalogue() {
     it = c.barrier_waits.erase(it);
   }
   // Double barrier participants whose enter or leave ended.
-  const int present = c.present();
+  const int present = c.present([&](const std::string& node) { return world_.exists(node); });
   for (auto& [key, p] : c.participants) {
     if (failed()) return;
     if (p.phase == Catalogue::Phase::entering) p.most_present = std::max(p.most_present, present);
