@@ -1389,17 +1389,20 @@ TEST_F(ZklockRecipeListTest, ARealPrometheusScrapesTheExporterAndFiresTheHeldToo
   Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
                       fmt::format("--web.listen-address=127.0.0.1:{}", web)},
                      merged_output());
-  std::string alerts;
+  std::string alerts, log;
+  // Prometheus's start (its storage, the rule files) is slow on a loaded machine: bounded generously.
   const bool fired = eventually(
       [&] {
-        prometheus.read_all(1ms);  // its log must not fill the pipe
+        log += prometheus.read_all(1ms);  // its log must not fill the pipe
         alerts = http_get(web, "/api/v1/alerts");
         return alerts.find(R"("alertname":"ZklockLockHeldTooLong")") != std::string::npos &&
                alerts.find(R"("state":"firing")") != std::string::npos &&
                alerts.find(fmt::format(R"("lock":"{}")", stuck)) != std::string::npos;
       },
-      60s);
-  EXPECT_TRUE(fired) << "Prometheus never fired the rule; its alerts:\n" << alerts;
+      scaled(150s));
+  EXPECT_TRUE(fired) << "Prometheus never fired the rule; its alerts:\n"
+                     << alerts << "\nits scrape targets:\n" << http_get(web, "/api/v1/targets")
+                     << "\nthe end of its log:\n" << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
   exporter.signal(SIGTERM);
   EXPECT_EQ(exporter.wait(scaled(10s)), 0);
   std::filesystem::remove_all(dir);
