@@ -87,6 +87,11 @@ std::chrono::milliseconds Session::negotiated_timeout() const { return core_->ne
 std::chrono::milliseconds Session::lead_time() const { return core_->lead_time(); }
 std::chrono::milliseconds Session::silence_tolerance() const { return core_->silence_tolerance(); }
 const SessionOptions& Session::options() const { return core_->options(); }
+std::string Session::servers() const { return core_->servers(); }
+bool Session::set_servers(const std::string& servers) { return core_->set_servers(servers); }
+bool Session::set_servers(const std::string& servers, std::error_code& ec) noexcept {
+  return detail::without_exceptions(ec, [&] { return core_->set_servers(servers); });
+}
 bool Session::wait_connected(std::chrono::milliseconds timeout) const { return core_->wait_connected(timeout); }
 Subscription Session::on_state_change(std::function<void(SessionState)> listener) {
   return core_->on_state_change(std::move(listener));

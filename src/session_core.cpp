@@ -69,6 +69,7 @@ SessionCore::SessionCore(SessionOptions options, ConnectionFactory factory)
       deadline_timer_(*worker_),
       heartbeat_timer_(*worker_),
       server_watch_timer_(*worker_) {
+  servers_ = options_.servers;
   worker_thread_ = std::thread([worker = worker_] { worker->run(); });
   callback_thread_ = std::thread([callbacks = callbacks_] { callbacks->run(); });
   // The closer thread starts with the first lost session (close_in_background): most sessions
@@ -351,7 +352,7 @@ void SessionCore::open_connection_locked() {
   // close, retired or not): the admission goes with the handle.
   std::shared_ptr<void> admission = tls_relay_ ? tls_relay_->admit_client_handle() : nullptr;
   std::unique_ptr<ZooKeeperConnection> made = connection_factory_(
-      tls_relay_ ? tls_relay_->client_connect_string() : options_.servers, options_.session_timeout,
+      tls_relay_ ? tls_relay_->client_connect_string() : servers_, options_.session_timeout,
       [self, generation](ConnectionEvent event) {
         if (auto core = self.lock()) core->on_connection_event(generation, event);
       },
@@ -364,11 +365,12 @@ void SessionCore::open_connection_locked() {
   else
     connection_ = std::move(made);
   if (connection_) connection_->set_host_resolution_interval(options_.host_resolution_interval);
+  servers_to_apply_ = false;  // a new handle starts on servers_
   if (!connection_) {
-    const std::string unresolvable = describe_unresolvable_hosts(options_.servers);
+    const std::string unresolvable = describe_unresolvable_hosts(servers_);
     last_connect_problem_ = unresolvable.empty() ? fmt::format("cannot start a connection: {}", ec.message())
                                                  : fmt::format("cannot resolve {}", unresolvable);
-    log(LogLevel::error, "connecting to {}: {}; trying again", options_.servers, last_connect_problem_);
+    log(LogLevel::error, "connecting to {}: {}; trying again", servers_, last_connect_problem_);
     set_state_locked(session_ever_established_ ? SessionState::lost : SessionState::connecting);
     schedule_reopen_locked();
     return;
@@ -440,7 +442,7 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
       if (const auto problem = implausible_handshake(connection_->negotiated_timeout()); !problem.empty()) {
         // Something answered that is not a ZooKeeper server (an HTTP server, say): no session.
         last_connect_problem_ = problem;
-        log(LogLevel::error, "connecting to {}: {}; trying again", options_.servers, problem);
+        log(LogLevel::error, "connecting to {}: {}; trying again", servers_, problem);
         close_in_background(std::move(connection_));
         set_state_locked(session_ever_established_ ? SessionState::lost : SessionState::connecting);
         schedule_reopen_locked();
@@ -864,6 +866,7 @@ void SessionCore::issue(std::uint64_t generation, Proof proof, Callback done, Is
     auto core = owned->core.lock();
     if (core && owned->proof == Proof::leader && server_answered(rc))
       core->note_leader_proof(owned->generation, owned->sent, owned->previous_send);
+    if (core) core->reply_arrived();
     owned->done(rc, std::move(results)...);
     if (core) core->request_finished();
   };
@@ -1144,9 +1147,86 @@ void SessionCore::send_batched_creates_locked(std::vector<BatchedCreate> creates
 
 void SessionCore::request_finished() {
   if (--in_flight_ == 0) {
-    std::lock_guard lock(in_flight_mutex_);
-    in_flight_drained_.notify_all();
+    {
+      std::lock_guard lock(in_flight_mutex_);
+      in_flight_drained_.notify_all();
+    }
+    if (servers_to_apply_)
+      post_to_worker([self = weak_from_this()] {
+        auto core = self.lock();
+        if (!core) return;
+        std::lock_guard lock(core->mutex_);
+        core->apply_servers_if_quiet_locked();
+      });
   }
+}
+
+// A reply is in and its callback, which may send the next request, has not run yet: if no other
+// request is in flight, a server list waiting for a quiet moment goes to the client now. (A
+// service that sends a request after each reply would otherwise never leave one.)
+void SessionCore::reply_arrived() {
+  if (!servers_to_apply_ || in_flight_.load() != 1) return;
+  std::lock_guard lock(mutex_);
+  apply_servers_if_quiet_locked(1);
+}
+
+std::string SessionCore::current_server() const {
+  std::lock_guard lock(mutex_);
+  return connection_ ? connection_->current_server() : std::string();
+}
+
+std::string SessionCore::servers() const {
+  std::lock_guard lock(mutex_);
+  return servers_;
+}
+
+bool SessionCore::set_servers(const std::string& servers) {
+  std::error_code ec;
+  const auto next = parse_servers(servers, ec);
+  if (!next)
+    throw Error(make_error_code(errc::invalid_connect_string), "set the servers to", servers,
+                describe_servers_problem(servers));
+  std::lock_guard lock(mutex_);
+  if (ended()) throw Error(make_error_code(errc::session_closed), "set the servers to", servers, "the session is closed");
+  if (options_.tls)
+    throw Error(make_error_code(errc::invalid_argument), "set the servers to", servers,
+                "a TLS session keeps the servers it started with: its relay serves only those");
+  const auto current = parse_servers(servers_, ec);  // checked by connect_or_throw or here
+  if (next->chroot != current->chroot)
+    throw Error(make_error_code(errc::invalid_argument), "set the servers to", servers,
+                fmt::format("the chroot cannot change (the session's is {})",
+                            current->chroot.empty() ? "none" : "'" + current->chroot + "'"));
+  const auto as_set = [](std::vector<std::string> hosts) {
+    std::sort(hosts.begin(), hosts.end());
+    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+    return hosts;
+  };
+  if (as_set(next->hosts) == as_set(current->hosts)) return false;
+  servers_ = servers;
+  server_count_ = next->hosts.size();
+  log(LogLevel::info, LogContext{session_id_.load(), {}, {}}, "servers now {}", servers_);
+  servers_to_apply_ = true;
+  apply_servers_if_quiet_locked();
+  return true;
+}
+
+// The C client's zoo_set_servers ends the connection when its server is no longer listed (or, when
+// servers were added, with the probability that evens their load), from the calling thread and
+// without failing the requests sent on it: their replies would never come, and the next
+// connection would be dropped when a reply failed to match them. So the list goes to the client
+// only while nothing is in flight (but `answered` requests whose replies are in, their callbacks
+// still to run): issue() sends under mutex_, held here, and reply_arrived and request_finished
+// call again as replies come in. A session lost meanwhile opens its next handle on the new
+// list directly.
+void SessionCore::apply_servers_if_quiet_locked(int answered) {
+  if (!servers_to_apply_ || !connection_ || ended() || in_flight_.load() != answered) return;
+  servers_to_apply_ = false;
+  if (const zk_errc rc = connection_->set_servers(servers_); rc != zk_errc::ok)
+    log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "the client refused the servers {}: {}", servers_,
+        make_error_code(rc).message());
+  // The client's I/O thread notices a connection it was told to end only when it next wakes: a
+  // request (the heartbeat, sent now) wakes it.
+  send_heartbeat_after_locked(generation_, std::chrono::milliseconds::zero());
 }
 
 void SessionCore::attach(std::shared_ptr<SessionListener> listener) {

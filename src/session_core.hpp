@@ -159,6 +159,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void hold_lost_session_locked(std::uint64_t generation);
   void let_go_locked(std::uint64_t generation);
   const SessionOptions& options() const { return options_; }
+  // Session::servers and Session::set_servers.
+  std::string servers() const;
+  bool set_servers(const std::string& servers);
+  std::string current_server() const;  // the connection's (ZooKeeperConnection::current_server)
   bool wait_connected(std::chrono::milliseconds timeout) const;
   ClientId client_id() const;
   std::size_t pending_watches() const;  // the current connection's (see ZooKeeperConnection)
@@ -280,6 +284,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void issue(std::uint64_t generation, Proof proof, Callback done, Issue issue_request, FailArgs... fail_args);
   void note_leader_proof(std::uint64_t generation, BootClock::time_point sent, BootClock::time_point previous_send);
   void request_finished();
+  void reply_arrived();
+  void apply_servers_if_quiet_locked(int answered = 0);
   std::vector<std::shared_ptr<SessionListener>> snapshot_listeners_locked() const;
   struct BatchedCreate {
     std::uint64_t generation;
@@ -339,6 +345,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // The server watch (watch_server): servers in the connect string, when the connection was last
   // (re)established or sent away, and the connect attempt being timed (server and start).
   std::size_t server_count_ = 0;
+  // The servers of the connections: options_.servers until set_servers (guarded by mutex_), and
+  // whether the current connection has yet to be given them.
+  std::string servers_;
+  std::atomic<bool> servers_to_apply_{false};
   BootClock::time_point on_server_since_{};
   std::string attempt_server_;
   BootClock::time_point attempt_since_{};

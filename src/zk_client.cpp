@@ -417,6 +417,38 @@ std::set<unsigned long> socket_inodes_to(const TcpEndpoint& server) {
   return inodes;
 }
 
+// Whether a server of the connect string `servers` resolves to `endpoint` (address and port).
+bool lists_endpoint(const std::string& servers, const TcpEndpoint& endpoint) {
+  std::error_code ec;
+  const auto list = parse_servers(servers, ec);
+  if (!list) return false;
+  for (const std::string& host_port : list->hosts) {
+    const HostPort target = split_host_port(host_port);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(target.host.c_str(), target.port.c_str(), &hints, &found) != 0) continue;
+    bool match = false;
+    for (addrinfo* address = found; address && !match; address = address->ai_next) {
+      TcpEndpoint candidate;
+      if (address->ai_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(address->ai_addr);
+        candidate.words[0] = in->sin_addr.s_addr;
+        candidate.port = ntohs(in->sin_port);
+      } else if (address->ai_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address->ai_addr);
+        candidate.v6 = true;
+        std::memcpy(candidate.words.data(), &in6->sin6_addr, sizeof in6->sin6_addr);
+        candidate.port = ntohs(in6->sin6_port);
+      }
+      match = candidate == endpoint;
+    }
+    ::freeaddrinfo(found);
+    if (match) return true;
+  }
+  return false;
+}
+
 // Shuts down every TCP socket of this process to `server` that has received nothing for
 // `quiet_for` (or is still connecting). The socket is found through the process's file
 // descriptors, so another handle of the process on the same server, just as silent, is ended
@@ -603,6 +635,29 @@ class CConnection final : public ZooKeeperConnection {
     return server ? std::string(server) : std::string();
   }
 
+  zk_errc set_servers(const std::string& servers) override {
+    const std::string hosts = client_host_list(servers);
+    std::string current;
+    {
+      std::lock_guard lock(close_mutex_);
+      if (!handle_) return zk_errc::invalid_state;
+      // The client (3.8.0) compares addresses without their ports (addrvec_contains): servers on
+      // one host are one server to it, and a list it finds equal to its own is ignored. A list one
+      // entry longer, given first, is never equal; the real one, given next, is then taken too.
+      const std::string longer = hosts + "," + hosts.substr(0, hosts.find(','));
+      int rc = zoo_set_servers(handle_, longer.c_str());
+      if (rc == ZOK) rc = zoo_set_servers(handle_, hosts.c_str());
+      if (rc != ZOK) return code(rc);
+      const char* server = zoo_get_current_server(handle_);
+      current = server ? server : "";
+    }
+    // The client keeps a server whose address, port aside, is still listed: a server no longer
+    // listed is left here, through the client's own connection-loss path.
+    if (const auto endpoint = parse_endpoint(current); endpoint && !lists_endpoint(servers, *endpoint))
+      shut_down_quiet_sockets_to(current, std::chrono::milliseconds::zero());
+    return zk_errc::ok;
+  }
+
   bool leave_current_server(std::chrono::milliseconds quiet_for) override {
     const std::string server = current_server();
     if (server.empty()) return false;
@@ -771,6 +826,13 @@ std::string client_connect_string(const std::string& servers) {
   std::error_code ec;
   const auto list = parse_servers(servers, ec);
   if (!list) return servers;  // refused before a session is made; let the client say what it says
+  return client_host_list(servers) + list->chroot;
+}
+
+std::string client_host_list(const std::string& servers) {
+  std::error_code ec;
+  const auto list = parse_servers(servers, ec);
+  if (!list) return servers;
   std::string hosts;
   for (const std::string& host_port : list->hosts) {
     if (!hosts.empty()) hosts += ',';
@@ -781,7 +843,7 @@ std::string client_connect_string(const std::string& servers) {
       hosts += host_port;
     }
   }
-  return hosts + list->chroot;
+  return hosts;
 }
 
 std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& servers,

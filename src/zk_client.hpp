@@ -125,6 +125,13 @@ class ZooKeeperConnection {
     (void)quiet_for;
     return false;
   }
+  // Replaces the client's list of servers with those of `servers` (a connect string; its chroot is
+  // ignored). The client may end its connection at once (see SessionCore::apply_servers_if_quiet_locked):
+  // call it only with no request in flight.
+  virtual zk_errc set_servers(const std::string& servers) {
+    (void)servers;
+    return zk_errc::ok;
+  }
   // Blocks until the handle is closed; never call it from a callback. Unfired watches are dropped.
   virtual void close() = 0;
 };
@@ -144,6 +151,8 @@ std::unique_ptr<ZooKeeperConnection> connect_zookeeper(const std::string& server
 // client reads "02181" as octal), and an IPv6 address loses its brackets ("[::1]:2181" becomes
 // "::1:2181"). The chroot follows unchanged.
 std::string client_connect_string(const std::string& servers);
+// The same without the chroot: the host list zoo_set_servers takes.
+std::string client_host_list(const std::string& servers);
 
 // Why the hosts of a connect string cannot be resolved ("zk1.example: Name or service not known"),
 // or "" if at least one resolves: zookeeper_init fails on a name it cannot resolve, without saying

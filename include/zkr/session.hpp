@@ -492,6 +492,25 @@ class Session {
   std::chrono::milliseconds silence_tolerance() const;
   const SessionOptions& options() const;
 
+  // The servers the session connects to: options().servers until set_servers changes them.
+  std::string servers() const;
+  // Gives the session another list of servers, in the form of SessionOptions::servers with the same
+  // chroot, without ending the session: for servers replaced, added or removed while the service
+  // runs. Returns false, changing nothing, when the list names the same servers as now (in any
+  // order). Off a server no longer listed the connection moves at once. Otherwise it stays, except
+  // that when servers were added it may move to one of them, with the probability that spreads the
+  // clients evenly (the C client's rebalancing, which tells servers apart by address only: servers
+  // sharing a host count as one). A move is a reconnection that keeps the session and its grants,
+  // as after a dropped connection (under LossPolicy::on_disconnect the grants are lost; requests
+  // sent meanwhile may fail with zk_errc::connection_loss). The client takes the list once no
+  // request is in flight (normally within a round trip); a session lost later is replaced on the
+  // new list. Host names are looked up as the client takes the list, holding up the session's other
+  // work meanwhile: a slow resolver delays it.
+  // Throws Error: errc::invalid_connect_string (naming the problem), errc::invalid_argument (another
+  // chroot; a TLS session, whose relay serves the servers it started with), errc::session_closed.
+  bool set_servers(const std::string& servers);
+  bool set_servers(const std::string& servers, std::error_code& ec) noexcept;
+
   // Blocks until connected (true) or the timeout passes / the session is closed (false).
   bool wait_connected(std::chrono::milliseconds timeout) const;
 
