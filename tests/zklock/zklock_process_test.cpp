@@ -1243,6 +1243,40 @@ TEST_F(ZklockTest, ServersFromAFileReachTheEnsembleAndTheJob) {
   EXPECT_THAT(run.output, HasSubstr("servers=" + servers_));
 }
 
+// -z @FILE is read again while the job runs: the file rewritten to the two other servers, the
+// server zklock started on stops, and the job runs on (a zklock that kept the list it started
+// with would lose its session and stop the job, exit 75). A rewrite naming another chroot is
+// reported and changes nothing.
+TEST_F(ZklockTest, AServersFileRewrittenWhileTheJobRunsMovesItsSessionAndKeepsTheJob) {
+  Cluster cluster({.servers = 3});
+  const std::string file = testing::TempDir() + "zklock-servers-follow-" + std::to_string(::getpid());
+  std::ofstream(file) << cluster.server_address(0) << "\n";
+  Process holder({zklock_binary, "-z", "@" + file, "--session-timeout", "6", path_, "sh", "-c",
+                  "echo \"held $ZKLOCK_FENCING_TOKEN\"; exec sleep 600"},
+                 merged_output());
+  KillAtEnd stop_holder{holder.pid(), true};
+  ASSERT_TRUE(holder.wait_for_line("held ", scaled(30s)));
+
+  std::ofstream(file) << "# server 0 retired\n" << cluster.server_address(1) << "\n" << cluster.server_address(2) << "\n";
+  const auto moved = holder.wait_for_line("zklock: servers now", scaled(20s));
+  ASSERT_TRUE(moved) << "zklock never took the rewritten file: " << holder.read_all(1s);
+  EXPECT_THAT(*moved, HasSubstr(cluster.server_address(1) + "," + cluster.server_address(2) + " (read from " + file + ")"));
+  cluster.stop(0);
+  std::this_thread::sleep_for(8s);  // past the 6 s session: lost by now if it were still on server 0
+  EXPECT_FALSE(holder.wait(0ms)) << "the job ended: " << holder.read_all(1s);
+
+  std::ofstream(file) << cluster.server_address(1) << "/elsewhere\n";
+  const auto refused = holder.wait_for_line("zklock: keeping the servers", scaled(20s));
+  ASSERT_TRUE(refused);
+  EXPECT_THAT(*refused, HasSubstr("the chroot cannot change"));
+  const std::string live = cluster.server_address(1) + "," + cluster.server_address(2);
+  EXPECT_EQ(contenders_listed(run_to_end(zklock({"--list", path_, "--json"}, live))), 1) << "the lock is not held";
+
+  holder.signal(SIGTERM);
+  EXPECT_EQ(holder.wait(scaled(10s)), 128 + SIGTERM);
+  std::remove(file.c_str());
+}
+
 TEST_F(ZklockTest, DefaultOwnerNamesHostPidAndCommand) {
   auto holder = start_holder();
   const Outcome json = list({"--json"});

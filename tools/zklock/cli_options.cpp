@@ -297,43 +297,6 @@ std::chrono::milliseconds positive_milliseconds(const std::string& value, std::s
   return duration;
 }
 
-// -z @FILE (or ZKLOCK_SERVERS=@FILE): the servers as a file that configuration management keeps,
-// read once at the start. Servers one or more per line, commas or blanks between them; '#' starts
-// a comment; the chroot is written on the last server, or alone on a line.
-std::string servers_from_file(const std::string& file) {
-  if (file.empty()) throw UsageError("-z @FILE needs a file name after the @");
-  // A regular file of a sensible size: not a directory, a device or a pipe that would never end.
-  constexpr std::uintmax_t most_bytes = 64 * 1024;
-  std::error_code error;
-  const auto status = std::filesystem::status(file, error);
-  if (error) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, error.message()));
-  if (!std::filesystem::is_regular_file(status))
-    throw UsageError(fmt::format("cannot read the servers from {}: not a regular file", file));
-  if (std::filesystem::file_size(file, error) > most_bytes && !error)
-    throw UsageError(fmt::format("cannot read the servers from {}: larger than {} bytes", file, most_bytes));
-  std::ifstream in(file);
-  if (!in) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
-  std::vector<std::string> servers;
-  std::string chroot, line;
-  while (std::getline(in, line)) {
-    line = line.substr(0, line.find('#'));
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream words(line);
-    for (std::string word; words >> word;) {
-      if (word.front() != '/') {
-        servers.push_back(word);
-      } else if (chroot.empty()) {
-        chroot = word;
-      } else {
-        throw UsageError(fmt::format("{} names more than one chroot ({} and {})", file, chroot, word));
-      }
-    }
-  }
-  if (in.bad()) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
-  if (servers.empty()) throw UsageError(fmt::format("{} names no server (expected HOST:PORT, '#' for comments)", file));
-  return fmt::format("{}{}", fmt::join(servers, ","), chroot);
-}
-
 // --prometheus, --listen HOST:PORT, --max-locks N (with --list; checked against the mode later).
 void read_exposition(const GivenOptions& given, CliOptions& options) {
   options.prometheus = given.flag("prometheus");
@@ -368,7 +331,10 @@ void read_ensemble(const GivenOptions& given, const char* env_servers, CliOption
   } else {
     options.servers = default_servers;
   }
-  if (options.servers.starts_with('@')) options.servers = servers_from_file(options.servers.substr(1));
+  if (options.servers.starts_with('@')) {
+    options.servers_file = options.servers.substr(1);
+    options.servers = servers_from_file(options.servers_file);
+  }
   if (options.servers.empty()) throw UsageError("invalid value '' for --zk: expected HOST:PORT[,...][/chroot]");
 }
 
@@ -569,6 +535,40 @@ void read_operands(const GivenOptions& given, std::vector<std::string> rest, Cli
 
 }  // namespace
 
+std::string servers_from_file(const std::string& file) {
+  if (file.empty()) throw UsageError("-z @FILE needs a file name after the @");
+  // A regular file of a sensible size: not a directory, a device or a pipe that would never end.
+  constexpr std::uintmax_t most_bytes = 64 * 1024;
+  std::error_code error;
+  const auto status = std::filesystem::status(file, error);
+  if (error) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, error.message()));
+  if (!std::filesystem::is_regular_file(status))
+    throw UsageError(fmt::format("cannot read the servers from {}: not a regular file", file));
+  if (std::filesystem::file_size(file, error) > most_bytes && !error)
+    throw UsageError(fmt::format("cannot read the servers from {}: larger than {} bytes", file, most_bytes));
+  std::ifstream in(file);
+  if (!in) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
+  std::vector<std::string> servers;
+  std::string chroot, line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.front() != '/') {
+        servers.push_back(word);
+      } else if (chroot.empty()) {
+        chroot = word;
+      } else {
+        throw UsageError(fmt::format("{} names more than one chroot ({} and {})", file, chroot, word));
+      }
+    }
+  }
+  if (in.bad()) throw UsageError(fmt::format("cannot read the servers from {}: {}", file, std::strerror(errno)));
+  if (servers.empty()) throw UsageError(fmt::format("{} names no server (expected HOST:PORT, '#' for comments)", file));
+  return fmt::format("{}{}", fmt::join(servers, ","), chroot);
+}
+
 // The checks run in this order, so that of several mistakes the same one is reported first.
 CliOptions parse_command_line(const std::vector<std::string>& argv, const char* env_servers,
                               const char* env_tick_time) {
@@ -627,8 +627,9 @@ each option is given at most once:
   -c, --command 'SHELL COMMAND' after LOCKPATH, instead of COMMAND: run it with /bin/sh -c
   -z, --zk HOSTS[/chroot]       ensemble, e.g. zk1:2181,zk2:2181/app
                                 (default: $ZKLOCK_SERVERS, else 127.0.0.1:2181); @FILE reads
-                                it from FILE at the start: servers one or more per line, '#'
-                                comments, the chroot on the last server or alone on a line
+                                it from FILE, and again every 2 s while zklock runs: servers
+                                one or more per line, '#' comments, the chroot on the last
+                                server or alone on a line
   -n, --nonblock                fail at once if the lock is held (reaching the ensemble is
                                 bounded by --connect-timeout)
   -w, --wait, --timeout SECS    give up after SECS, reaching the ensemble included

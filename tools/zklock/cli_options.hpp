@@ -26,6 +26,7 @@ enum class LogFormat { text, json };
 struct CliOptions {
   Mode mode = Mode::run;
   std::string servers;  // --zk, else $ZKLOCK_SERVERS, else 127.0.0.1:2181
+  std::string servers_file;  // -z @FILE: the file `servers` was read from (read again while zklock runs)
   std::string lock_path;
 
   // Exactly one of these is set in Mode::run: an argv to exec, or a string for /bin/sh -c.
@@ -88,6 +89,12 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// -z @FILE (or ZKLOCK_SERVERS=@FILE): the servers as a file that configuration management keeps.
+// Servers one or more per line, commas or blanks between them; '#' starts a comment; the chroot is
+// written on the last server, or alone on a line. Returns the connect string; throws UsageError
+// naming the file and what is wrong with it.
+std::string servers_from_file(const std::string& file);
 
 // Parses argv (argv[0] is the program name). Options stop at LOCKPATH; what follows is the command
 // ("--" may stand before it) or "-c SHELL-COMMAND". `env_servers` is $ZKLOCK_SERVERS (or null).

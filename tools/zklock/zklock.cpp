@@ -41,6 +41,7 @@
 #include "contender_report.hpp"
 #include "exit_status.hpp"
 #include "inbox.hpp"
+#include "json_vocabulary.hpp"
 #include "job.hpp"
 #include "keeper.hpp"
 #include "lock_exposition.hpp"
@@ -129,6 +130,7 @@ class Zklock {
  private:
   zkr::SessionOptions session_options() const;
   void connect();
+  void follow_servers_file();
   void refuse_a_wait_for_the_parent();
   std::chrono::milliseconds lead_time_needed() const;
   void require_lead_time() const;
@@ -153,6 +155,9 @@ class Zklock {
   std::optional<zkr::Lock> mutex_;
   std::optional<zkr::ReadWriteLock> read_write_;
   std::optional<zkr::Semaphore> semaphore_;
+  // -z @FILE: reads the file again while zklock runs (follow_servers_file). Stopped and joined
+  // before the session goes (declared after it).
+  std::jthread servers_follower_;
 };
 
 // The single place that prints a library failure and turns it into an exit code.
@@ -281,6 +286,7 @@ void Zklock::connect() {
   }
   session_ = std::move(attempt->session);
   run_events().connected(session_->id(), session_->negotiated_timeout());
+  follow_servers_file();
   // --list --watch says when it loses the ensemble, -v every state.
   if (options_.verbose() || options_.watch) {
     state_subscription_ =
@@ -293,6 +299,39 @@ void Zklock::connect() {
         zkr::session_id_text(session_->id()), format_duration(session_->negotiated_timeout()),
         format_duration(session_->lead_time()), format_duration(session_->silence_tolerance()));
   }
+}
+
+// -z @FILE: the file is read again every few seconds, and a list that names other servers goes to
+// the session (zkr::Session::set_servers): a job that outlives a server's replacement keeps
+// reaching the ensemble, and is not stopped when the servers it started with are gone. A file
+// that cannot be read, or names another chroot, is reported (once while it stays so) and the list
+// the session has is kept.
+void Zklock::follow_servers_file() {
+  if (options_.servers_file.empty()) return;
+  servers_follower_ = std::jthread([this](std::stop_token stop) {
+    constexpr auto kInterval = std::chrono::seconds(2);
+    constexpr auto kStep = std::chrono::milliseconds(100);  // how soon a stop is seen
+    std::string reported;  // the problem said last, so as not to repeat it every interval
+    for (;;) {
+      for (auto waited = kStep - kStep; waited < kInterval; waited += kStep) {
+        if (stop.stop_requested()) return;
+        std::this_thread::sleep_for(kStep);
+      }
+      std::string problem;
+      try {
+        const std::string servers = servers_from_file(options_.servers_file);
+        if (session_->set_servers(servers) && !options_.quiet())
+          say("servers now {} (read from {})", servers, options_.servers_file);
+      } catch (const zkr::Error& error) {
+        if (error.code() == zkr::errc::session_closed) return;  // zklock is ending
+        problem = fmt::format("keeping the servers {}: {}", session_->servers(), error.what());
+      } catch (const std::exception& error) {
+        problem = fmt::format("keeping the servers {}: {}", session_->servers(), error.what());
+      }
+      if (!problem.empty() && problem != reported) log_message(escape_for_terminal(problem), level::warning);
+      reported = problem;
+    }
+  });
 }
 
 // Run by the job of a zklock that holds this very lock (found on the ensemble, see nesting.hpp):
