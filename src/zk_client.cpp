@@ -449,6 +449,14 @@ bool lists_endpoint(const std::string& servers, const TcpEndpoint& endpoint) {
   return false;
 }
 
+// A loopback address that is not `endpoint`'s (port 1, where nothing listens): for the client,
+// which tells servers apart by address only, a server other than the one it is connected to.
+std::string address_other_than(const TcpEndpoint& endpoint) {
+  in_addr second{};
+  inet_pton(AF_INET, "127.0.0.2", &second);
+  return !endpoint.v6 && endpoint.words[0] == second.s_addr ? "127.0.0.3:1" : "127.0.0.2:1";
+}
+
 // Shuts down every TCP socket of this process to `server` that has received nothing for
 // `quiet_for` (or is still connecting). The socket is found through the process's file
 // descriptors, so another handle of the process on the same server, just as silent, is ended
@@ -637,25 +645,23 @@ class CConnection final : public ZooKeeperConnection {
 
   zk_errc set_servers(const std::string& servers) override {
     const std::string hosts = client_host_list(servers);
-    std::string current;
-    {
-      std::lock_guard lock(close_mutex_);
-      if (!handle_) return zk_errc::invalid_state;
-      // The client (3.8.0) compares addresses without their ports (addrvec_contains): servers on
-      // one host are one server to it, and a list it finds equal to its own is ignored. A list one
-      // entry longer, given first, is never equal; the real one, given next, is then taken too.
-      const std::string longer = hosts + "," + hosts.substr(0, hosts.find(','));
-      int rc = zoo_set_servers(handle_, longer.c_str());
-      if (rc == ZOK) rc = zoo_set_servers(handle_, hosts.c_str());
-      if (rc != ZOK) return code(rc);
-      const char* server = zoo_get_current_server(handle_);
-      current = server ? server : "";
-    }
-    // The client keeps a server whose address, port aside, is still listed: a server no longer
-    // listed is left here, through the client's own connection-loss path.
-    if (const auto endpoint = parse_endpoint(current); endpoint && !lists_endpoint(servers, *endpoint))
-      shut_down_quiet_sockets_to(current, std::chrono::milliseconds::zero());
-    return zk_errc::ok;
+    std::lock_guard lock(close_mutex_);
+    if (!handle_) return zk_errc::invalid_state;
+    const char* server = zoo_get_current_server(handle_);
+    const auto current = parse_endpoint(server ? server : "");
+    // The client (3.8.0) compares addresses without their ports (addrvec_contains): servers that
+    // share a host are one server to it. It keeps a connection whose server's address is still
+    // listed, and ignores a list it finds equal to its own. So a list goes in two steps, the real
+    // one second: first, when the connection's server is no longer listed, one address that is
+    // not the connection's, which makes the client end that connection (with nothing in flight:
+    // see SessionCore::apply_servers_if_quiet_locked) and nothing else; otherwise the list with one
+    // entry more, which the client never finds equal to its own.
+    const std::string first = current && !lists_endpoint(servers, *current)
+                                  ? address_other_than(*current)
+                                  : hosts + "," + hosts.substr(0, hosts.find(','));
+    int rc = zoo_set_servers(handle_, first.c_str());
+    if (rc == ZOK) rc = zoo_set_servers(handle_, hosts.c_str());
+    return code(rc);
   }
 
   bool leave_current_server(std::chrono::milliseconds quiet_for) override {

@@ -71,6 +71,15 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
   auto held = lock.try_acquire_for(testenv::scaled(10s));
   ASSERT_TRUE(held);
 
+  // Another session of the process on the same server, which loses its lock on any disconnection:
+  // the move must end the moving session's connection and no other.
+  auto bystander_options = session_options(cluster.server_address(0), kSessionTimeout);
+  bystander_options.loss_policy = LossPolicy::on_disconnect;
+  Session bystander(bystander_options);
+  Lock bystander_lock(bystander, path + "-bystander");
+  auto bystander_held = bystander_lock.try_acquire_for(testenv::scaled(10s));
+  ASSERT_TRUE(bystander_held);
+
   Traffic traffic({&session}, path);
   std::this_thread::sleep_for(200ms);
   const std::string others = cluster.server_address(1) + "," + cluster.server_address(2);
@@ -80,6 +89,10 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
   const std::set<std::string> listed{cluster.server_address(1), cluster.server_address(2)};
   ASSERT_TRUE(eventually([&] { return listed.count(current_server(session)) == 1; }, testenv::scaled(10s)))
       << "still on " << current_server(session) << " of " << cluster.connect_string();
+
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(bystander_held->lost()) << "the move ended another session's connection";
+  EXPECT_EQ(bystander.metrics().suspensions, 0u);
 
   cluster.stop(0);
   // Longer than the session timeout: a session left on the stopped server would be lost by then.
