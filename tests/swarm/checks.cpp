@@ -375,7 +375,8 @@ void Swarm::check_loss_explained(Grant& grant) {
       // A freeze may outlast the C client's patience with a silent connection (2/3 of the timeout
       // since its latest answer): it drops and reconnects.
       explained = any_of({OpKind::fault_drop, OpKind::fault_lost_reply, OpKind::fault_failed_create,
-                          OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_freeze});
+                          OpKind::fault_expire, OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_freeze,
+                          OpKind::fault_move});
       expected = "fault that dropped its connection";
       break;
     case LossReason::session_lost:

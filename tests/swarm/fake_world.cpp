@@ -62,7 +62,9 @@ class FakeWorld final : public World {
   }
 
   // Its sessions' deadlines are far away in real time: a freeze would cross none.
-  bool supports(OpKind fault) const override { return fault != OpKind::fault_restart && fault != OpKind::fault_freeze; }
+  bool supports(OpKind fault) const override {
+    return fault != OpKind::fault_restart && fault != OpKind::fault_freeze && fault != OpKind::fault_move;
+  }
 
   // The same fault for the next write of the shared counter (counters.cpp), whose adds are
   // set_data requests: no other recipe writes under that prefix.

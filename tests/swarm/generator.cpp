@@ -248,7 +248,7 @@ Op Swarm::drawn_op() {
       std::vector<OpKind> kinds;
       for (auto kind : {OpKind::fault_lost_reply, OpKind::fault_failed_create, OpKind::fault_drop, OpKind::fault_expire,
                         OpKind::fault_partition, OpKind::fault_pause, OpKind::fault_break, OpKind::fault_restart,
-                        OpKind::fault_freeze})
+                        OpKind::fault_freeze, OpKind::fault_move})
         if (world_.supports(kind)) kinds.push_back(kind);
       op.kind = kinds[static_cast<std::size_t>(pick(static_cast<int>(kinds.size())))];
       op.resource = pick(5);

@@ -57,6 +57,7 @@ constexpr std::array<OpInfo, kOpKindCount> kTable{{
     {OpKind::fault_break, "fault_break", F::fault},
     {OpKind::fault_restart, "fault_restart", F::fault},
     {OpKind::fault_freeze, "fault_freeze", F::fault},
+    {OpKind::fault_move, "fault_move", F::fault},
     {OpKind::counter_add, "counter_add", F::counter},
     {OpKind::multi_acquire, "multi_acquire", F::catalogue},
     {OpKind::multi_release, "multi_release", F::catalogue},

@@ -78,6 +78,9 @@ enum class OpKind : std::uint8_t {
   fault_restart,        // the server restarts (real servers only)
   fault_freeze,         // the session's worker stops for 3/8 of the timeout, as in a frozen process
                         // (real servers only; no loss may follow from it alone)
+  fault_move,           // Session::set_servers moves the session between its proxy and the server's
+                        // own port, each list leaving out the other (real servers only; it is a
+                        // reconnection: no loss under LossPolicy::at_deadline)
   // The shared counter, on actors' threads (arg 0-3: one add of arg + 1; 4 and up: a burst of
   // calls in flight at once, see counters.cpp).
   counter_add,  // SharedCounter calls on the run's counter

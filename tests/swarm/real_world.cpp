@@ -306,6 +306,14 @@ class RealWorld final : public World {
       case OpKind::fault_freeze:
         freeze_worker(session);
         return;
+      case OpKind::fault_move: {
+        // Between the proxy and the server's own port: the faults of the proxy miss the session
+        // while it is on the server's port, until the next move brings it back.
+        const std::string direct = cluster_.server_address(0);
+        std::error_code ec;
+        session.set_servers(session.servers() == direct ? proxy.address() : direct, ec);
+        return;
+      }
       default:
         return;
     }
