@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -39,6 +40,7 @@ class Traffic {
           session->exists(path, ec);
           if (ec && ec != zk_errc::connection_loss) {
             ++failures_;
+            std::lock_guard lock(mutex_);
             last_failure_ = ec.message();
           }
         }
@@ -51,12 +53,16 @@ class Traffic {
       if (thread.joinable()) thread.join();
   }
   int failures() const { return failures_; }
-  std::string last_failure() const { return last_failure_; }
+  std::string last_failure() const {
+    std::lock_guard lock(mutex_);
+    return last_failure_;
+  }
 
  private:
   std::atomic<bool> stop_{false};
   std::atomic<int> failures_{0};
-  std::string last_failure_;  // written by the failing thread, read after stop()
+  mutable std::mutex mutex_;
+  std::string last_failure_;  // guarded by mutex_
   std::vector<std::thread> threads_;
 };
 
