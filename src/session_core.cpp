@@ -1188,9 +1188,6 @@ bool SessionCore::set_servers(const std::string& servers) {
                 describe_servers_problem(servers));
   std::lock_guard lock(mutex_);
   if (ended()) throw Error(make_error_code(errc::session_closed), "set the servers to", servers, "the session is closed");
-  if (options_.tls)
-    throw Error(make_error_code(errc::invalid_argument), "set the servers to", servers,
-                "a TLS session keeps the servers it started with: its relay serves only those");
   const auto current = parse_servers(servers_, ec);  // checked by connect_or_throw or here
   if (next->chroot != current->chroot)
     throw Error(make_error_code(errc::invalid_argument), "set the servers to", servers,
@@ -1202,6 +1199,13 @@ bool SessionCore::set_servers(const std::string& servers) {
     return hosts;
   };
   if (as_set(next->hosts) == as_set(current->hosts)) return false;
+  if (tls_relay_) {
+    // The C client names nothing the relay cannot resolve (as at the start).
+    if (const auto unresolvable = describe_unresolvable_hosts(servers); !unresolvable.empty())
+      throw Error(make_error_code(errc::unknown_host), "set the servers to", servers,
+                  fmt::format("cannot resolve {}", unresolvable));
+    tls_relay_->set_servers(servers);  // new handles connect through its new ports at once
+  }
   servers_ = servers;
   server_count_ = next->hosts.size();
   log(LogLevel::info, LogContext{session_id_.load(), {}, {}}, "servers now {}", servers_);
@@ -1221,7 +1225,8 @@ bool SessionCore::set_servers(const std::string& servers) {
 void SessionCore::apply_servers_if_quiet_locked(int answered) {
   if (!servers_to_apply_ || !connection_ || ended() || in_flight_.load() != answered) return;
   servers_to_apply_ = false;
-  if (const zk_errc rc = connection_->set_servers(servers_); rc != zk_errc::ok)
+  const std::string client_servers = tls_relay_ ? tls_relay_->client_connect_string() : servers_;
+  if (const zk_errc rc = connection_->set_servers(client_servers); rc != zk_errc::ok)
     log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "the client refused the servers {}: {}", servers_,
         make_error_code(rc).message());
   // The client's I/O thread notices a connection it was told to end only when it next wakes: a

@@ -21,10 +21,9 @@ TlsRelay::~TlsRelay() = default;
 
 std::shared_ptr<void> TlsRelay::admit_client_handle() { return nullptr; }
 
-const std::string& TlsRelay::client_connect_string() const {
-  static const std::string none;
-  return none;
-}
+std::string TlsRelay::client_connect_string() const { return {}; }
+
+std::string TlsRelay::set_servers(const std::string&) { return {}; }
 
 std::string TlsRelay::real_server(std::string_view relay_address) const { return std::string(relay_address); }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <cstdio>
 #include <fstream>
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -222,7 +223,8 @@ struct Endpoint {
   HostPort target;
   tcp::acceptor acceptor;
   std::string relay_address;  // "127.0.0.1:port"
-  bool last_failed = false;   // the latest connection to it ended in a TLS failure
+  bool last_failed = false;   // the latest connection to it ended in a TLS failure (relay thread)
+  bool listed = true;         // in the latest list (guarded by Impl::endpoints_mutex)
 };
 
 class Connection;
@@ -234,6 +236,9 @@ struct TlsRelay::Impl {
   // which outlives the acceptors of `endpoints`.
   asio::ssl::context ssl{asio::ssl::context::tls_client};
   asio::io_context io;
+  // Guards `endpoints` (which only grows: an Endpoint stays where it is until the relay goes),
+  // each one's `listed`, and client_connect_string: set_servers runs on the session's threads.
+  mutable std::mutex endpoints_mutex;
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   std::string client_connect_string;
   TlsOptions options;
@@ -247,6 +252,8 @@ struct TlsRelay::Impl {
   std::vector<std::weak_ptr<Connection>> served;
 
   void accept(Endpoint& endpoint);
+  Endpoint& open_endpoint_locked(const std::string& server);
+  std::string list_locked(const ServerList& list);
   bool admit(const std::set<std::string>& open_sockets);
   void report(Endpoint& endpoint, TlsFailure failure);
 };
@@ -503,8 +510,49 @@ void TlsRelay::Impl::accept(Endpoint& endpoint) {
 void TlsRelay::Impl::report(Endpoint& endpoint, TlsFailure failure) {
   endpoint.last_failed = true;
   failure.every_server_failed = true;
-  for (const auto& other : endpoints) failure.every_server_failed = failure.every_server_failed && other->last_failed;
+  {
+    std::lock_guard lock(endpoints_mutex);
+    for (const auto& other : endpoints)
+      if (other->listed) failure.every_server_failed = failure.every_server_failed && other->last_failed;
+  }
   if (on_failure) on_failure(failure);
+}
+
+// A port of our own for `server` (loopback only, a port the kernel picks: the C client is the only
+// one meant to connect), accepting at once.
+Endpoint& TlsRelay::Impl::open_endpoint_locked(const std::string& server) {
+  auto endpoint = std::unique_ptr<Endpoint>(new Endpoint{server, split_host_port(server), tcp::acceptor(io), {}});
+  const tcp::endpoint listen(asio::ip::address_v4::loopback(), 0);
+  endpoint->acceptor.open(listen.protocol());
+  close_on_exec(endpoint->acceptor.native_handle());
+  endpoint->acceptor.bind(listen);
+  endpoint->acceptor.listen();
+  endpoint->relay_address = fmt::format("127.0.0.1:{}", endpoint->acceptor.local_endpoint().port());
+  {
+    auto& addresses = relay_addresses();
+    std::lock_guard lock(addresses.mutex);
+    addresses.real_server[endpoint->relay_address] = endpoint->server;
+    addresses.any = true;
+  }
+  Endpoint& opened = *endpoints.emplace_back(std::move(endpoint));
+  accept(opened);  // a new acceptor: no other thread touches it yet
+  return opened;
+}
+
+// Marks the endpoints of `list` listed (opening those missing) and the others not; sets and
+// returns client_connect_string.
+std::string TlsRelay::Impl::list_locked(const ServerList& list) {
+  for (const auto& endpoint : endpoints) endpoint->listed = false;
+  std::string connect;
+  for (const std::string& server : list.hosts) {
+    auto found = std::find_if(endpoints.begin(), endpoints.end(), [&](const auto& each) { return each->server == server; });
+    Endpoint& endpoint = found != endpoints.end() ? **found : open_endpoint_locked(server);
+    endpoint.listed = true;
+    if (!connect.empty()) connect += ',';
+    connect += endpoint.relay_address;
+  }
+  client_connect_string = connect + list.chroot;
+  return client_connect_string;
 }
 
 TlsRelay::TlsRelay(const std::string& servers, const TlsOptions& options, std::chrono::milliseconds handshake_timeout,
@@ -549,30 +597,14 @@ TlsRelay::TlsRelay(const std::string& servers, const TlsOptions& options, std::c
   impl.ssl.set_verify_mode(asio::ssl::verify_peer);
   SSL_CTX_set_client_cert_cb(context, note_certificate_request);
 
-  for (const std::string& server : list->hosts) {
-    auto endpoint = std::unique_ptr<Endpoint>(new Endpoint{server, split_host_port(server), tcp::acceptor(impl.io), {}});
-    // Loopback only, a port the kernel picks: the C client is the only one meant to connect.
-    const tcp::endpoint listen(asio::ip::address_v4::loopback(), 0);
-    endpoint->acceptor.open(listen.protocol());
-    close_on_exec(endpoint->acceptor.native_handle());
-    endpoint->acceptor.bind(listen);
-    endpoint->acceptor.listen();
-    endpoint->relay_address = fmt::format("127.0.0.1:{}", endpoint->acceptor.local_endpoint().port());
-    if (!impl.client_connect_string.empty()) impl.client_connect_string += ',';
-    impl.client_connect_string += endpoint->relay_address;
-    impl.endpoints.push_back(std::move(endpoint));
-  }
-  impl.client_connect_string += list->chroot;
   {
-    auto& addresses = relay_addresses();
-    std::lock_guard lock(addresses.mutex);
-    for (const auto& endpoint : impl.endpoints) addresses.real_server[endpoint->relay_address] = endpoint->server;
-    addresses.any = true;
+    std::lock_guard lock(impl.endpoints_mutex);
+    impl.list_locked(*list);
   }
-  for (const auto& endpoint : impl.endpoints) impl.accept(*endpoint);
   impl.thread = std::thread([impl = impl_] { impl->io.run(); });
 }
 
+// No set_servers runs any more (the session has ended); the relay thread only reads `endpoints`.
 TlsRelay::~TlsRelay() {
   {
     auto& addresses = relay_addresses();
@@ -597,9 +629,21 @@ std::shared_ptr<void> TlsRelay::admit_client_handle() {
   return std::shared_ptr<void>(handles.get(), [handles](void*) { handles->fetch_sub(1); });
 }
 
-const std::string& TlsRelay::client_connect_string() const { return impl_->client_connect_string; }
+std::string TlsRelay::client_connect_string() const {
+  std::lock_guard lock(impl_->endpoints_mutex);
+  return impl_->client_connect_string;
+}
+
+std::string TlsRelay::set_servers(const std::string& servers) {
+  std::error_code parse_ec;
+  const auto list = parse_servers(servers, parse_ec);
+  if (!list) throw Error(make_error_code(errc::invalid_connect_string), "relay", servers, describe_servers_problem(servers));
+  std::lock_guard lock(impl_->endpoints_mutex);
+  return impl_->list_locked(*list);
+}
 
 std::string TlsRelay::real_server(std::string_view relay_address) const {
+  std::lock_guard lock(impl_->endpoints_mutex);
   for (const auto& endpoint : impl_->endpoints)
     if (endpoint->relay_address == relay_address) return endpoint->server;
   return std::string(relay_address);

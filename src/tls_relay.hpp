@@ -49,8 +49,14 @@ class TlsRelay {
   // is closed. The relay serves one connection at a time per handle admitted.
   std::shared_ptr<void> admit_client_handle();
 
-  // The connect string for the C client: "127.0.0.1:port,...[/chroot]".
-  const std::string& client_connect_string() const;
+  // The connect string for the C client: "127.0.0.1:port,...[/chroot]", one port for each server
+  // of the latest list.
+  std::string client_connect_string() const;
+  // Relays the servers of `servers` from now on (a connect string that parse_servers accepts; its
+  // chroot kept), opening a port for each one not relayed yet, and returns the new
+  // client_connect_string(). The ports of servers no longer listed stay open, for connections
+  // still on them, and are no longer counted by TlsFailure::every_server_failed.
+  std::string set_servers(const std::string& servers);
   // "127.0.0.1:port" -> the real server it relays to; the address itself when it is not ours.
   std::string real_server(std::string_view relay_address) const;
 

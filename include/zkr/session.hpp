@@ -505,9 +505,10 @@ class Session {
   // sent meanwhile may fail with zk_errc::connection_loss). The client takes the list once no
   // request is in flight (normally within a round trip); a session lost later is replaced on the
   // new list. Host names are looked up as the client takes the list, holding up the session's other
-  // work meanwhile: a slow resolver delays it.
+  // work meanwhile: a slow resolver delays it. Over TLS, the relay opens a port for each server it
+  // did not relay yet (a name that does not resolve is refused, as at the start).
   // Throws Error: errc::invalid_connect_string (naming the problem), errc::invalid_argument (another
-  // chroot; a TLS session, whose relay serves the servers it started with), errc::session_closed.
+  // chroot), errc::unknown_host (TLS only), errc::session_closed.
   bool set_servers(const std::string& servers);
   bool set_servers(const std::string& servers, std::error_code& ec) noexcept;
 
