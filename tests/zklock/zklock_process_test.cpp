@@ -1557,11 +1557,19 @@ TEST_F(ZklockTest, SharesTheLockWithKazoo) {
   EXPECT_EQ(kazoo.wait(scaled(30s)), 0);
   EXPECT_EQ(run_to_end(zklock({"-n", path_, "true"})).exit_code, 0);
 
-  // And the other way round: kazoo sees zklock's node as a contender.
-  auto holder = start_holder();
+  // And the other way round: kazoo sees zklock's node as a contender. The holder's session is
+  // twice the others': with 2 s, a loaded machine once cost it the lock before kazoo looked (its
+  // job stopped, its node gone, kazoo rightly acquired).
+  Process holder({zklock_binary, "--zk", servers_, "--session-timeout", scaled_seconds(4s), "--kill-after",
+                  scaled_seconds(300ms), path_, "sh", "-c", "echo held; exec sleep 600"},
+                 merged_output());
+  KillAtEnd stop_holder{holder.pid(), true};
+  ASSERT_TRUE(holder.wait_for_line("held", scaled(30s)));
   const Outcome kazoo_try = run_to_end({python, scripts_dir + "/kazoo_lock.py", servers_, path_, "try"});
   EXPECT_EQ(kazoo_try.exit_code, 0) << kazoo_try.output;
-  EXPECT_THAT(kazoo_try.output, HasSubstr("busy"));
+  const auto ended = holder.wait(0ms);
+  EXPECT_THAT(kazoo_try.output, HasSubstr("busy"))
+      << "the holder " << (ended ? "had ended: " + holder.read_all(1s) : std::string("still ran"));
 }
 
 // ---------------------------------------------------------------------------------------------
