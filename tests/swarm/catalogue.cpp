@@ -315,6 +315,7 @@ bool Swarm::catalogue_op(const Op& op) {
       auto& made = c.members[{op.session, slot.epoch, op.arg % 3}];
       if (op.kind == OpKind::group_leave) {
         if (!made.member) return false;
+        if (made.join && !made.join->finished()) count("group leaves: join in flight");
         GroupMember* member = made.member.get();
         return on_actor("group", [member] { member->leave(); }, slack);
       }
@@ -652,6 +653,22 @@ void Swarm::multi_lock_holders(const std::function<void(const std::string& path,
     }
     for (std::size_t i = 0; i < hold.paths.size(); ++i) add(hold.paths[i], hold.nodes[i], hold.tokens[i]);
   }
+}
+
+// A member of the session in `slot` that has not left (one whose join has not ended first): what
+// the generator's group_leave arg names it by, if there is one.
+std::optional<int> Swarm::member_to_leave(int slot) const {
+  if (!catalogue_) return std::nullopt;
+  const int epoch = slots_[static_cast<std::size_t>(slot)]->epoch;
+  std::optional<int> found;
+  for (const auto& [key, made] : catalogue_->members) {
+    const auto& [member_slot, member_epoch, which] = key;
+    if (member_slot != slot || member_epoch != epoch || !made.member) continue;
+    if (made.member->state() == MembershipState::left) continue;
+    if (made.join && !made.join->finished()) return which;
+    found = which;
+  }
+  return found;
 }
 
 bool Swarm::multi_lock_used(int slot, int epoch, const std::string& path) const {

@@ -74,7 +74,7 @@ class FakeWorld final : public World {
     return fault;
   }
 
-  void inject(OpKind fault, int, Session& session, int steps) override {
+  void inject(OpKind fault, int slot, Session& session, int steps) override {
     const auto id = session.id();
     if (id == 0) return;  // between sessions: nothing to break
     fake::Fault armed;
@@ -109,7 +109,12 @@ class FakeWorld final : public World {
       default:
         return;
     }
-    active_.push_back({id, steps});
+    // A lost reply ends on a slow server: the window between a reconnection and the answers to
+    // what the client sends on it, where a leave, a release or a close must still clean up after
+    // the lost reply. The client hears 1-3 rounds of answers first (the reconnection; the retried
+    // create's; its owner check's), so each stage of the recovery meets the next step.
+    const int slow_rounds = fault == OpKind::fault_lost_reply ? 1 + steps % 3 : 0;
+    active_.push_back({id, steps, slot, slow_rounds});
   }
 
   void heal(bool all) override {
@@ -117,6 +122,18 @@ class FakeWorld final : public World {
     bool any_left = false;
     for (auto& fault : active_) {
       if (all || --fault.steps_left <= 0) {
+        if (!all && fault.slow_rounds > 0) {
+          // Back, but slow for one step: the client hears of the reconnection and the replies
+          // queued with it, then the replies to what it sent on hearing them, slow_rounds rounds
+          // in all; the rest waits until the next heal.
+          fault.steps_left = 1;
+          server_->pause(fault.session);
+          server_->reconnect(fault.session);
+          for (; fault.slow_rounds > 0; --fault.slow_rounds) server_->step(fault.session, server_->queued(fault.session));
+          slow_reconnects_.push_back(fault.slot);
+          any_left = true;
+          continue;
+        }
         server_->resume(fault.session);
         fault.steps_left = 0;
       } else {
@@ -136,6 +153,7 @@ class FakeWorld final : public World {
   }
 
   std::vector<std::int64_t> take_expired_by_time() override { return std::exchange(expired_by_time_, {}); }
+  std::vector<int> take_slow_reconnects() override { return std::exchange(slow_reconnects_, {}); }
 
   bool faults_active() override { return !active_.empty() || server_->pending_faults() != 0; }
 
@@ -205,7 +223,10 @@ class FakeWorld final : public World {
   struct ActiveFault {
     std::int64_t session;
     int steps_left;
+    int slot;
+    int slow_rounds;  // > 0: once its steps are over, the connection comes back slow for a step
   };
+  std::vector<int> slow_reconnects_;
   std::shared_ptr<fake::FakeServer> server_ = std::make_shared<fake::FakeServer>();
   std::vector<ActiveFault> active_;
   std::size_t records_seen_ = 0;

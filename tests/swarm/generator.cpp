@@ -39,26 +39,32 @@ int Swarm::hold_rank(const Hold& hold, bool counts_released) const {
 
 Op Swarm::next_op() {
   Op op = [&] {
-    if (auto add = counter_op_for_step()) return *add;  // before any draw: the other steps stay the seed's
-    if (auto other = catalogue_op_for_step()) return *other;  // so too multi-locks, groups, barriers
-    if (auto next = follow_up_for_step()) return *next;       // and the moves right after a fault
+    // None of these draws from random_: the other steps stay the seed's. The moves right after a
+    // fault come first, as their moment does not come again.
+    if (auto next = follow_up_for_step()) return *next;
+    if (auto add = counter_op_for_step()) return *add;
+    if (auto other = catalogue_op_for_step()) return *other;  // multi-locks, groups, barriers
     return drawn_op();
   }();
-  if (info(op.kind).family == OpFamily::fault) last_fault_ = {step_index_, op.session};
+  if (info(op.kind).family == OpFamily::fault) last_fault_ = {step_index_, op.session, op.kind, false};
   return op;
 }
 
 // Right after a fault, what a user does next on the same session, while the fault still holds
 // (a lost reply or a dropped connection keeps it down until the fault's steps are over): a new
 // acquisition into the fault, a release, a leave, a close, the session expired on top, or another
-// session's connection dropped too (a reconnect storm). A uniform draw reaches these orders only
-// rarely; here every fault meets every one of them. Drawn from the seed and the step number
-// alone, so that the other steps stay the seed's.
+// session's connection dropped too (a reconnect storm). After a fault that waits for a create (a
+// lost reply, a failed create), a create. Right after the world brought a connection back slow
+// (World::take_slow_reconnects), a leave of the session's member, a release or a close. A uniform
+// draw reaches these orders only rarely; here every fault meets every one of them. Drawn from the
+// seed and the step number alone, so that the other steps stay the seed's.
 std::optional<Op> Swarm::follow_up_for_step() const {
   if (!last_fault_ || last_fault_->step != step_index_ - 1) return std::nullopt;
   std::mt19937_64 random(config_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(step_index_) * 0x2545f4914f6cdd1dull);
   auto pick = [&](int n) { return static_cast<int>(random() % static_cast<std::uint64_t>(n)); };
-  if (pick(100) >= 60) return std::nullopt;
+  const bool waits_for_a_create =
+      last_fault_->kind == OpKind::fault_lost_reply || last_fault_->kind == OpKind::fault_failed_create;
+  if (pick(100) >= (last_fault_->slow_reconnect ? 90 : waits_for_a_create ? 80 : 60)) return std::nullopt;
   Op op;
   op.session = last_fault_->session;
   op.actor = pick(config_.actors);
@@ -79,6 +85,50 @@ std::optional<Op> Swarm::follow_up_for_step() const {
     }
     return std::nullopt;
   };
+  auto group_join = [&] {
+    op.kind = OpKind::group_join;
+    op.arg = pick(16);
+    op.arg |= member_data_draw(pick(100)) << 4;
+    return op;
+  };
+  if (last_fault_->slow_reconnect) {
+    // The connection is back and the replies to what the client sent on it are not: the user
+    // gives up now (a leave, a release, a close), before the cleanup after the lost reply is done.
+    switch (pick(20)) {
+      case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9: case 10: case 11: case 12:
+        if (auto which = member_to_leave(op.session)) {
+          op.kind = OpKind::group_leave;
+          op.arg = *which;
+          return op;
+        }
+        return on_newest_hold(OpKind::release);
+      case 13: case 14: return on_newest_hold(OpKind::release);
+      case 15: return on_newest_hold(OpKind::destroy);
+      case 16: case 17:
+        op.kind = OpKind::session_close;
+        return op;
+      default:
+        op.kind = OpKind::double_leave;
+        op.arg = pick(16);
+        return op;
+    }
+  }
+  if (waits_for_a_create) {
+    // The fault waits for the session's next create: make one, of a member or of a lock.
+    switch (pick(4)) {
+      case 0:
+        op.kind = OpKind::async_acquire;
+        op.resource = pick(8);
+        op.arg = pick(4) << 2;
+        return op;
+      case 1:
+        op.kind = OpKind::try_acquire_for;
+        op.resource = pick(5);
+        op.arg = pick(4) << 2;
+        return op;
+      default: return group_join();
+    }
+  }
   switch (pick(10)) {
     case 0:
       op.kind = OpKind::async_acquire;
@@ -96,11 +146,7 @@ std::optional<Op> Swarm::follow_up_for_step() const {
       op.kind = OpKind::group_leave;
       op.arg = pick(16);
       return op;
-    case 5:
-      op.kind = OpKind::group_join;
-      op.arg = pick(16);
-      op.arg |= member_data_draw(pick(100)) << 4;
-      return op;
+    case 5: return group_join();
     case 6:
       op.kind = OpKind::session_close;
       return op;

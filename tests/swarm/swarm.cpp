@@ -135,6 +135,10 @@ RunResult Swarm::run(std::vector<Op> ops, bool generate, int steps, const Schedu
     }
     ++result.steps_run;
     world_.heal(false);
+    for (int slot : world_.take_slow_reconnects()) {
+      last_fault_ = LastFault{step_index_, slot, op.kind, true};
+      count("faults: slow after the reconnect");
+    }
     world_.settle([] { return true; }, world_.slack());
     if (tracing_)
       for (auto& slot : slots_)

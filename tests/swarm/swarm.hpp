@@ -311,7 +311,10 @@ class Swarm {
   struct LastFault {
     int step = 0;
     int session = 0;
+    OpKind kind = OpKind::fault_drop;
+    bool slow_reconnect = false;  // not a fault: the world brought the connection back slow
   };
+  std::optional<int> member_to_leave(int slot) const;  // catalogue.cpp: which member, if any
   std::optional<LastFault> last_fault_;
 
   SwarmConfig config_;

@@ -64,6 +64,10 @@ class World {
   // Sessions the server expired since the last call because it heard nothing of them for their
   // timeout (the fake's clock, see fake_world.cpp), not by an injected fault.
   virtual std::vector<std::int64_t> take_expired_by_time() = 0;
+  // The slots whose connection the last heal brought back to a server slow to answer: what the
+  // client sent on the reconnection has run, the replies wait for the next heal. The generator's
+  // next step acts on such a session (Swarm::follow_up_for_step).
+  virtual std::vector<int> take_slow_reconnects() { return {}; }
   // True while a fault is injected and not yet healed, or armed and not yet triggered.
   virtual bool faults_active() = 0;
   // True if the connection of `session` is up, not held, and no fault is armed on it.
