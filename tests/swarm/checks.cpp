@@ -169,6 +169,7 @@ void Swarm::check_exclusion() {
 // before it and the one before that, a holder's on its own node), not one more per round.
 void Swarm::check_watch_count() {
   constexpr std::size_t kBase = 8;
+  constexpr std::size_t kBasePerNode = 2;
   for (auto& slot : slots_) {
     const auto id = slot->session->id();
     if (id == 0) continue;
@@ -181,12 +182,15 @@ void Swarm::check_watch_count() {
       for (const auto& hold : holds_)
         contenders += hold.slot == slot->slot && !hold.released && resource(hold.resource).path == r.path;
       contenders += multi_lock_contenders(slot->slot, r.path);
-      const std::size_t most = kBase + 2 * contenders;
       std::vector<std::string> paths{r.path};
       for (const auto& node : world_.children(r.path)) paths.push_back(r.path + "/" + node.name);
       for (const auto& path : paths) {
         const auto count = world_.watches(path, id);
         if (!count) return;  // the world cannot count them
+        // On a lock's or semaphore's node, only its contenders' watches (elections' participants
+        // are not counted as contenders here: the base then).
+        const bool per_node = path != r.path && !is_election(r.kind);
+        const std::size_t most = (per_node ? kBasePerNode : kBase) + 2 * contenders;
         if (*count > most)
           return fail("watch pile-up", std::string(r.name),
                       fmt::format("after step {}: session {} (s{}) keeps {} watches on {} (at most {} expected)",
