@@ -85,6 +85,13 @@ std::optional<Op> Swarm::follow_up_for_step() const {
     }
     return std::nullopt;
   };
+  // An acquisition into the fault: async ones of any resource, timed ones of the first five.
+  auto acquisition = [&](OpKind kind) {
+    op.kind = kind;
+    op.resource = pick(kind == OpKind::async_acquire ? 8 : 5);
+    op.arg = pick(4) << 2;
+    return op;
+  };
   auto group_join = [&] {
     op.kind = OpKind::group_join;
     op.arg = pick(16);
@@ -116,30 +123,14 @@ std::optional<Op> Swarm::follow_up_for_step() const {
   if (waits_for_a_create) {
     // The fault waits for the session's next create: make one, of a member or of a lock.
     switch (pick(4)) {
-      case 0:
-        op.kind = OpKind::async_acquire;
-        op.resource = pick(8);
-        op.arg = pick(4) << 2;
-        return op;
-      case 1:
-        op.kind = OpKind::try_acquire_for;
-        op.resource = pick(5);
-        op.arg = pick(4) << 2;
-        return op;
+      case 0: return acquisition(OpKind::async_acquire);
+      case 1: return acquisition(OpKind::try_acquire_for);
       default: return group_join();
     }
   }
   switch (pick(10)) {
-    case 0:
-      op.kind = OpKind::async_acquire;
-      op.resource = pick(8);
-      op.arg = pick(4) << 2;
-      return op;
-    case 1:
-      op.kind = OpKind::try_acquire_for;
-      op.resource = pick(5);
-      op.arg = pick(4) << 2;
-      return op;
+    case 0: return acquisition(OpKind::async_acquire);
+    case 1: return acquisition(OpKind::try_acquire_for);
     case 2: return on_newest_hold(OpKind::release);
     case 3: return on_newest_hold(OpKind::destroy);
     case 4:
