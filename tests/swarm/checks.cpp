@@ -182,15 +182,17 @@ void Swarm::check_watch_count() {
       for (const auto& hold : holds_)
         contenders += hold.slot == slot->slot && !hold.released && resource(hold.resource).path == r.path;
       contenders += multi_lock_contenders(slot->slot, r.path);
-      std::vector<std::string> paths{r.path};
-      for (const auto& node : world_.children(r.path)) paths.push_back(r.path + "/" + node.name);
-      for (const auto& path : paths) {
+      // (path, whether it is a contender's node of a lock or semaphore)
+      std::vector<std::pair<std::string, bool>> paths{{r.path, false}};
+      for (const auto& node : world_.children(r.path))
+        paths.emplace_back(r.path + "/" + node.name, node.ephemeral_owner != 0 && !is_election(r.kind));
+      for (const auto& [path, contender_node] : paths) {
         const auto count = world_.watches(path, id);
         if (!count) return;  // the world cannot count them
-        // On a lock's or semaphore's node, only its contenders' watches (elections' participants
-        // are not counted as contenders here: the base then).
-        const bool per_node = path != r.path && !is_election(r.kind);
-        const std::size_t most = (per_node ? kBasePerNode : kBase) + 2 * contenders;
+        // On a contender's node, only the session's contenders' watches. The lock path, a layout's
+        // folder (a Curator semaphore's leases/ and locks/, listed and watched) and an election's
+        // nodes (whose participants are not counted as contenders here) get the base.
+        const std::size_t most = (contender_node ? kBasePerNode : kBase) + 2 * contenders;
         if (*count > most)
           return fail("watch pile-up", std::string(r.name),
                       fmt::format("after step {}: session {} (s{}) keeps {} watches on {} (at most {} expected)",
