@@ -1249,25 +1249,49 @@ TEST_F(ZklockTest, ServersFromAFileReachTheEnsembleAndTheJob) {
 // reported and changes nothing.
 TEST_F(ZklockTest, AServersFileRewrittenWhileTheJobRunsMovesItsSessionAndKeepsTheJob) {
   Cluster cluster({.servers = 3});
+  ASSERT_TRUE(cluster.wait_for_leader(scaled(30s)));
   const std::string file = testing::TempDir() + "zklock-servers-follow-" + std::to_string(::getpid());
-  std::ofstream(file) << cluster.server_address(0) << "\n";
-  Process holder({zklock_binary, "-z", "@" + file, "--session-timeout", "6", path_, "sh", "-c",
+  // Rewritten as configuration management does: a new file renamed over the old one.
+  auto write_servers = [&](const std::string& text) {
+    std::ofstream(file + ".new") << text;
+    ASSERT_EQ(std::rename((file + ".new").c_str(), file.c_str()), 0);
+  };
+  write_servers(cluster.server_address(0) + "\n");
+  // A 10 s session: a shorter one can be lost to a loaded machine's pauses before the file changes.
+  Process holder({zklock_binary, "-z", "@" + file, "--session-timeout", "10", path_, "sh", "-c",
                   "echo \"held $ZKLOCK_FENCING_TOKEN\"; exec sleep 600"},
                  merged_output());
   KillAtEnd stop_holder{holder.pid(), true};
-  ASSERT_TRUE(holder.wait_for_line("held ", scaled(30s)));
+  std::string said;  // every line zklock and the job printed, for a failure's message
+  auto wait_for = [&](std::string_view prefix, std::chrono::milliseconds bound) -> std::optional<std::string> {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto line = holder.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now()));
+      if (!line) break;
+      said += *line + "\n";
+      if (line->starts_with(prefix)) return line;
+    }
+    return std::nullopt;
+  };
+  ASSERT_TRUE(wait_for("held ", scaled(30s))) << said;
 
-  std::ofstream(file) << "# server 0 retired\n" << cluster.server_address(1) << "\n" << cluster.server_address(2) << "\n";
-  const auto moved = holder.wait_for_line("zklock: servers now", scaled(20s));
-  ASSERT_TRUE(moved) << "zklock never took the rewritten file: " << holder.read_all(1s);
+  write_servers("# server 0 retired\n" + cluster.server_address(1) + "\n" + cluster.server_address(2) + "\n");
+  const auto moved = wait_for("zklock: servers now", scaled(20s));
+  if (!moved) {
+    said += holder.read_all(1s);
+    const auto ended = holder.wait(0ms);
+    FAIL() << "zklock never took the rewritten file; it said:\n"
+           << said << (ended ? fmt::format("(it ended with status {})", *ended) : "(it still runs)");
+  }
   EXPECT_THAT(*moved, HasSubstr(cluster.server_address(1) + "," + cluster.server_address(2) + " (read from " + file + ")"));
   cluster.stop(0);
-  std::this_thread::sleep_for(8s);  // past the 6 s session: lost by now if it were still on server 0
+  std::this_thread::sleep_for(12s);  // past the 10 s session: lost by now if it were still on server 0
   EXPECT_FALSE(holder.wait(0ms)) << "the job ended: " << holder.read_all(1s);
 
-  std::ofstream(file) << cluster.server_address(1) << "/elsewhere\n";
-  const auto refused = holder.wait_for_line("zklock: keeping the servers", scaled(20s));
-  ASSERT_TRUE(refused);
+  write_servers(cluster.server_address(1) + "/elsewhere\n");
+  const auto refused = wait_for("zklock: keeping the servers", scaled(20s));
+  ASSERT_TRUE(refused) << said;
   EXPECT_THAT(*refused, HasSubstr("the chroot cannot change"));
   const std::string live = cluster.server_address(1) + "," + cluster.server_address(2);
   EXPECT_EQ(contenders_listed(run_to_end(zklock({"--list", path_, "--json"}, live))), 1) << "the lock is not held";
