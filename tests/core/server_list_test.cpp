@@ -123,9 +123,13 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
 
 // Servers added to the list of a dozen services on one server: the C client moves about two thirds
 // of them to the new servers (its rebalancing), each with reads in flight, and every one keeps its
-// session and lock; with the whole list, each then survives the first server's stop.
+// session and lock; with the whole list, each then survives the stop of the server they started on.
 TEST(ServerListTest, AddedServersSpreadTheSessionsAndEachKeepsItsSessionAndItsLock) {
   testenv::Cluster cluster({.servers = 3});
+  // The services start on a follower: the leader's stop would cost every session its grants
+  // whenever the election outlasts their lead time (docs/operations.md), which is not this test's.
+  ASSERT_TRUE(cluster.wait_for_leader(testenv::scaled(30s)));
+  const int first = cluster.leader() == 0 ? 1 : 0;
   const std::string base = testenv::unique_path();
   constexpr int kSessions = 12;
   std::vector<std::unique_ptr<Session>> sessions;
@@ -134,7 +138,7 @@ TEST(ServerListTest, AddedServersSpreadTheSessionsAndEachKeepsItsSessionAndItsLo
   std::vector<std::int64_t> ids;
   std::vector<Session*> all;
   for (int i = 0; i < kSessions; ++i) {
-    sessions.push_back(std::make_unique<Session>(session_options(cluster.server_address(0), kSessionTimeout)));
+    sessions.push_back(std::make_unique<Session>(session_options(cluster.server_address(first), kSessionTimeout)));
     locks.push_back(std::make_unique<Lock>(*sessions.back(), fmt::format("{}/lock-{}", base, i)));
     auto grant = locks.back()->try_acquire_for(testenv::scaled(10s));
     ASSERT_TRUE(grant) << "lock " << i;
@@ -150,14 +154,14 @@ TEST(ServerListTest, AddedServersSpreadTheSessionsAndEachKeepsItsSessionAndItsLo
   const auto moved = [&] {
     return std::count_if(sessions.begin(), sessions.end(), [&](const auto& session) {
       const std::string server = current_server(*session);
-      return !server.empty() && server != cluster.server_address(0);
+      return !server.empty() && server != cluster.server_address(first);
     });
   };
   EXPECT_TRUE(eventually([&] { return moved() > 0; }, testenv::scaled(10s))) << "no session moved";
   std::this_thread::sleep_for(1s);
   const auto moved_before_the_stop = moved();
 
-  cluster.stop(0);
+  cluster.stop(first);
   std::this_thread::sleep_for(kSessionTimeout + 2s);
   traffic.stop();
   for (int i = 0; i < kSessions; ++i) {
