@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,10 @@ namespace {
 
 using detail::Internals;
 
-constexpr auto kSessionTimeout = 6000ms;
+// 6 s, longer under the sanitizers (ZKR_TEST_TIMEOUT_SCALE): a reconnection slowed by an
+// instrumented, loaded machine must not outlast the tolerated silence, which is not what these
+// tests check.
+const std::chrono::milliseconds kSessionTimeout = std::min(testenv::scaled(6000ms), std::chrono::milliseconds(15000));
 
 std::string current_server(const Session& session) { return Internals::core(session)->current_server(); }
 
@@ -70,8 +74,15 @@ class Traffic {
 // ensemble: the session moves off it at once, with reads in flight, and keeps its id and its lock.
 TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock) {
   testenv::Cluster cluster({.servers = 3});
+  // The server left is a follower: the leader's stop would cost the session its grants whenever
+  // the election outlasts the lead time (docs/operations.md), which is not this test's.
+  ASSERT_TRUE(cluster.wait_for_leader(testenv::scaled(30s)));
+  const int left = cluster.leader() == 0 ? 1 : 0;
+  std::string others;
+  for (int i = 0; i < 3; ++i)
+    if (i != left) others += (others.empty() ? "" : ",") + cluster.server_address(i);
   const std::string path = testenv::unique_path();
-  Session session(session_options(cluster.server_address(0), kSessionTimeout));
+  Session session(session_options(cluster.server_address(left), kSessionTimeout));
   const std::int64_t id = session.id();
   Lock lock(session, path);
   auto held = lock.try_acquire_for(testenv::scaled(10s));
@@ -79,7 +90,7 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
 
   // Another session of the process on the same server, which loses its lock on any disconnection:
   // the move must end the moving session's connection and no other.
-  auto bystander_options = session_options(cluster.server_address(0), kSessionTimeout);
+  auto bystander_options = session_options(cluster.server_address(left), kSessionTimeout);
   bystander_options.loss_policy = LossPolicy::on_disconnect;
   Session bystander(bystander_options);
   Lock bystander_lock(bystander, path + "-bystander");
@@ -88,11 +99,12 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
 
   Traffic traffic({&session}, path);
   std::this_thread::sleep_for(200ms);
-  const std::string others = cluster.server_address(1) + "," + cluster.server_address(2);
   ASSERT_TRUE(session.set_servers(others));
   EXPECT_EQ(session.servers(), others);
-  EXPECT_EQ(session.options().servers, cluster.server_address(0)) << "options() are the ones given";
-  const std::set<std::string> listed{cluster.server_address(1), cluster.server_address(2)};
+  EXPECT_EQ(session.options().servers, cluster.server_address(left)) << "options() are the ones given";
+  std::set<std::string> listed;
+  for (int i = 0; i < 3; ++i)
+    if (i != left) listed.insert(cluster.server_address(i));
   ASSERT_TRUE(eventually([&] { return listed.count(current_server(session)) == 1; }, testenv::scaled(10s)))
       << "still on " << current_server(session) << " of " << cluster.connect_string();
 
@@ -100,7 +112,7 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
   EXPECT_FALSE(bystander_held->lost()) << "the move ended another session's connection";
   EXPECT_EQ(bystander.metrics().suspensions, 0u);
 
-  cluster.stop(0);
+  cluster.stop(left);
   // Longer than the session timeout: a session left on the stopped server would be lost by then.
   const auto until = std::chrono::steady_clock::now() + kSessionTimeout + 2s;
   bool held_throughout = true;

@@ -185,8 +185,10 @@ class DatabaseFencingTest : public ::testing::Test {
   virtual std::vector<FenceRow> fence_rows() = 0;
   virtual std::vector<EntryRow> entry_rows() = 0;
 
+  // A 4 s session: short, as B waits out the frozen A's expiry, yet tolerant of a loaded machine
+  // (at 2 s a second's stall could cost A its lock before the test froze it).
   std::vector<std::string> zklock(std::vector<std::string> rest) const {
-    std::vector<std::string> argv = {zklock_binary,       "--zk", servers_, "--session-timeout", scaled_seconds(2s),
+    std::vector<std::string> argv = {zklock_binary,       "--zk", servers_, "--session-timeout", scaled_seconds(4s),
                                      "--kill-after", scaled_seconds(300ms)};
     argv.insert(argv.end(), rest.begin(), rest.end());
     return argv;

@@ -161,11 +161,13 @@ TEST_F(GroupTest, MembersJoinChangeDataAndLeaveAndTheViewFollows) {
   ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"second=10.0.0.2:81"}; }));
   EXPECT_EQ(nodes(), Strings{"second"});
 
-  // Every call told a fresh view; the last tells the one member left.
-  auto calls = told.all();
-  ASSERT_FALSE(calls.empty());
-  EXPECT_EQ(ids(calls.back()), Strings{"second"});
-  for (const auto& call : calls) EXPECT_FALSE(call.stale);
+  // Every call told a fresh view; the last tells the one member left (the callback runs after
+  // the snapshot changed, on the callback thread).
+  ASSERT_TRUE(eventually([&] {
+    const auto calls = told.all();
+    return !calls.empty() && ids(calls.back()) == Strings{"second"};
+  }));
+  for (const auto& call : told.all()) EXPECT_FALSE(call.stale);
 }
 
 // A member's node deleted and created again under the same name between two listings of a view
@@ -235,8 +237,10 @@ TEST_F(GroupTest, AMemberTheViewCannotReadStopsTheViewWithNoAuth) {
   ASSERT_EQ(creator.create(path + "/secret", "s", ZOO_EPHEMERAL, &ZOO_CREATOR_ALL_ACL), ZOK);
   ASSERT_TRUE(eventually([&] { return view.error() == make_error_code(zk_errc::no_auth); })) << view.error().message();
   EXPECT_TRUE(view.snapshot().stale);
-  ASSERT_FALSE(told.all().empty());
-  EXPECT_TRUE(told.all().back().stale);
+  EXPECT_TRUE(eventually([&] {  // told on the callback thread, after the error is set
+    const auto calls = told.all();
+    return !calls.empty() && calls.back().stale;
+  }));
 
   // A view that starts with the unreadable member there is never fresh.
   GroupView late(sessions.add(servers), path);
@@ -436,7 +440,11 @@ TEST_F(GroupTest, ExpiredMemberIsToldAndRejoinsAndItsViewIsStaleUntilFresh) {
   ASSERT_TRUE(eventually([&] { return once.state() == MembershipState::lost; }));
   ASSERT_TRUE(eventually([&] { return fresh_members(view) == Strings{"rejoins=r"}; }));
   ASSERT_TRUE(eventually([&] { return fresh_members(outside) == Strings{"rejoins=r"}; }));
-  // The view went stale, and fresh again.
+  // The view went stale, and fresh again (told on the callback thread, after the snapshot).
+  ASSERT_TRUE(eventually([&] {
+    const auto calls = told.all();
+    return !calls.empty() && !calls.back().stale;
+  }));
   auto calls = told.all();
   auto stale = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return c.stale; });
   ASSERT_NE(stale, calls.end());
