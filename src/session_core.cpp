@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <future>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -45,6 +47,38 @@ constexpr std::string_view kBatchStampPrefix = "zkr-batch-stamp-";
 
 // What the three ops on a multi-op's stamp under `parent` count against the request limit.
 std::size_t stamp_request_bytes(const std::string& parent) { return 3 * request_bytes(parent.size(), 0); }
+
+// The latest reply through the leader that any session of this process had on a connection to each
+// server (as current_server() names it). The server watch asks it before ending a connection that
+// is not quiet: a server that none of the process's sessions heard through the leader for a while
+// answers, if anything, from its own copy (a follower cut off from the leader serves reads and
+// pings for syncLimit ticks), so every connection to it may go; one that another session just
+// heard through the leader is working, and only a quiet connection is ended there.
+class LeaderProofsByServer {
+ public:
+  static LeaderProofsByServer& instance() {
+    static LeaderProofsByServer proofs;
+    return proofs;
+  }
+  void note(const std::string& server, BootClock::time_point answered) {
+    if (server.empty()) return;
+    std::lock_guard lock(mutex_);
+    if (latest_.size() >= kMaxServers && !latest_.contains(server)) latest_.clear();  // forgetting only costs quiet-only
+    auto& latest = latest_[server];
+    latest = std::max(latest, answered);
+  }
+  // Whether a session of the process heard through the leader on `server` since `since`.
+  bool heard_since(const std::string& server, BootClock::time_point since) const {
+    std::lock_guard lock(mutex_);
+    const auto it = latest_.find(server);
+    return it != latest_.end() && it->second >= since;
+  }
+
+ private:
+  static constexpr std::size_t kMaxServers = 1024;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, BootClock::time_point> latest_;  // guarded by mutex_
+};
 
 }  // namespace
 
@@ -465,6 +499,8 @@ void SessionCore::on_connection_event(std::uint64_t generation, ConnectionEvent 
         ++session_metrics_.sessions_established;
       }
       on_server_since_ = BootClock::now();
+      connected_server_ = connection_->current_server();
+      move_refused_ = false;
       ++connection_epoch_;  // answers on the connection before do not vouch for this one
       last_leader_send_ = on_server_since_ - fallback_lag();
       set_state_locked(SessionState::connected);
@@ -760,13 +796,24 @@ void SessionCore::watch_server(std::uint64_t generation) {
       const auto quiet_since = std::max(last_leader_proof_, on_server_since_);
       if (now - quiet_since >= move_after()) {
         const std::string server = connection_->current_server();
-        // A connection that heard anything for half that time is left alone (see zk_client.cpp).
-        const bool left = connection_->leave_current_server(move_after() / 2);
-        log(LogLevel::warning, LogContext{session_id_.load(), {}, {}},
-            "session {}: no reply through the leader for {} ms on {}; {}", session_id_text(session_id_.load()),
-            std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since).count(), server,
-            left ? "moving to the next server" : "its connection could not be ended");
-        on_server_since_ = now;  // not again before another move_after()
+        // Half that time: on a server no session of the process heard through the leader for it
+        // (LeaderProofsByServer), every connection is ended, replies from the server's own copy
+        // or not; elsewhere only one that heard nothing at all for it (see zk_client.cpp).
+        const auto quiet_for = move_after() / 2;
+        const bool cut_off = !LeaderProofsByServer::instance().heard_since(server, now - quiet_for);
+        const bool left = connection_->leave_current_server(cut_off ? std::chrono::milliseconds::zero() : quiet_for);
+        if (left || !move_refused_)
+          log(LogLevel::warning, LogContext{session_id_.load(), {}, {}},
+              "session {}: no reply through the leader for {} ms on {}{}; {}", session_id_text(session_id_.load()),
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since).count(), server,
+              cut_off ? "" : " (other sessions of the process hear the leader there)",
+              left ? "moving to the next server" : "its connection could not be ended (tried again at each look)");
+        // Refused: again at the next look, as the other sessions' proofs there age or the
+        // connection goes quiet. Moved: not again before another move_after().
+        move_refused_ = !left;
+        if (left) on_server_since_ = now;
+      } else {
+        move_refused_ = false;
       }
     } else {
       std::string server = connection_->current_server();
@@ -790,6 +837,7 @@ void SessionCore::note_leader_proof(std::uint64_t generation, BootClock::time_po
   std::lock_guard lock(mutex_);
   if (generation != generation_) return;
   const auto answered = BootClock::now();
+  LeaderProofsByServer::instance().note(connected_server_, answered);
   const auto credit = credit_for_locked(sent, previous_send);
   recent_answers_[recent_answer_next_++ % recent_answers_.size()] = {connection_epoch_, sent, answered};
   if (sent > last_leader_proof_) last_leader_proof_ = sent;

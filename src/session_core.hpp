@@ -350,6 +350,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::string servers_;
   std::atomic<bool> servers_to_apply_{false};
   BootClock::time_point on_server_since_{};
+  std::string connected_server_;  // current_server() when the connection was last (re)established
+  bool move_refused_ = false;     // the server watch's latest try found no connection it could end
   std::string attempt_server_;
   BootClock::time_point attempt_since_{};
   BootClock::time_point last_server_watch_{};  // the watch's latest run

@@ -458,9 +458,10 @@ std::string address_other_than(const TcpEndpoint& endpoint) {
 }
 
 // Shuts down every TCP socket of this process to `server` that has received nothing for
-// `quiet_for` (or is still connecting). The socket is found through the process's file
-// descriptors, so another handle of the process on the same server, just as silent, is ended
-// too (which only moves it on as well); a connection that hears from its server is left alone.
+// `quiet_for` (or is still connecting; with zero, every one). The socket is found through the
+// process's file descriptors, so another handle of the process on the same server, just as
+// silent, is ended too (which only moves it on as well); a connection that hears from its server
+// is left alone unless the caller knows the server is cut off (SessionCore::watch_server).
 int shut_down_quiet_sockets_to(const std::string& server, std::chrono::milliseconds quiet_for) {
   const auto endpoint = parse_endpoint(server);
   if (!endpoint) return 0;

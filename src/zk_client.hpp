@@ -120,7 +120,8 @@ class ZooKeeperConnection {
   // connection-loss path (requests in flight fail with connection_loss, the session event
   // "connecting" follows, the session is resumed elsewhere): what the client does by itself only
   // after 2/3 of the session timeout without a reply. Only a connection that has received nothing
-  // for `quiet_for` is ended (see zk_client.cpp). False if there was none to end.
+  // for `quiet_for` is ended (see zk_client.cpp); with zero, any connection to that server. False
+  // if there was none to end.
   virtual bool leave_current_server(std::chrono::milliseconds quiet_for) {
     (void)quiet_for;
     return false;

@@ -67,9 +67,13 @@
 //
 // since the latest proof or (re)connect, and when a connect attempt on one server goes unanswered
 // for (silence_tolerance - heartbeat_interval) / 4, or, before the first session, for
-// connect_timeout / the number of servers. A move proves nothing and moves no deadline: the
-// formula above still runs from the latest proof through the leader, wherever the session is
-// connected, so the lead time holds unchanged.
+// connect_timeout / the number of servers. A server that still answers but not through the leader
+// (a follower cut off from it serves reads and pings from its own copy for syncLimit ticks) is
+// left the same way when no session of the process heard through the leader on it for
+// move_after / 2; a connection still hearing from its server is ended only then, so that a
+// session of the process that works on that server keeps its connection. A move proves nothing
+// and moves no deadline: the formula above still runs from the latest proof through the leader,
+// wherever the session is connected, so the lead time holds unchanged.
 //
 // A lost session is replaced by a new one (a new session id); nothing of the old one is ever
 // adopted. Locks granted on the old session stay lost. The old handle is closed (which deletes its

@@ -6,7 +6,9 @@
 // the moment it is told it lost the lock (from its loss callback). <t> is CLOCK_MONOTONIC in
 // nanoseconds, which every process on the machine shares, network namespaces included. Exits when
 // stdin closes (releasing the lock) or after 120 s. TICK_MS is the ensemble's tickTime (default:
-// testenv's 100 ms). With ZKR_TEST_HOLDER_LOG set, the library's log goes to stderr.
+// testenv's 100 ms). With ZKR_TEST_HOLDER_LOG set, the library's log goes to stderr; with
+// ZKR_TEST_HOLDER_READS set, it also reads the lock's path every 100 ms while it holds (a service
+// that keeps its connection busy: replies come in even while nothing goes through the leader).
 #include <poll.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +60,14 @@ int main(int argc, char** argv) {
   });
   fmt::print("ACQUIRED {} {}\n", held.token().value(), monotonic_ns());
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::atomic<bool> reading{std::getenv("ZKR_TEST_HOLDER_READS") != nullptr};
+  std::thread reader([&] {
+    while (reading && !lost && std::chrono::steady_clock::now() < end) {
+      std::error_code ignored;  // a read failed by a reconnection is simply the next one's turn
+      session.exists(argv[2], ignored);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   while (std::chrono::steady_clock::now() < end && !lost) {
     fmt::print("WRITE {} {}\n", held.token().value(), monotonic_ns());
     pollfd in{STDIN_FILENO, POLLIN, 0};
@@ -66,6 +76,8 @@ int main(int argc, char** argv) {
       if (read(STDIN_FILENO, &byte, 1) <= 0) break;
     }
   }
+  reading = false;
+  reader.join();
   // Wait for stdin to close so that the test decides when the process ends.
   char byte;
   while (read(STDIN_FILENO, &byte, 1) > 0) {

@@ -440,6 +440,61 @@ TEST_F(SilentServerTest, OneSilentServerStopsNoJobAndLosesNoLock) {
 }
 #endif
 
+// A follower cut off from the rest of the ensemble while its clients still reach it answers reads
+// (and pings) from its own copy for syncLimit ticks (10 s with Debian's timings) before it drops
+// them, but nothing it forwards reaches the leader. A holder that keeps reading hears its server
+// all along, yet nothing through the leader: its connection is never quiet. The library's
+// defaults (a 10 s session tolerates 5 s of silence): the session moves to a server of the rest in
+// time and keeps its lock, and the waiter is granted once the holder releases.
+TEST_F(SilentServerTest, AReadingHolderMovesOffAFollowerCutOffFromTheLeader) {
+  NetLab lab(NetLabOptions::debian_defaults(3, 2));
+  const int leader = lab.leader();
+  ASSERT_GE(leader, 0) << "no leader";
+  const std::string servers = lab.connect_string();
+  const std::string path = unique_path("reading-holder");
+  Process::Options holder_options;
+  holder_options.pipe_stdin = true;
+  holder_options.env = {{"ZKR_TEST_HOLDER_READS", "1"}};
+  std::unique_ptr<Process> holder;
+  int holder_server = -1;
+  for (int attempt = 0; attempt < 30 && holder_server < 0; ++attempt) {
+    holder = lab.spawn(0, {ZKR_TEST_HOLDER, servers, path, "10000", "2000"}, holder_options);
+    ASSERT_TRUE(holder->wait_for_line("ACQUIRED", scaled(60s)));
+    if (const int server = server_of(lab, 0); server >= 0 && server != leader) {
+      holder_server = server;
+      break;
+    }
+    holder->close_stdin();
+    holder->wait(scaled(10s));
+    holder.reset();
+  }
+  ASSERT_GE(holder_server, 0) << "the holder never landed on a follower";
+  auto waiter = lab.spawn(1, {ZKR_TEST_HOLDER, servers, path, "10000", "2000"}, holder_options);
+  ASSERT_TRUE(waiter->wait_for_line("SESSION", scaled(60s)));
+  std::cout << fmt::format("leader s{}; the holder on s{}, the waiter on s{} ({})", leader, holder_server,
+                           server_of(lab, 1), lab.describe())
+            << std::endl;
+
+  const auto cut_at = std::chrono::steady_clock::now();
+  lab.isolate_from_servers(holder_server);
+  // Past the tolerated silence (5 s) and the follower's own drop of its clients (10 s), with room.
+  const auto until = cut_at + 16s;
+  for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < until; ++i) {
+    const auto line = holder->read_line(std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(until - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(1ms))));
+    if (!line) break;
+    ASSERT_FALSE(line->starts_with("LOST"))
+        << "the holder was told " << *line << " "
+        << std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count() << " s after the cut";
+  }
+  holder->close_stdin();
+  EXPECT_TRUE(waiter->wait_for_line("ACQUIRED", scaled(30s))) << "the waiter was never granted";
+  lab.heal();
+  waiter->close_stdin();
+  holder->wait(scaled(10s));
+  waiter->wait(scaled(10s));
+}
+
 // Name resolution inside a lab host: `ip netns exec` shows /etc/netns/<namespace>/hosts and
 // resolv.conf as /etc/hosts and /etc/resolv.conf, and the resolver reads them on every lookup.
 // The resolv.conf points at a name server that is not there (in the host's own namespace), so a
