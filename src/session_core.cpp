@@ -57,8 +57,9 @@ std::size_t stamp_request_bytes(const std::string& parent) { return 3 * request_
 class LeaderProofsByServer {
  public:
   static LeaderProofsByServer& instance() {
-    static LeaderProofsByServer proofs;
-    return proofs;
+    // Never destroyed: a session that outlives static destruction (a global one) still notes.
+    static auto* const proofs = new LeaderProofsByServer;
+    return *proofs;
   }
   void note(const std::string& server, BootClock::time_point answered) {
     if (server.empty()) return;
