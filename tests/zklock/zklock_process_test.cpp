@@ -1369,9 +1369,18 @@ TEST_F(ZklockRecipeListTest, ListRecursiveShowsEveryLockAndRecipeUnderThePrefix)
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
 }
 
-// --prometheus prints the listing as metrics; --listen serves them, read afresh at each scrape,
-// with at most --max-locks paths' series.
-TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadAtEachScrape) {
+// One sample's value in a Prometheus text ("" when the series is absent).
+std::string sample_value(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return "";
+  const auto begin = at + series.size() + 2;
+  return text.substr(begin, text.find('\n', begin) - begin);
+}
+
+// --prometheus prints the listing as metrics; --listen serves them, with at most --max-locks paths'
+// series, answered from the last walk while the exporter's watches saw no change under the prefix,
+// and read again after one.
+TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadingAgainOnlyAfterAChange) {
   const std::string busy = path_ + "/jobs/busy";
   auto holder = std::make_unique<Process>(zklock({"--owner", "busy-holder", busy, "sh", "-c", "echo held; exec sleep 600"}),
                                           merged_output());
@@ -1401,11 +1410,36 @@ TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadAtEachSc
   EXPECT_THAT(scrape, HasSubstr("zklock_lock_holders{" + labels + "} 1\n"));
   EXPECT_THAT(scrape, Not(HasSubstr("zklock_group_members{")));  // past --max-locks 1
   EXPECT_THAT(scrape, HasSubstr("zklock_listing_paths_dropped 1\n"));
+  EXPECT_THAT(once.output, Not(HasSubstr("zklock_listing_walks_total")));  // the exporter's alone
 
-  holder->signal(SIGTERM);  // the waiter takes the lock and ends: the next scrape sees it
+  // Once its watches are set (the first scrapes may read again while they load), nothing changes
+  // under the prefix and each scrape is answered from the last walk, measured to now.
+  std::string before, after;
+  ASSERT_TRUE(eventually(
+      [&] {
+        before = http_get(port, "/metrics");
+        std::this_thread::sleep_for(50ms);
+        after = http_get(port, "/metrics");
+        return !sample_value(before, "zklock_listing_walks_total").empty() &&
+               sample_value(before, "zklock_listing_walks_total") == sample_value(after, "zklock_listing_walks_total");
+      },
+      30s))
+      << "every scrape walked the prefix again:\n" << before << "\n" << after;
+  const std::string walks = sample_value(after, "zklock_listing_walks_total");
+  for (int scrape_again = 0; scrape_again < 3; ++scrape_again) {
+    std::this_thread::sleep_for(50ms);
+    const std::string again = http_get(port, "/metrics");
+    EXPECT_EQ(sample_value(again, "zklock_listing_walks_total"), walks) << again;
+    EXPECT_GT(std::stod(sample_value(again, "zklock_listing_timestamp_seconds")),
+              std::stod(sample_value(before, "zklock_listing_timestamp_seconds")));
+    EXPECT_THAT(again, HasSubstr("zklock_lock_holders{" + labels + "} 1\n"));
+  }
+
+  holder->signal(SIGTERM);  // the waiter takes the lock and ends: the watches see it, the next scrape reads it
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
   ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").find("zklock_lock_holders{") == std::string::npos; }, 30s))
       << "the freed lock is still listed";
+  EXPECT_GT(std::stoi(sample_value(http_get(port, "/metrics"), "zklock_listing_walks_total")), std::stoi(walks));
   EXPECT_THAT(http_get(port, "/other"), ::testing::StartsWith("HTTP/1.1 404 "));
 
   const Outcome taken = run_to_end(zklock({"--list", path_, "-r", "--listen", fmt::format("127.0.0.1:{}", port)}));

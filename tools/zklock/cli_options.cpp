@@ -706,7 +706,8 @@ each option is given at most once:
                                 waiters, held and oldest-wait seconds, token, per path), e.g.
                                 for node_exporter's textfile collector
       --listen HOST:PORT        with --list: serve those metrics on http://HOST:PORT/metrics,
-                                read afresh on one session at each scrape, until INT or TERM
+                                from one session that watches the prefix and reads it again
+                                only after a change, until INT or TERM
                                 (port 0: a free one; the address is printed first)
       --max-locks N             with --prometheus or --listen: at most N paths' series (default
                                 1000); the others are counted in zklock_listing_paths_dropped

@@ -99,10 +99,17 @@ std::string lock_exposition(const std::vector<PathReading>& paths, const Listing
       "# TYPE zklock_listing_paths_read gauge\nzklock_listing_paths_read {}\n"
       "# HELP zklock_listing_paths_dropped Paths with something to show left out by --max-locks.\n"
       "# TYPE zklock_listing_paths_dropped gauge\nzklock_listing_paths_dropped {}\n"
-      "# HELP zklock_listing_timestamp_seconds When the listing was read (Unix time).\n"
+      "# HELP zklock_listing_timestamp_seconds When the listing was read, or last known current by the exporter's "
+      "watches (Unix time).\n"
       "# TYPE zklock_listing_timestamp_seconds gauge\nzklock_listing_timestamp_seconds {:.3f}\n",
       summary.up ? 1 : 0, summary.complete ? 1 : 0, summary.paths_read, summary.dropped,
       std::chrono::duration<double>(summary.observed.time_since_epoch()).count());
+  if (summary.walks)
+    out += fmt::format(
+        "# HELP zklock_listing_walks_total Walks of the prefix read from the ensemble; a scrape with no change under it "
+        "since the last walk is answered from that walk.\n"
+        "# TYPE zklock_listing_walks_total counter\nzklock_listing_walks_total {}\n",
+        *summary.walks);
   return out;
 }
 

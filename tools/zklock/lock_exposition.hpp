@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,11 +28,12 @@ struct PathReading {
 };
 
 struct ListingSummary {
-  std::chrono::system_clock::time_point observed;  // when the reading began
+  std::chrono::system_clock::time_point observed;  // when the reading began (or was last known current)
   bool up = true;               // false: the ensemble could not be read (no path series then)
   bool complete = true;         // false: the walk stopped at its bound before the end
   std::size_t paths_read = 0;   // paths the walk read
   std::size_t dropped = 0;      // paths with something to show left out by --max-locks
+  std::optional<std::uint64_t> walks;  // the exporter's walks of the prefix so far (a counter)
 };
 
 // The exposition text. Ages (held, oldest wait) are measured from `summary.observed` to each

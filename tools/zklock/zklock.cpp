@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -30,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include <zkr/cache.hpp>
 #include <zkr/error.hpp>
 #include <zkr/lock.hpp>
 #include <zkr/names.hpp>
@@ -120,7 +122,7 @@ class Zklock {
     bool exists = true;
   };
   Walk walk_listings();
-  std::string walk_exposition(const Walk* walk) const;
+  std::string walk_exposition(const Walk* walk, std::optional<std::uint64_t> walks = std::nullopt) const;
   int break_lock();
   std::string current_holders();
   std::string kind_description() const;
@@ -780,8 +782,9 @@ Zklock::Walk Zklock::walk_listings() {
 }
 
 // The walk as Prometheus text: the first --max-locks paths' series, the others counted.
-std::string Zklock::walk_exposition(const Walk* walk) const {
+std::string Zklock::walk_exposition(const Walk* walk, std::optional<std::uint64_t> walks) const {
   ListingSummary summary;
+  summary.walks = walks;
   std::vector<PathReading> readings;
   if (walk) {
     summary.observed = walk->observed;
@@ -854,11 +857,18 @@ bool Zklock::interrupted() {
   return stop;
 }
 
-// --list ... --listen HOST:PORT: an exporter. One session; each GET /metrics reads the listing
-// afresh (the scrape's own cadence sets the load: a few requests per path) and answers with
-// walk_exposition(); while the ensemble cannot be read it answers zklock_listing_up 0, so that an
-// alert on it fires rather than the series going stale. Until INT, TERM or HUP (exit 0). One
-// request at a time: Prometheus scrapes a target serially.
+// --list ... --listen HOST:PORT: an exporter. One session, and a TreeCache of the prefix that keeps
+// only the nodes' stats (no data): its watches count every change under the prefix (a node added
+// or removed, a node's data set) and tell when it may lag (a dropped connection, a new session). A
+// scrape reads the listing afresh (walk_listings()) only when something changed since the last
+// walk, or the cache could not vouch for it (loading, stale, stopped); otherwise it answers from
+// that walk, its ages measured to now. The order is safe: a walk is credited with the changes
+// counted before it began, and the session delivers a watch's event before any read it serves
+// sees the change, so a change the walk missed is counted after and the next scrape reads again.
+// While the ensemble cannot be read it answers zklock_listing_up 0, so that an alert on it fires
+// rather than the series going stale. A prefix too large for the cache (its max_nodes) is read at
+// each scrape instead. Until INT, TERM or HUP (exit 0). One request at a time: Prometheus scrapes
+// a target serially.
 int Zklock::serve_metrics() {
   std::optional<MetricsListener> listener;
   try {
@@ -868,11 +878,39 @@ int Zklock::serve_metrics() {
     return exit_code::usage;
   }
   connect();
+  std::atomic<std::uint64_t> changes{0};  // before the cache: its callback counts here until stopped
+  std::error_code watch_error;
+  std::optional<zkr::TreeCache> watches = zkr::TreeCache::make(
+      *session_, options_.lock_path, [&changes](const zkr::CacheEvent&) { ++changes; },
+      zkr::TreeCacheOptions{.cache_data = false}, watch_error);
+  if (!watches && !options_.quiet())
+    say("cannot watch {} ({}): each scrape reads it", options_.lock_path, watch_error.message());
+  bool cache_failure_told = false;
+  // The cache vouches for a walk credited with `changes` when it has loaded, is not stale, and has
+  // not stopped; what it counted since says whether the walk is still current.
+  auto vouching = [&] {
+    if (!watches) return false;
+    if (const auto stopped = watches->error()) {
+      if (!cache_failure_told && !options_.quiet())
+        say("stopped watching {} ({}): each scrape reads it", options_.lock_path, stopped.message());
+      cache_failure_told = true;
+      return false;
+    }
+    return watches->initialized() && !watches->stale();
+  };
+  struct KnownWalk {
+    Walk walk;
+    std::uint64_t changes_before = 0;
+    bool vouched = false;
+  };
+  std::optional<KnownWalk> last;
+  std::uint64_t walks = 0;
   print_report(fmt::format("serving the locks under {} as Prometheus metrics on http://{}/metrics\n",
                            options_.lock_path, listener->address()));
   while (true) {
     const Readiness ready = wait_for(signals_, inbox_->wakeup(), std::chrono::milliseconds(-1), listener->fd());
     if (ready.signal && interrupted()) {
+      if (watches) watches->stop();
       session_->close();
       return 0;
     }
@@ -881,14 +919,21 @@ int Zklock::serve_metrics() {
       (void)inbox_->take_states();
       (void)inbox_->take_path_changed();
     }
-    listener->serve_waiting([this](std::string_view target) -> std::optional<std::string> {
+    listener->serve_waiting([&](std::string_view target) -> std::optional<std::string> {
       if (target != "/metrics") return std::nullopt;
+      const std::uint64_t changes_now = changes.load();
+      const bool vouched = vouching();
+      if (last && last->vouched && vouched && last->changes_before == changes_now) {
+        last->walk.observed = std::chrono::system_clock::now();
+        return walk_exposition(&last->walk, walks);
+      }
       try {
-        const Walk walk = walk_listings();
-        return walk_exposition(&walk);
+        last = KnownWalk{walk_listings(), changes_now, vouched};
+        return walk_exposition(&last->walk, ++walks);
       } catch (const zkr::Error& error) {
+        last.reset();
         if (!passing_outage(error.code()) && !options_.quiet()) say("cannot list {}: {}", options_.lock_path, error.what());
-        return walk_exposition(nullptr);
+        return walk_exposition(nullptr, walks);
       }
     });
   }
