@@ -823,9 +823,12 @@ void SessionCore::watch_server(std::uint64_t generation) {
         attempt_since_ = now;
       } else if (!attempt_server_.empty() && now - attempt_since_ >= attempt_patience()) {
         const bool left = connection_->leave_current_server(attempt_patience() / 2);
-        log(LogLevel::warning, LogContext{session_id_.load(), {}, {}}, "connecting to {}: no answer for {} ms; {}",
-            attempt_server_, std::chrono::duration_cast<std::chrono::milliseconds>(now - attempt_since_).count(),
-            left ? "trying the next server" : "its connection could not be ended");
+        // Nothing to end is the usual case between the client's attempts (its socket closed, the
+        // next not yet open): not worth a warning at each look.
+        log(left ? LogLevel::warning : LogLevel::debug, LogContext{session_id_.load(), {}, {}},
+            "connecting to {}: no answer for {} ms; {}", attempt_server_,
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - attempt_since_).count(),
+            left ? "trying the next server" : "no quiet connection to it to end (the client is between attempts)");
         attempt_since_ = now;
       }
     }
