@@ -201,6 +201,28 @@ bool Cluster::wait_for_leader(std::chrono::milliseconds timeout) const {
   return wait_until([this] { return leader() >= 0; }, timeout);
 }
 
+int Cluster::follower(std::chrono::milliseconds timeout) const {
+  int found = -1;
+  if (!wait_until([&] { return (found = leader()) >= 0; }, timeout))
+    throw std::runtime_error(fmt::format("Cluster: no server of {} became leader within {} ms", size(), timeout.count()));
+  if (size() < 2) throw std::runtime_error("Cluster: a single server has no follower");
+  return found == 0 ? 1 : 0;
+}
+
+std::vector<std::string> Cluster::addresses_except(int index) const {
+  check_server_index("Cluster", index, size());
+  std::vector<std::string> addresses;
+  for (int i = 0; i < size(); ++i)
+    if (i != index) addresses.push_back(server_address(i));
+  return addresses;
+}
+
+std::string Cluster::connect_string_except(int index) const {
+  std::string result;
+  for (const auto& address : addresses_except(index)) result += (result.empty() ? "" : ",") + address;
+  return result;
+}
+
 void Cluster::kill(int index) { zkenv(server_command("Cluster", "kill", index, size())); }
 void Cluster::stop(int index) { zkenv(server_command("Cluster", "stop-server", index, size())); }
 void Cluster::start(int index) { zkenv(server_command("Cluster", "start-server", index, size())); }

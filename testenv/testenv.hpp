@@ -71,6 +71,14 @@ class Cluster {
   // Index of the server that reports itself leader (0 for a single server), -1 if none does.
   int leader() const;
   bool wait_for_leader(std::chrono::milliseconds timeout) const;
+  // A follower, once the ensemble has a leader (waits up to `timeout`; throws std::runtime_error
+  // without one): the server a test stops or cuts off when the leader's election, which can
+  // outlast a session's lead time (docs/operations.md), is not what it tests.
+  int follower(std::chrono::milliseconds timeout) const;
+  // Every server's "127.0.0.1:port" but server `index`'s, in index order, as a list and as a
+  // connect string.
+  std::vector<std::string> addresses_except(int index) const;
+  std::string connect_string_except(int index) const;
 
   void kill(int index);   // SIGKILL
   void stop(int index);   // SIGTERM, then SIGKILL after a grace period

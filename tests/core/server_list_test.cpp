@@ -76,11 +76,8 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
   testenv::Cluster cluster({.servers = 3});
   // The server left is a follower: the leader's stop would cost the session its grants whenever
   // the election outlasts the lead time (docs/operations.md), which is not this test's.
-  ASSERT_TRUE(cluster.wait_for_leader(testenv::scaled(30s)));
-  const int left = cluster.leader() == 0 ? 1 : 0;
-  std::string others;
-  for (int i = 0; i < 3; ++i)
-    if (i != left) others += (others.empty() ? "" : ",") + cluster.server_address(i);
+  const int left = cluster.follower(testenv::scaled(30s));
+  const std::string others = cluster.connect_string_except(left);
   const std::string path = testenv::unique_path();
   Session session(session_options(cluster.server_address(left), kSessionTimeout));
   const std::int64_t id = session.id();
@@ -102,9 +99,8 @@ TEST(ServerListTest, ASessionToldToLeaveAServerMovesAndKeepsItsSessionAndItsLock
   ASSERT_TRUE(session.set_servers(others));
   EXPECT_EQ(session.servers(), others);
   EXPECT_EQ(session.options().servers, cluster.server_address(left)) << "options() are the ones given";
-  std::set<std::string> listed;
-  for (int i = 0; i < 3; ++i)
-    if (i != left) listed.insert(cluster.server_address(i));
+  const auto listed_servers = cluster.addresses_except(left);
+  const std::set<std::string> listed(listed_servers.begin(), listed_servers.end());
   ASSERT_TRUE(eventually([&] { return listed.count(current_server(session)) == 1; }, testenv::scaled(10s)))
       << "still on " << current_server(session) << " of " << cluster.connect_string();
 
@@ -140,8 +136,7 @@ TEST(ServerListTest, AddedServersSpreadTheSessionsAndEachKeepsItsSessionAndItsLo
   testenv::Cluster cluster({.servers = 3});
   // The services start on a follower: the leader's stop would cost every session its grants
   // whenever the election outlasts their lead time (docs/operations.md), which is not this test's.
-  ASSERT_TRUE(cluster.wait_for_leader(testenv::scaled(30s)));
-  const int first = cluster.leader() == 0 ? 1 : 0;
+  const int first = cluster.follower(testenv::scaled(30s));
   const std::string base = testenv::unique_path();
   constexpr int kSessions = 12;
   std::vector<std::unique_ptr<Session>> sessions;

@@ -544,11 +544,8 @@ TEST(Tls, ASessionGivenOtherServersMovesThroughTheRelayAndKeepsItsLock) {
   testenv::Cluster cluster({.servers = 3, .tls = true, .tls_client_auth = "need"});
   // The server left is a follower: the leader's stop would cost the grant whenever the election
   // outlasts the lead time (docs/operations.md), which is not this test's.
-  ASSERT_TRUE(cluster.wait_for_leader(testenv::scaled(30s)));
-  const int left = cluster.leader() == 0 ? 1 : 0;
-  std::string others;
-  for (int i = 0; i < 3; ++i)
-    if (i != left) others += (others.empty() ? "" : ",") + cluster.server_address(i);
+  const int left = cluster.follower(testenv::scaled(30s));
+  const std::string others = cluster.connect_string_except(left);
   SessionOptions options = tls_options(cluster.server_address(left), client_tls(cluster.state_dir() / "tls"));
   // 6 s, longer under the sanitizers: a reconnection slowed by a loaded machine is not this test's.
   options.session_timeout = std::min(testenv::scaled(6000ms), std::chrono::milliseconds(15000));

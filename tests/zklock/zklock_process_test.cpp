@@ -1249,11 +1249,10 @@ TEST_F(ZklockTest, ServersFromAFileReachTheEnsembleAndTheJob) {
 // reported and changes nothing.
 TEST_F(ZklockTest, AServersFileRewrittenWhileTheJobRunsMovesItsSessionAndKeepsTheJob) {
   Cluster cluster({.servers = 3});
-  ASSERT_TRUE(cluster.wait_for_leader(scaled(30s)));
   // zklock starts on a follower, the one stopped below: the leader's stop would stop the job
   // whenever the election outlasts the lead time (docs/operations.md), which is not this test's.
-  const int first = cluster.leader() == 0 ? 1 : 0;
-  const int second = first == 1 ? 0 : 1;
+  const int first = cluster.follower(scaled(30s));
+  const auto others = cluster.addresses_except(first);
   const std::string file = testing::TempDir() + "zklock-servers-follow-" + std::to_string(::getpid());
   // Rewritten as configuration management does: a new file renamed over the old one.
   auto write_servers = [&](const std::string& text) {
@@ -1280,7 +1279,7 @@ TEST_F(ZklockTest, AServersFileRewrittenWhileTheJobRunsMovesItsSessionAndKeepsTh
   };
   ASSERT_TRUE(wait_for("held ", scaled(30s))) << said;
 
-  write_servers("# the first server retired\n" + cluster.server_address(second) + "\n" + cluster.server_address(2) + "\n");
+  write_servers("# the first server retired\n" + others[0] + "\n" + others[1] + "\n");
   const auto moved = wait_for("zklock: servers now", scaled(20s));
   if (!moved) {
     said += holder.read_all(1s);
@@ -1288,16 +1287,16 @@ TEST_F(ZklockTest, AServersFileRewrittenWhileTheJobRunsMovesItsSessionAndKeepsTh
     FAIL() << "zklock never took the rewritten file; it said:\n"
            << said << (ended ? fmt::format("(it ended with status {})", *ended) : "(it still runs)");
   }
-  EXPECT_THAT(*moved, HasSubstr(cluster.server_address(second) + "," + cluster.server_address(2) + " (read from " + file + ")"));
+  EXPECT_THAT(*moved, HasSubstr(cluster.connect_string_except(first) + " (read from " + file + ")"));
   cluster.stop(first);
   std::this_thread::sleep_for(12s);  // past the 10 s session: lost by now if it were still on the first server
   EXPECT_FALSE(holder.wait(0ms)) << "the job ended: " << holder.read_all(1s);
 
-  write_servers(cluster.server_address(second) + "/elsewhere\n");
+  write_servers(others[0] + "/elsewhere\n");
   const auto refused = wait_for("zklock: keeping the servers", scaled(20s));
   ASSERT_TRUE(refused) << said;
   EXPECT_THAT(*refused, HasSubstr("the chroot cannot change"));
-  const std::string live = cluster.server_address(second) + "," + cluster.server_address(2);
+  const std::string live = cluster.connect_string_except(first);
   EXPECT_EQ(contenders_listed(run_to_end(zklock({"--list", path_, "--json"}, live))), 1) << "the lock is not held";
 
   holder.signal(SIGTERM);
