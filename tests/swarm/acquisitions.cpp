@@ -53,6 +53,9 @@ void run_blocking(Recipe* recipe, OpKind kind, std::chrono::nanoseconds timeout,
     }
   } catch (const Error& e) {
     ec = e.code();
+    // The throwing try forms give up with an empty result, never an exception (zkr/lock.hpp).
+    if ((kind == OpKind::try_acquire || kind == OpKind::try_acquire_for) && ec == condition::gave_up)
+      unexpected = fmt::format("gave up by throwing {} instead of returning nothing", e.what());
   } catch (const std::exception& e) {
     unexpected = fmt::format("threw {}", e.what());
   }
@@ -266,13 +269,20 @@ void Swarm::predict(Pending& pending, const Op& op) {
            hold.owner == pending.actor && !hold.moved && !hold.released && !hold.destroyed &&
            hold.slot == pending.slot && hold.epoch == pending.epoch && resource(hold.resource).path == r.path;
   };
+  // A grant the library says is lost is held by no thread (lock.hpp, "Holds, precisely"): the loss
+  // is told before this acquisition starts, so its thread may not be refused for it.
+  auto known_lost = [](const Hold& hold) {
+    std::lock_guard lock(hold.box->mutex);
+    return hold.box->held().lost();
+  };
   // A hold moved to this thread may count as the thread's too (lock.hpp leaves a moved hold to
   // nobody; a library that gives it to its new thread refuses or reenters here, and may).
   pending.thread_may_hold = std::any_of(holds_.begin(), holds_.end(), [&](const Hold& hold) {
-    return bound_to_thread(hold) ||
-           (pending.blocking && is_lock_like(r.kind) && hold.blocking && hold.owner == pending.actor && !hold.released &&
-            !hold.destroyed && hold.slot == pending.slot && hold.epoch == pending.epoch &&
-            resource(hold.resource).path == r.path);
+    return (bound_to_thread(hold) ||
+            (pending.blocking && is_lock_like(r.kind) && hold.blocking && hold.owner == pending.actor &&
+             !hold.released && !hold.destroyed && hold.slot == pending.slot && hold.epoch == pending.epoch &&
+             resource(hold.resource).path == r.path)) &&
+           !known_lost(hold);
   });
   if (!usable(pending.slot)) return bound(0ns, "its session is closed");
   if (!healthy(pending.slot) || pending.held_back) return;
@@ -704,6 +714,16 @@ bool Swarm::control_op(const Op& op) {
           pending->stop.request_stop();
           pending->stop_requested = any = true;
         }
+    // A stop ends a waiting acquisition at once (cancelled, unless a grant came first), on a healthy
+    // session and outside a batch not yet sent: a wait that goes on is a hang.
+    const auto stopped_by = Clock::now() + world_.slack();
+    for (auto& pending : pending_)
+      if (pending->actor == op.actor && pending->stop_requested && !pending->held_back && healthy(pending->slot) &&
+          slots_[static_cast<std::size_t>(pending->slot)]->epoch == pending->epoch &&
+          (!pending->prompt_by || *pending->prompt_by > stopped_by)) {
+        pending->prompt_by = stopped_by;
+        pending->expectation = fmt::format("its stop was requested at step {} on a healthy session", step_index_);
+      }
     if (any) settle_after(op.actor);
     return any;
   }

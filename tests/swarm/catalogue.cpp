@@ -481,6 +481,12 @@ void Swarm::harvest_catalogue() {
     if (ec == errc::internal_error || ec == condition::bad_input)
       fail("exception", std::string(name), fmt::format("{}: {}", what, ec.message()));
   };
+  // A join or an enter makes the parents its node needs (a container the server reaped meanwhile
+  // included): it never ends for want of one.
+  auto parents_made = [&](std::string_view name, const std::string& what, const std::error_code& ec) {
+    if (ec == zk_errc::no_node)
+      fail("missing parent", std::string(name), fmt::format("{} ended with {}", what, ec.message()));
+  };
   // Multi-lock acquisitions that ended.
   for (auto it = c.multi_pending.begin(); it != c.multi_pending.end() && !failed();) {
     auto& pending = **it;
@@ -550,6 +556,7 @@ void Swarm::harvest_catalogue() {
         ec = made.join->ec;
       }
       unexpected("group", "a GroupMember's join", ec);
+      parents_made("group", "a GroupMember's join", ec);
       count(fmt::format("group joins: {}", ec ? ec.message() : "joined"));
       made.join.reset();
     }
@@ -615,6 +622,7 @@ void Swarm::harvest_catalogue() {
     unexpected("double-barrier", p.what, ec);
     trace("  outcome of {}: {}", p.what, ec ? ec.message() : "passed");
     if (p.phase == Catalogue::Phase::entering) {
+      parents_made("double-barrier", p.what, ec);
       count(fmt::format("double barrier enters: {}", ec ? ec.message() : "passed"));
       if (!ec && p.most_present < kDoubleParticipants && !c.double_ready_left)
         fail("double barrier", "double-barrier",

@@ -73,6 +73,7 @@ void Swarm::check_step() {
   eventually("metrics", world_.slack() / 2, [&] { return metrics_problem(false); });
   eventually("leader watch", world_.slack() / 2, [&] { return watch_problem(); });
   eventually("tree cache", world_.slack() / 2, [&] { return cache_problem(); });
+  eventually("latch out of the election", world_.slack() / 2, [&] { return latch_problem(); });
   eventually("group", world_.slack() / 2, [&] { return group_problem(false); });
   eventually("barrier", world_.slack() / 2, [&] { return barrier_problem(); });
   eventually("waiter watches", world_.slack() / 2, [&] { return waiter_watch_problem(); });
@@ -439,16 +440,29 @@ std::string Swarm::metrics_problem(bool final) {
       if (pending->slot == slot.slot && pending->epoch == slot.epoch && is_acquirable(resource(pending->resource).kind))
         ++waiting[resource(pending->resource).path];
     const auto where = fmt::format("session s{} (metrics labels {})", slot.slot, to_string(labels));
-    if (labels == MetricsLabels::off) {
-      const bool used_multi_lock = std::any_of(resources().begin(), resources().end(), [&](const Resource& r) {
-        return multi_lock_used(slot.slot, slot.epoch, r.path);
-      });
-      if (!slot.used_elections && !used_multi_lock && metrics.acquisitions != grants_total) {
+    const bool used_multi_lock = std::any_of(resources().begin(), resources().end(), [&](const Resource& r) {
+      return multi_lock_used(slot.slot, slot.epoch, r.path);
+    });
+    if (!slot.used_elections && !used_multi_lock) {
+      // The session's totals, whatever its labels: grants, and the acquisitions that timed out or
+      // were cancelled (an empty optional of the throwing forms may be either).
+      SeriesCount want;
+      for (const auto& [path, counted] : expected) {
+        want.timeouts += counted.timeouts;
+        want.cancellations += counted.cancellations;
+        want.gave_up += counted.gave_up;
+      }
+      if (labels == MetricsLabels::off && metrics.acquisitions != grants_total)
         return fmt::format("{}: SessionMetrics::acquisitions is {}, the test saw {} grants", where,
                            metrics.acquisitions, grants_total);
-      }
-      continue;
+      if (metrics.acquire_timeouts + metrics.acquire_cancellations != want.timeouts + want.cancellations + want.gave_up ||
+          metrics.acquire_timeouts < want.timeouts || metrics.acquire_cancellations < want.cancellations)
+        return fmt::format("{}: SessionMetrics counts {} acquisitions timed out and {} cancelled; the test saw {} timed "
+                           "out, {} cancelled and {} either{}",
+                           where, metrics.acquire_timeouts, metrics.acquire_cancellations, want.timeouts,
+                           want.cancellations, want.gave_up, final ? " (at the end)" : "");
     }
+    if (labels == MetricsLabels::off) continue;
     std::set<std::string> recipe_paths;
     for (const auto& r : resources())
       if (is_acquirable(r.kind) || (labels == MetricsLabels::prefix && is_election(r.kind))) recipe_paths.insert(r.path);
@@ -525,10 +539,42 @@ std::string Swarm::watch_problem() {
   return {};
 }
 
+// ---- latches ----
+
+// A LeaderLatch started and not closed takes part, on a healthy session, once the world is quiet:
+// its session has a node in the election (after a lost term it joins again by itself,
+// zkr/election.hpp). A start inside an open AcquisitionBatch joins when the batch is sent.
+std::string Swarm::latch_problem() {
+  for (auto& slot : slots_) {
+    if (!healthy(slot->slot)) continue;
+    const std::int64_t id = slot->session->id();
+    for (auto& [index, made] : slot->latches) {
+      if (!made->started || made->closed) continue;
+      if (made->held_back_by >= 0) {
+        const auto& actor = *actors_[static_cast<std::size_t>(made->held_back_by)];
+        if (actor.batch && actor.batch_slot == slot->slot) continue;  // the batch is not sent yet
+        made->held_back_by = -1;
+      }
+      {
+        std::lock_guard lock(made->shared->mutex);
+        if (made->shared->closed_by_listener) continue;
+      }
+      const auto& path = resource(index).path;
+      const auto nodes = world_.children(path);
+      if (std::none_of(nodes.begin(), nodes.end(), [&](const ServerNode& node) { return node.ephemeral_owner == id; }))
+        return fmt::format("after step {}: the LeaderLatch of session s{} on {} was started and never closed, but its "
+                           "session has no node in the election",
+                           step_index_, slot->slot, path);
+    }
+  }
+  return {};
+}
+
 // ---- tree caches ----
 
 // A tree cache on a healthy session, once the world is quiet, has loaded, is not stale, and mirrors
-// the server's tree: the same nodes, each with the same owner session.
+// the server's tree: the same nodes, each with the same owner session and the same last change of
+// its data (mzxid; the root's is not compared: the world reads it no stat).
 std::string Swarm::cache_problem() {
   for (auto& slot : slots_) {
     if (!slot->cache || slot->cache->error() || !healthy(slot->slot)) continue;
@@ -542,28 +588,32 @@ std::string Swarm::cache_problem() {
     const bool peers = std::any_of(resources().begin(), resources().end(),
                                    [&](const Resource& r) { return world_.peers_on(r.path); });
     auto peer_owned = [&](std::int64_t owner) { return peers && owner != 0 && !own_sessions_.count(owner); };
-    std::map<std::string, std::int64_t> server;  // path -> ephemeral owner
-    if (world_.exists(std::string(kRoot))) server[std::string(kRoot)] = 0;
+    std::map<std::string, CachedNode> server;
+    if (world_.exists(std::string(kRoot))) server[std::string(kRoot)] = {0, 0};
     for (std::vector<std::string> todo{std::string(kRoot)}; !todo.empty();) {
       const std::string parent = todo.back();
       todo.pop_back();
       for (const auto& node : world_.children(parent)) {
         if (peer_owned(node.ephemeral_owner)) continue;
-        server[parent + "/" + node.name] = node.ephemeral_owner;
+        server[parent + "/" + node.name] = {node.ephemeral_owner, node.mzxid};
         todo.push_back(parent + "/" + node.name);
       }
     }
-    std::map<std::string, std::int64_t> cached;
+    auto mirrored = [](const std::string& path, const NodeStat& stat) -> CachedNode {
+      return {stat.ephemeral_owner, path == kRoot ? 0 : stat.mzxid};
+    };
+    std::map<std::string, CachedNode> cached;
     for (const auto& [path, node] : slot->cache->snapshot())
-      if (!peer_owned(node.stat.ephemeral_owner)) cached[path] = node.stat.ephemeral_owner;
+      if (!peer_owned(node.stat.ephemeral_owner)) cached[path] = mirrored(path, node.stat);
     if (cached == server && slot->cache_told) {
       // What the callback was told adds up to the mirror once it caught up.
       if (const auto pending = slot->cache->metrics().events_pending; pending > 0)
         return fmt::format("after step {}: the TreeCache of session s{} still has {} events waiting for its callback",
                            step_index_, slot->slot, pending);
       std::lock_guard lock(slot->cache_told->mutex);
-      auto told = slot->cache_told->nodes;
-      std::erase_if(told, [&](const auto& entry) { return peer_owned(entry.second); });
+      std::map<std::string, CachedNode> told;
+      for (const auto& [path, node] : slot->cache_told->nodes)
+        if (!peer_owned(node.first)) told[path] = {node.first, path == kRoot ? 0 : node.second};
       if (told != cached)
         return fmt::format("after step {}: what the TreeCache of session s{} told its callback differs from its "
                            "mirror",
@@ -571,10 +621,15 @@ std::string Swarm::cache_problem() {
     }
     if (cached == server) continue;
     std::vector<std::string> differences;
-    for (const auto& [path, owner] : server)
-      if (auto found = cached.find(path); found == cached.end() || found->second != owner)
-        differences.push_back(path + " (server only or other owner)");
-    for (const auto& [path, owner] : cached)
+    for (const auto& [path, node] : server)
+      if (auto found = cached.find(path); found == cached.end())
+        differences.push_back(path + " (server only)");
+      else if (found->second.first != node.first)
+        differences.push_back(path + " (other owner)");
+      else if (found->second.second != node.second)
+        differences.push_back(fmt::format("{} (data of change {}, the server's {})", path, found->second.second,
+                                          node.second));
+    for (const auto& [path, node] : cached)
       if (!server.contains(path)) differences.push_back(path + " (cache only)");
     return fmt::format("after step {}: the TreeCache of session s{} differs from the server: {}", step_index_,
                        slot->slot, node_list(differences));

@@ -40,10 +40,20 @@ Swarm::LatchSlot& Swarm::latch(int slot_index, int resource_index) {
     shared->events.push_back(term_event(event, term));
     if (event == LeadershipEvent::gained && shared->close_on_gain && shared->latch) {
       shared->close_on_gain = false;
+      shared->closed_by_listener = true;
       shared->latch->close();  // from the callback thread
     }
   });
   return *made;
+}
+
+// A latch that joins on an actor's thread inside that actor's open AcquisitionBatch (start, or
+// resign's join at the back) joins when the batch is sent.
+void Swarm::note_join_held_back(LatchSlot& latch, const Op& op) {
+  const auto& actor = *actors_[static_cast<std::size_t>(op.actor)];
+  if (actor.batch && actor.batch_effective && actor.batch_slot == op.session &&
+      actor.batch_epoch == slots_[static_cast<std::size_t>(op.session)]->epoch)
+    latch.held_back_by = op.actor;
 }
 
 Swarm::SelectorSlot& Swarm::selector(int slot_index) {
@@ -163,7 +173,7 @@ bool Swarm::election_op(const Op& op) {
       std::this_thread::sleep_for(500us);
       std::lock_guard lock(told->mutex);
       if (event.kind == CacheEvent::Kind::added || event.kind == CacheEvent::Kind::updated)
-        told->nodes[event.path] = event.node.stat.ephemeral_owner;
+        told->nodes[event.path] = {event.node.stat.ephemeral_owner, event.node.stat.mzxid};
       else if (event.kind == CacheEvent::Kind::removed)
         told->nodes.erase(event.path);
     };
@@ -223,12 +233,14 @@ bool Swarm::election_op(const Op& op) {
     case OpKind::latch_start:
       if (l.closed) return false;
       l.started = true;
+      note_join_held_back(l, op);
       return on_actor([raw] { raw->start(); }, slack);
     case OpKind::latch_close:
       if (l.closed) return false;
       l.closed = true;
       return on_actor([raw] { raw->close(); }, slack);
     case OpKind::latch_resign:
+      note_join_held_back(l, op);  // it joins again at the back
       return on_actor([raw] { raw->resign(); }, slack);
     case OpKind::latch_wait: {
       if (!l.started) return false;

@@ -41,7 +41,7 @@ class FakeWorld final : public World {
     for (const auto& name : server_->children(path)) {
       const auto node = server_->node(path + "/" + name);
       if (!node) continue;  // deleted meanwhile
-      out.push_back({name, node->stat.czxid, node->stat.ephemeral_owner});
+      out.push_back({name, node->stat.czxid, node->stat.ephemeral_owner, node->stat.mzxid});
     }
     return out;
   }
@@ -74,6 +74,15 @@ class FakeWorld final : public World {
     return fault;
   }
 
+  // The same fault for the next read of the barrier's node (a Barrier wait's, with its watch): the
+  // server forgets a watch whose reply was lost with the connection, so the wait must read again
+  // when the connection comes back.
+  static fake::Fault barrier_read(fake::Fault fault) {
+    fault.op = fake::Op::get_data;
+    fault.path_prefix = std::string(kRoot) + "/barrier";
+    return fault;
+  }
+
   void inject(OpKind fault, int slot, Session& session, int steps) override {
     const auto id = session.id();
     if (id == 0) return;  // between sessions: nothing to break
@@ -87,6 +96,7 @@ class FakeWorld final : public World {
       case OpKind::fault_lost_reply:
         armed.after_apply = true;
         server_->inject(counter_write(armed));
+        server_->inject(barrier_read(armed));
         server_->inject(std::move(armed));
         break;
       case OpKind::fault_failed_create:

@@ -121,10 +121,15 @@ std::optional<Op> Swarm::follow_up_for_step() const {
     }
   }
   if (waits_for_a_create) {
-    // The fault waits for the session's next create: make one, of a member or of a lock.
-    switch (pick(4)) {
+    // The fault waits for the session's next create: make one, of a member or of a lock. A lost
+    // reply also waits for the next read of the barrier: a wait for ever, now and then.
+    switch (pick(last_fault_->kind == OpKind::fault_lost_reply ? 5 : 4)) {
       case 0: return acquisition(OpKind::async_acquire);
       case 1: return acquisition(OpKind::try_acquire_for);
+      case 4:
+        op.kind = OpKind::barrier_wait;
+        op.arg = 0;  // for ever
+        return op;
       default: return group_join();
     }
   }

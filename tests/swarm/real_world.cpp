@@ -61,7 +61,7 @@ class Observer {
     std::sort(names.begin(), names.end());
     std::vector<ServerNode> out;
     for (const auto& name : names)
-      if (auto found = stat(path + "/" + name)) out.push_back({name, found->czxid, found->ephemeral_owner});
+      if (auto found = stat(path + "/" + name)) out.push_back({name, found->czxid, found->ephemeral_owner, found->mzxid});
     return out;
   }
 

@@ -30,6 +30,7 @@ struct LatchShared {
   std::mutex mutex;
   std::vector<TermEvent> events;  // not yet harvested
   bool close_on_gain = false;
+  bool closed_by_listener = false;  // close_on_gain was carried out
   LeaderLatch* latch = nullptr;  // for the listener that closes it
 };
 
@@ -39,6 +40,7 @@ struct Swarm::LatchSlot {
   Subscription listener;
   bool started = false;
   bool closed = false;
+  int held_back_by = -1;  // the actor whose open AcquisitionBatch holds its join back, until sent
 };
 
 struct SelectorShared {
@@ -72,10 +74,14 @@ struct Swarm::WatchSlot {
   bool stopped = false;
 };
 
-// What a tree cache's callback was told (path -> ephemeral owner), recorded on the callback thread.
+// A node as a tree cache must mirror it: its ephemeral owner and its data's last change (mzxid).
+using CachedNode = std::pair<std::int64_t, std::int64_t>;
+
+// What a tree cache's callback was told (path -> owner and data's change), recorded on the
+// callback thread.
 struct CacheTold {
   std::mutex mutex;
-  std::map<std::string, std::int64_t> nodes;
+  std::map<std::string, CachedNode> nodes;
 };
 
 struct Swarm::SessionSlot {

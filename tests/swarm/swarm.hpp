@@ -272,6 +272,8 @@ class Swarm {
   std::string metrics_problem(bool final);  // empty: they agree
   std::string watch_problem();
   std::string cache_problem();
+  std::string latch_problem();
+  void note_join_held_back(LatchSlot& latch, const Op& op);
   void eventually(std::string_view invariant, std::chrono::milliseconds bound,
                   const std::function<std::string()>& problem);
   void check_new_grant(const Grant& grant, const Pending& pending);

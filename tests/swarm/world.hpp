@@ -24,6 +24,7 @@ struct ServerNode {
   std::string name;  // child name
   std::int64_t czxid = 0;
   std::int64_t ephemeral_owner = 0;
+  std::int64_t mzxid = 0;  // its data's last change
 };
 
 // A client of another library (Curator, kazoo) inside its section of a swarm path: it believes
