@@ -863,8 +863,9 @@ bool Zklock::interrupted() {
 // scrape reads the listing afresh (walk_listings()) only when something changed since the last
 // walk, or the cache could not vouch for it (loading, stale, stopped); otherwise it answers from
 // that walk, its ages measured to now. The order is safe: a walk is credited with the changes
-// counted before it began, and the session delivers a watch's event before any read it serves
-// sees the change, so a change the walk missed is counted after and the next scrape reads again.
+// counted before it began, and the cache counts a change once it has read it through the same
+// session, so a change counted before the walk began is one the walk reads, and a change counted
+// later makes the next scrape read again.
 // While the ensemble cannot be read it answers zklock_listing_up 0, so that an alert on it fires
 // rather than the series going stale. A prefix too large for the cache (its max_nodes) is read at
 // each scrape instead. Until INT, TERM or HUP (exit 0). One request at a time: Prometheus scrapes
