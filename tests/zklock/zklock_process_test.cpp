@@ -34,6 +34,7 @@
 #include <zkr/session.hpp>
 #include <zkr/shared_counter.hpp>
 
+#include "../unit/python_readers.hpp"
 #include "process_tree.hpp"
 #include "testenv.hpp"
 #include "zklock_run.hpp"
@@ -1368,14 +1369,6 @@ TEST_F(ZklockRecipeListTest, ListRecursiveShowsEveryLockAndRecipeUnderThePrefix)
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
 }
 
-// One sample's value in a Prometheus text ("" when the series is absent).
-std::string sample_value(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return "";
-  const auto begin = at + series.size() + 2;
-  return text.substr(begin, text.find('\n', begin) - begin);
-}
-
 // --prometheus prints the listing as metrics; --listen serves them, with at most --max-locks paths'
 // series, answered from the last walk while the exporter's watches saw no change under the prefix,
 // and read again after one.
@@ -1413,24 +1406,31 @@ TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadingAgain
 
   // Once its watches are set (the first scrapes may read again while they load), nothing changes
   // under the prefix and each scrape is answered from the last walk, measured to now.
-  std::string before, after;
+  auto samples_of = [](const std::string& response) {
+    return zkr::test::read_exposition(response.substr(response.find("\r\n\r\n") + 4));
+  };
+  auto scraped = [&](std::string_view series) {
+    return zkr::test::sample_value(samples_of(http_get(port, "/metrics")), series, {});
+  };
+  std::optional<double> before, after;
   ASSERT_TRUE(eventually(
       [&] {
-        before = http_get(port, "/metrics");
+        before = scraped("zklock_listing_walks_total");
         std::this_thread::sleep_for(50ms);
-        after = http_get(port, "/metrics");
-        return !sample_value(before, "zklock_listing_walks_total").empty() &&
-               sample_value(before, "zklock_listing_walks_total") == sample_value(after, "zklock_listing_walks_total");
+        after = scraped("zklock_listing_walks_total");
+        return before && before == after;
       },
       30s))
-      << "every scrape walked the prefix again:\n" << before << "\n" << after;
-  const std::string walks = sample_value(after, "zklock_listing_walks_total");
+      << "every scrape walked the prefix again: " << before.value_or(-1) << ", then " << after.value_or(-1);
+  const double walks = *after;
+  const auto first_timestamp = scraped("zklock_listing_timestamp_seconds");
+  ASSERT_TRUE(first_timestamp);
   for (int scrape_again = 0; scrape_again < 3; ++scrape_again) {
     std::this_thread::sleep_for(50ms);
     const std::string again = http_get(port, "/metrics");
-    EXPECT_EQ(sample_value(again, "zklock_listing_walks_total"), walks) << again;
-    EXPECT_GT(std::stod(sample_value(again, "zklock_listing_timestamp_seconds")),
-              std::stod(sample_value(before, "zklock_listing_timestamp_seconds")));
+    const auto samples = samples_of(again);
+    EXPECT_EQ(zkr::test::sample_value(samples, "zklock_listing_walks_total", {}), walks) << again;
+    EXPECT_GT(zkr::test::sample_value(samples, "zklock_listing_timestamp_seconds", {}).value_or(0), *first_timestamp);
     EXPECT_THAT(again, HasSubstr("zklock_lock_holders{" + labels + "} 1\n"));
   }
 
@@ -1438,7 +1438,7 @@ TEST_F(ZklockRecipeListTest, ListenServesTheLocksAsPrometheusMetricsReadingAgain
   EXPECT_EQ(waiter.wait(scaled(30s)), 0);
   ASSERT_TRUE(eventually([&] { return http_get(port, "/metrics").find("zklock_lock_holders{") == std::string::npos; }, 30s))
       << "the freed lock is still listed";
-  EXPECT_GT(std::stoi(sample_value(http_get(port, "/metrics"), "zklock_listing_walks_total")), std::stoi(walks));
+  EXPECT_GT(scraped("zklock_listing_walks_total").value_or(0), walks);
   EXPECT_THAT(http_get(port, "/other"), ::testing::StartsWith("HTTP/1.1 404 "));
 
   const Outcome taken = run_to_end(zklock({"--list", path_, "-r", "--listen", fmt::format("127.0.0.1:{}", port)}));
