@@ -599,12 +599,15 @@ std::string Swarm::cache_problem() {
         todo.push_back(parent + "/" + node.name);
       }
     }
-    auto mirrored = [](const std::string& path, const NodeStat& stat) -> CachedNode {
-      return {stat.ephemeral_owner, path == kRoot ? 0 : stat.mzxid};
+    // As compared: the root's mzxid left out (the world reads it no stat).
+    auto mirrored = [](const std::string& path, CachedNode node) {
+      if (path == kRoot) node.second = 0;
+      return node;
     };
     std::map<std::string, CachedNode> cached;
     for (const auto& [path, node] : slot->cache->snapshot())
-      if (!peer_owned(node.stat.ephemeral_owner)) cached[path] = mirrored(path, node.stat);
+      if (!peer_owned(node.stat.ephemeral_owner))
+        cached[path] = mirrored(path, {node.stat.ephemeral_owner, node.stat.mzxid});
     if (cached == server && slot->cache_told) {
       // What the callback was told adds up to the mirror once it caught up.
       if (const auto pending = slot->cache->metrics().events_pending; pending > 0)
@@ -613,7 +616,7 @@ std::string Swarm::cache_problem() {
       std::lock_guard lock(slot->cache_told->mutex);
       std::map<std::string, CachedNode> told;
       for (const auto& [path, node] : slot->cache_told->nodes)
-        if (!peer_owned(node.first)) told[path] = {node.first, path == kRoot ? 0 : node.second};
+        if (!peer_owned(node.first)) told[path] = mirrored(path, node);
       if (told != cached)
         return fmt::format("after step {}: what the TreeCache of session s{} told its callback differs from its "
                            "mirror",
