@@ -156,6 +156,8 @@ bool Swarm::acquire(const Op& op) {
   pending->held_back = !blocking && is_lock_like(r.kind) && batch_here;
   pending->release_in_handler = !blocking && variant(op);
   pending->unstoppable = !blocking && unstoppable(op);
+  pending->window_counted = pending->unstoppable && is_lock_like(r.kind) && !batch_here;
+  pending->started_session = slot.session->id();
   predict(*pending, op);
 
   // The recipe object, made on first use.

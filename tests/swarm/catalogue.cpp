@@ -545,6 +545,8 @@ void Swarm::harvest_catalogue() {
       c.multi_holds.push_back(std::move(hold));
     }
     lock.unlock();
+    if (auto& slot = *slots_[static_cast<std::size_t>(pending.slot)]; slot.epoch == pending.epoch)
+      slot.window_exempt_ended += pending.paths.size();
     it = c.multi_pending.erase(it);
   }
   // Joins that failed (a join that succeeded shows in the member's state).
@@ -690,6 +692,14 @@ std::size_t Swarm::multi_lock_contenders(int slot, const std::string& path) cons
     n += pending->slot == slot && std::count(pending->paths.begin(), pending->paths.end(), path);
   for (const auto& hold : catalogue_->multi_holds)
     n += !hold.released && hold.slot == slot && std::count(hold.paths.begin(), hold.paths.end(), path);
+  return n;
+}
+
+std::size_t Swarm::multi_lock_pending_paths(int slot, int epoch) const {
+  if (!catalogue_) return 0;
+  std::size_t n = 0;
+  for (const auto& pending : catalogue_->multi_pending)
+    if (pending->slot == slot && pending->epoch == epoch) n += pending->paths.size();
   return n;
 }
 

@@ -61,6 +61,19 @@ class FakeWorld final : public World {
     return server_->data_watches(path, session_id) + server_->children_watches(path, session_id);
   }
 
+  std::optional<std::size_t> unanswered_creates(std::int64_t session_id,
+                                                const std::vector<std::string>& parents) override {
+    std::size_t n = 0;
+    for (const auto& entry : server_->queued_entries(session_id)) {
+      if (!entry.starts_with("create ")) continue;
+      const std::string_view path = std::string_view(entry).substr(7);
+      n += std::any_of(parents.begin(), parents.end(), [&](const std::string& parent) {
+        return path.size() > parent.size() && path.starts_with(parent) && path[parent.size()] == '/';
+      });
+    }
+    return n;
+  }
+
   // Its sessions' deadlines are far away in real time: a freeze would cross none.
   bool supports(OpKind fault) const override {
     return fault != OpKind::fault_restart && fault != OpKind::fault_freeze && fault != OpKind::fault_move;

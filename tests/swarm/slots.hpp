@@ -99,6 +99,9 @@ struct Swarm::SessionSlot {
   std::map<int, std::unique_ptr<WatchSlot>> watches;  // resource
   bool used_peer_semaphore = false;
   bool used_elections = false;
+  // The start window check's: acquisitions the window does not count (Pending::window_counted)
+  // that ended since the session last had no create unanswered, each of which may have left one.
+  std::size_t window_exempt_ended = 0;
   // Objects of earlier epochs, kept until teardown (their HeldLocks may still be around).
   std::vector<std::unique_ptr<SessionSlot>> earlier;
   std::unique_ptr<TreeCache> cache;  // of the whole swarm tree (kRoot)

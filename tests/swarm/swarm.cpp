@@ -385,6 +385,8 @@ void Swarm::harvest() {
     it = pending_.erase(it);
     auto& actor = *actors_[static_cast<std::size_t>(pending->actor)];
     if (actor.blocking_pending == pending->id) actor.blocking_pending = 0;
+    if (auto& slot = *slots_[static_cast<std::size_t>(pending->slot)]; slot.epoch == pending->epoch && window_exempt(*pending))
+      ++slot.window_exempt_ended;
     harvest_outcome(*pending);
   }
   // Losses: read from a hold of each grant still held.

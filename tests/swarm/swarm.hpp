@@ -171,6 +171,10 @@ struct Pending {
   bool release_in_handler = false;
   bool stop_requested = false;
   bool unstoppable = false;  // async without a stop token: a cancel does not reach it
+  // An acquisition the start window counts (SessionOptions::max_starting_acquisitions): async, for
+  // ever, without a stop token, of a lock or read/write lock, outside an open batch of its thread.
+  bool window_counted = false;
+  std::int64_t started_session = 0;  // the session's id when it began (0: between sessions)
   std::optional<Clock::time_point> prompt_by;  // must have ended by then
   std::string expectation;                     // why (for messages)
   std::string expected_node;                   // a reentrant acquisition: the grant it reenters
@@ -273,6 +277,8 @@ class Swarm {
   std::string watch_problem();
   std::string cache_problem();
   std::string latch_problem();
+  std::string start_window_problem();
+  bool window_exempt(const Pending& pending) const;  // its create may be unanswered beside the window's
   void note_join_held_back(LatchSlot& latch, const Op& op);
   void eventually(std::string_view invariant, std::chrono::milliseconds bound,
                   const std::function<std::string()>& problem);
@@ -304,6 +310,7 @@ class Swarm {
       const std::function<void(const std::string& path, const std::string& node, FencingToken token)>& add);
   bool multi_lock_used(int slot, int epoch, const std::string& path) const;
   std::size_t multi_lock_contenders(int slot, const std::string& path) const;
+  std::size_t multi_lock_pending_paths(int slot, int epoch) const;  // of its multi-locks still acquiring
 
   // ---- generation (generator.cpp) ----
   Op next_op();
@@ -315,7 +322,16 @@ class Swarm {
     int session = 0;
     OpKind kind = OpKind::fault_drop;
     bool slow_reconnect = false;  // not a fault: the world brought the connection back slow
+    int steps = 0;                // how many steps it holds, its own included (fault_steps)
   };
+  // A burst of asynchronous acquisitions into a paused connection (follow_up_for_step starts it):
+  // more than the session's start window, one a step while the pause holds.
+  struct Burst {
+    int session = 0;
+    int left = 0;
+  };
+  std::optional<Burst> burst_;
+  std::optional<Op> burst_op_for_step();
   std::optional<int> member_to_leave(int slot) const;  // catalogue.cpp: which member, if any
   std::optional<LastFault> last_fault_;
 

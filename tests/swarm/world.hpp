@@ -55,6 +55,13 @@ class World {
   // The watches the session's client keeps on `path` (data and children), where the world can
   // count them (the fake); nullopt otherwise.
   virtual std::optional<std::size_t> watches(const std::string& path, std::int64_t session_id) = 0;
+  // How many creates of children of `parents` the session sent that its client has not heard
+  // answered yet (they wait on a paused connection), where the world can tell (the fake); nullopt
+  // otherwise.
+  virtual std::optional<std::size_t> unanswered_creates(std::int64_t /*session_id*/,
+                                                        const std::vector<std::string>& /*parents*/) {
+    return std::nullopt;
+  }
 
   // ---- faults ----
   virtual bool supports(OpKind fault) const = 0;
