@@ -41,39 +41,42 @@ Op Swarm::next_op() {
   Op op = [&] {
     // None of these draws from random_: the other steps stay the seed's. The moves right after a
     // fault come first, as their moment does not come again.
-    if (auto more = burst_op_for_step()) return *more;
+    if (auto more = sequel_op_for_step()) return *more;
     if (auto next = follow_up_for_step()) return *next;
     if (auto add = counter_op_for_step()) return *add;
     if (auto other = catalogue_op_for_step()) return *other;  // multi-locks, groups, barriers
     return drawn_op();
   }();
   if (info(op.kind).family == OpFamily::fault) last_fault_ = {step_index_, op.session, op.kind, false, fault_steps(op)};
-  // The first acquisition into a pause: the burst goes on while the pause holds (it holds for the
-  // steps after the fault's own but the last), one more than the start window counts.
+  // The first operation into a pause: its sequel goes on while the pause holds (for the steps
+  // after the fault's own but the last).
   if (last_fault_ && last_fault_->step == step_index_ - 1 && last_fault_->kind == OpKind::fault_pause &&
-      !last_fault_->slow_reconnect && op.kind == OpKind::async_acquire && unstoppable(op) &&
-      op.session == last_fault_->session) {
+      !last_fault_->slow_reconnect && op.session == last_fault_->session) {
+    const int holds_for = last_fault_->steps - 2;
     const auto window = static_cast<int>(config_.start_window.at(static_cast<std::size_t>(op.session)));
-    const int more = std::min(window == 0 ? 2 : window, last_fault_->steps - 2);
-    if (more > 0) burst_ = Burst{op.session, more};
+    if (op.kind == OpKind::async_acquire && unstoppable(op))
+      sequel_ = Sequel{op.session, std::min(window == 0 ? 2 : window, holds_for), OpKind::async_acquire, 1 << 5};
+    else if (op.kind == OpKind::group_join)
+      sequel_ = Sequel{op.session, std::min(1, holds_for), OpKind::group_leave, op.arg};
   }
   return op;
 }
 
-std::optional<Op> Swarm::burst_op_for_step() {
-  if (!burst_ || burst_->left <= 0) return std::nullopt;
-  --burst_->left;
+std::optional<Op> Swarm::sequel_op_for_step() {
+  if (!sequel_ || sequel_->left <= 0) return std::nullopt;
+  --sequel_->left;
   std::mt19937_64 random(config_.seed * 0x94d049bb133111ebull + static_cast<std::uint64_t>(step_index_) * 0xbf58476d1ce4e5b9ull);
   Op op;
-  op.kind = OpKind::async_acquire;
-  op.session = burst_->session;
+  op.kind = sequel_->kind;
+  op.session = sequel_->session;
+  op.arg = sequel_->arg;
   op.actor = static_cast<int>(random() % static_cast<std::uint64_t>(config_.actors));
   for (int tried = 0; tried < config_.actors; ++tried) {
     if (actors_[static_cast<std::size_t>(op.actor)]->actor.idle()) break;
     op.actor = (op.actor + 1) % config_.actors;
   }
+  if (op.kind != OpKind::async_acquire) return op;
   op.resource = static_cast<int>(random() % 5);  // a lock or the read/write lock: what the window counts
-  op.arg = 1 << 5;                                // for ever, without a stop token
   return op;
 }
 
@@ -125,13 +128,19 @@ std::optional<Op> Swarm::follow_up_for_step() const {
     op.arg |= member_data_draw(pick(100)) << 4;
     return op;
   };
-  if (last_fault_->kind == OpKind::fault_pause && !last_fault_->slow_reconnect && pick(2) == 0) {
-    // A burst into the pause: acquisitions the start window counts, which it must hold back past
-    // its limit while the first ones' creates wait for their answers (next_op goes on with it).
-    op.kind = OpKind::async_acquire;
-    op.resource = pick(5);
-    op.arg = 1 << 5;
-    return op;
+  if (last_fault_->kind == OpKind::fault_pause && !last_fault_->slow_reconnect) {
+    // Into the pause, with a sequel (next_op): a burst of acquisitions the start window counts,
+    // which it must hold back past its limit while the first ones' creates wait for their
+    // answers; or a join, whose member leaves while its create waits.
+    switch (pick(4)) {
+      case 0: case 1:
+        op.kind = OpKind::async_acquire;
+        op.resource = pick(5);
+        op.arg = 1 << 5;
+        return op;
+      case 2: return group_join();
+      default: break;
+    }
   }
   if (last_fault_->slow_reconnect) {
     // The connection is back and the replies to what the client sent on it are not: the user

@@ -324,14 +324,17 @@ class Swarm {
     bool slow_reconnect = false;  // not a fault: the world brought the connection back slow
     int steps = 0;                // how many steps it holds, its own included (fault_steps)
   };
-  // A burst of asynchronous acquisitions into a paused connection (follow_up_for_step starts it):
-  // more than the session's start window, one a step while the pause holds.
-  struct Burst {
+  // What follows the first operation into a paused connection, one a step while the pause holds
+  // (next_op sets it up): a burst of acquisitions the start window counts, one more than the
+  // window; or the leave of the member whose join went in, its create still unanswered.
+  struct Sequel {
     int session = 0;
     int left = 0;
+    OpKind kind = OpKind::async_acquire;
+    int arg = 0;
   };
-  std::optional<Burst> burst_;
-  std::optional<Op> burst_op_for_step();
+  std::optional<Sequel> sequel_;
+  std::optional<Op> sequel_op_for_step();
   std::optional<int> member_to_leave(int slot) const;  // catalogue.cpp: which member, if any
   std::optional<LastFault> last_fault_;
 
