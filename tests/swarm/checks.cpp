@@ -695,9 +695,10 @@ bool Swarm::window_exempt(const Pending& pending) const {
 // SessionOptions::max_starting_acquisitions: no more acquisitions the window counts start at once
 // than it allows. Where the world can tell (a paused connection on the fake keeps creates
 // unanswered at a quiet point), the session's unanswered creates of lock nodes are at most the
-// window plus one for each acquisition it does not count that may still have one out: those still
-// pending, and those that ended since nothing was unanswered (Contender keeps the slot through
-// the create, its recovery and its first listing: recipes/contender_queue.cpp).
+// window plus one for each acquisition it does not count that may still have one out: those
+// begun since nothing was unanswered (all that are pending, after a new session), those that ended
+// since, and a multi-lock's paths (Contender keeps the slot through the create, its recovery and
+// its first listing: recipes/contender_queue.cpp).
 std::string Swarm::start_window_problem() {
   std::vector<std::string> parents;
   for (std::size_t r = 0; r < resources().size(); ++r)
@@ -710,14 +711,20 @@ std::string Swarm::start_window_problem() {
     const auto unanswered = world_.unanswered_creates(id, parents);
     if (!unanswered) return {};
     if (*unanswered == 0) {
-      slot.window_exempt_ended = 0;
+      // Drained only on a connection that is up: one down holds the creates its contenders will send.
+      if (world_.connection_healthy(*slot.session)) {
+        slot.window_exempt_ended = 0;
+        slot.drained_session = id;
+        slot.drained_before_id = next_id_;
+      }
       continue;
     }
     std::size_t exempt = slot.window_exempt_ended + multi_lock_pending_paths(slot.slot, slot.epoch);
     std::size_t counted = 0;
     for (const auto& pending : pending_) {
       if (pending->slot != slot.slot || pending->epoch != slot.epoch) continue;
-      if (window_exempt(*pending)) ++exempt;
+      const bool may_create = id != slot.drained_session || pending->id >= slot.drained_before_id;
+      if (window_exempt(*pending)) exempt += may_create;
       else if (pending->window_counted) ++counted;
     }
     if (*unanswered > window + exempt)

@@ -102,6 +102,11 @@ struct Swarm::SessionSlot {
   // The start window check's: acquisitions the window does not count (Pending::window_counted)
   // that ended since the session last had no create unanswered, each of which may have left one.
   std::size_t window_exempt_ended = 0;
+  // The session id and the next Pending::id when the session last had none unanswered: an
+  // acquisition pending since before then on that session has no create out (its create and
+  // first listing were answered; it does not create again without a new session).
+  std::int64_t drained_session = 0;
+  int drained_before_id = 0;
   // Objects of earlier epochs, kept until teardown (their HeldLocks may still be around).
   std::vector<std::unique_ptr<SessionSlot>> earlier;
   std::unique_ptr<TreeCache> cache;  // of the whole swarm tree (kRoot)
