@@ -9,9 +9,9 @@
 //     per path; a lost multi-lock says so (lost(), loss_reason(), lost_path() one of its paths, its
 //     on_lost callback run), and one whose node is gone on a healthy session is lost.
 //   - group: once quiet, a GroupView on a healthy session lists exactly the GroupMembers that are
-//     joined and whose sessions live, each with the owner session its node has on the server (a
-//     member that rejoined has a new node), and is not stale; a view whose session is not
-//     connected says it is stale.
+//     joined and whose sessions live, and the peers' members that the server has, each with the
+//     owner session its node has on the server (a member that rejoined has a new node) and its
+//     data, and is not stale; a view whose session is not connected says it is stale.
 //   - barrier: no wait passes a barrier that was up when it began and was not taken down since;
 //     once it is down (and stays down), every wait on a healthy session passes.
 //   - double barrier: an enter() passes only once N participants were in at once; a leave()
@@ -770,6 +770,15 @@ std::string Swarm::group_problem(bool at_end) {
     if (slot->session) current_sessions.insert(slot->session->id());
   std::set<std::string> expected;
   std::map<std::string, const std::string*> expected_data;  // the data of each member expected
+  // The peers' members (Curator GroupMembers on real servers): the nodes of sessions not the
+  // test's. A view lists them as the server has them, each with the data its peer gives it.
+  std::map<std::string, std::string> peer_data;
+  for (const auto& [name, owner] : owners)
+    if (owner != 0 && !own_sessions_.contains(owner)) {
+      expected.insert(name);
+      peer_data[name] = "data-" + name;
+      expected_data[name] = &peer_data[name];
+    }
   // A member of a Session closed while its connection was down may still be listed: no closeSession
   // could go out, so its node stays until the server expires the session (which a real world cannot
   // see; the fake says).
@@ -804,6 +813,7 @@ std::string Swarm::group_problem(bool at_end) {
                          "member there is joined or joining as {}",
                          step_index_, name, (*slot)->slot, owner, name);
   }
+  int views_with_peers = 0;
   for (auto& [key, view] : c.views) {
     const auto& [slot_index, epoch] = key;
     auto& slot = *slots_[static_cast<std::size_t>(slot_index)];
@@ -816,6 +826,7 @@ std::string Swarm::group_problem(bool at_end) {
                            step_index_, slot_index, member.id, member.session_id, it->second);
     std::set<std::string> listed;
     for (const auto& member : snapshot.members) listed.insert(member.id);
+    views_with_peers += !peer_data.empty();
     for (const auto& member : snapshot.members)
       if (auto it = expected_data.find(member.id); !snapshot.stale && it != expected_data.end() && member.data != *it->second)
         return fmt::format("after step {}: the GroupView of session s{} lists {} with {} bytes of data; it joined "
@@ -835,6 +846,7 @@ std::string Swarm::group_problem(bool at_end) {
                          want.empty() ? " nobody" : want);
     }
   }
+  if (views_with_peers > 0) count("group views checked with peers' members", views_with_peers);
   return {};
 }
 

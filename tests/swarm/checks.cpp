@@ -593,6 +593,13 @@ std::string Swarm::cache_problem() {
     const bool peers = std::any_of(resources().begin(), resources().end(),
                                    [&](const Resource& r) { return world_.peers_on(r.path); });
     auto peer_owned = [&](std::int64_t owner) { return peers && owner != 0 && !own_sessions_.count(owner); };
+    // As compared: the root's mzxid left out (the world reads it no stat), and that of the counter
+    // the peers write every second or so (its changes come between any two looks).
+    const auto peer_counter = world_.peer_counter_path();
+    auto mirrored = [&](const std::string& path, CachedNode node) {
+      if (path == kRoot || (!peer_counter.empty() && path == peer_counter)) node.second = 0;
+      return node;
+    };
     std::map<std::string, CachedNode> server;
     if (world_.exists(std::string(kRoot))) server[std::string(kRoot)] = {0, 0};
     for (std::vector<std::string> todo{std::string(kRoot)}; !todo.empty();) {
@@ -600,15 +607,11 @@ std::string Swarm::cache_problem() {
       todo.pop_back();
       for (const auto& node : world_.children(parent)) {
         if (peer_owned(node.ephemeral_owner)) continue;
-        server[parent + "/" + node.name] = {node.ephemeral_owner, node.mzxid};
-        todo.push_back(parent + "/" + node.name);
+        const auto path = parent + "/" + node.name;
+        server[path] = mirrored(path, {node.ephemeral_owner, node.mzxid});
+        todo.push_back(path);
       }
     }
-    // As compared: the root's mzxid left out (the world reads it no stat).
-    auto mirrored = [](const std::string& path, CachedNode node) {
-      if (path == kRoot) node.second = 0;
-      return node;
-    };
     std::map<std::string, CachedNode> cached;
     for (const auto& [path, node] : slot->cache->snapshot())
       if (!peer_owned(node.stat.ephemeral_owner))

@@ -61,6 +61,7 @@ std::size_t member_data_bytes(MemberData size, const std::string& id) {
 }
 
 const std::string kGroupPath = std::string(kRoot) + "/group";
+const std::string kPeerCounterPath = std::string(kRoot) + "/counter-peers";
 
 std::string_view to_string(MetricsLabels labels) {
   switch (labels) {

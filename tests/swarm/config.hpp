@@ -50,6 +50,8 @@ MemberData member_data_class(int arg);
 inline int member_data_draw(int roll) { return roll < 70 ? 0 : roll < 80 ? 1 : roll < 90 ? 2 : 3; }
 std::size_t member_data_bytes(MemberData size, const std::string& id);
 extern const std::string kGroupPath;
+// The counter the peers add to (the real world's, with peers): the swarm's counter when they run.
+extern const std::string kPeerCounterPath;
 
 enum class MetricsLabels { off, prefix, exact };
 std::string_view to_string(MetricsLabels labels);

@@ -6,7 +6,9 @@
 // is read once more, and the history must be linearizable as one register: some order of the
 // calls, each placed between its call and its return, explains every value returned. A call whose
 // outcome is unknown (zk_errc::connection_loss, a lost reply) may have taken effect, once, at any
-// moment after it was made; every other failure must have written nothing.
+// moment after it was made; every other failure must have written nothing. On real servers with
+// peers, the counter is the one Curator peers increment too (World::peer_counter_path): their
+// logged calls join the history, and the value before the run's first call is unknown.
 #include <unistd.h>
 
 #include <atomic>
@@ -64,6 +66,9 @@ std::optional<Op> Swarm::counter_op_for_step() const {
 bool Swarm::counter_op(const Op& op) {
   if (!session(op.session) || !usable(op.session)) return false;
   if (!actors_[static_cast<std::size_t>(op.actor)]->actor.idle()) return false;
+  // The peers' counter where they run (its value when the run begins is theirs), else one of the
+  // run's own.
+  if (counter_path_.empty()) counter_path_ = world_.peer_counter_path();
   if (counter_path_.empty()) counter_path_ = fmt::format("{}/counter-{}-{}", kRoot, ::getpid(), ++runs_with_a_counter);
   const bool burst = op.arg >= 4;
   const int calls = burst ? 1 + ((op.arg >> 2) & 3) % 3 : 1;
@@ -169,11 +174,14 @@ struct RegisterCall {
 // the states already refuted). The deepest prefix found goes to `deepest`, for the report.
 class RegisterHistory {
  public:
-  explicit RegisterHistory(std::vector<RegisterCall> calls) : calls_(std::move(calls)) {}
+  // `initial`: the register's value before the first call; nullopt when it is not known (peers
+  // wrote it before), so that the first call that tells a value fixes it.
+  RegisterHistory(std::vector<RegisterCall> calls, std::optional<std::int64_t> initial)
+      : calls_(std::move(calls)), initial_(initial) {}
 
   // true, false, or nullopt when the search ran out of steps.
   std::optional<bool> linearizable() {
-    const bool found = search(std::bitset<kMostCalls>(), 0);
+    const bool found = search(std::bitset<kMostCalls>(), initial_);
     if (!found && steps_ > kMostSearchSteps) return std::nullopt;
     return found;
   }
@@ -182,7 +190,9 @@ class RegisterHistory {
  private:
   using Kind = Swarm::CounterCall::Kind;
 
-  bool search(const std::bitset<kMostCalls>& placed, std::int64_t value) {
+  using Value = std::optional<std::int64_t>;  // nullopt: not known yet
+
+  bool search(const std::bitset<kMostCalls>& placed, Value value) {
     if (++steps_ > kMostSearchSteps) return false;
     if (path_.size() > deepest_.size()) deepest_ = path_;
     // Done once every call that returned is placed; the unknown ones may never have taken effect.
@@ -210,36 +220,40 @@ class RegisterHistory {
   }
 
   // The value after `c` runs on `value`, or nullopt if what it returned says it did not run there.
-  static std::optional<std::int64_t> apply(const RegisterCall& c, std::int64_t value) {
+  // On a value not known yet, a call that tells one fixes it; the others leave it unknown.
+  static std::optional<Value> apply(const RegisterCall& c, Value value) {
     const auto& call = *c.call;
     switch (call.kind) {
       case Kind::add:
-        if (c.known && call.result != value + call.operand) return std::nullopt;
-        return value + call.operand;
-      case Kind::set: return call.operand;
+        if (!value) return c.known ? Value(call.result) : Value();
+        if (c.known && call.result != *value + call.operand) return std::nullopt;
+        return *value + call.operand;
+      case Kind::set: return Value(call.operand);
       case Kind::read:
-        if (call.result != value) return std::nullopt;
-        return value;
+        if (value && call.result != *value) return std::nullopt;
+        return Value(call.result);
       case Kind::compare_and_set:
-        if (c.known && call.swapped != (value == call.expected)) return std::nullopt;
-        return value == call.expected ? call.expected + call.operand : value;
+        if (!value) return c.known && call.swapped ? Value(call.expected + call.operand) : Value();
+        if (c.known && call.swapped != (*value == call.expected)) return std::nullopt;
+        return *value == call.expected ? call.expected + call.operand : *value;
     }
     return std::nullopt;
   }
 
   struct State {
     std::bitset<kMostCalls> placed;
-    std::int64_t value = 0;
+    Value value;
     bool operator==(const State&) const = default;
   };
   struct StateHash {
     std::size_t operator()(const State& s) const {
-      return std::hash<std::bitset<kMostCalls>>()(s.placed) ^ std::hash<std::int64_t>()(s.value) * 0x9e3779b97f4a7c15ULL;
+      return std::hash<std::bitset<kMostCalls>>()(s.placed) ^ std::hash<Value>()(s.value) * 0x9e3779b97f4a7c15ULL;
     }
   };
-  static State key(const std::bitset<kMostCalls>& placed, std::int64_t value) { return {placed, value}; }
+  static State key(const std::bitset<kMostCalls>& placed, Value value) { return {placed, value}; }
 
   std::vector<RegisterCall> calls_;
+  Value initial_;
   std::unordered_set<State, StateHash> refuted_;
   std::vector<std::size_t> path_, deepest_;
   std::uint64_t steps_ = 0;
@@ -298,8 +312,33 @@ void Swarm::check_counter() {
     history.push_back({call.get(), known, call->called, known ? call->returned : Clock::time_point::max()});
   }
   if (read) history.push_back({last.get(), true, last->called, last->returned});
+  // The peers' calls on it, from the moment the run's first call was made to the end: each a known
+  // add of 1 (with a possible unseen one beside it when unsure), or one of unknown outcome. What
+  // they wrote before is the register's initial value, not known to the test.
+  const bool with_peers = counter_path_ == world_.peer_counter_path();
+  std::vector<std::shared_ptr<CounterCall>> peer_calls;
+  if (with_peers) {
+    const auto from = counter_calls_.front()->called;
+    const auto until = read ? last->returned : Clock::now();
+    auto add_of_one = [&](const PeerCounterCall& peer, bool known) {
+      auto call = std::make_shared<CounterCall>();
+      call->kind = CounterCall::Kind::add;
+      call->operand = 1;
+      call->result = peer.written.value_or(0);
+      call->what = known ? fmt::format("peer {}: add 1, wrote {}", peer.who, call->result)
+                         : fmt::format("peer {}: add 1, outcome unknown", peer.who);
+      peer_calls.push_back(call);
+      history.push_back({call.get(), known, peer.called, known ? peer.returned : Clock::time_point::max()});
+    };
+    for (const auto& peer : world_.peer_counter_calls()) {
+      if (peer.returned < from || peer.called > until) continue;
+      if (peer.written) add_of_one(peer, true);
+      if (!peer.written || peer.unsure) add_of_one(peer, false);
+    }
+    count("counter calls of peers checked", static_cast<int>(peer_calls.size()));
+  }
   if (history.size() > kMostCalls) return count("counter history unchecked (too long)");
-  RegisterHistory check(history);
+  RegisterHistory check(history, with_peers ? std::nullopt : std::optional<std::int64_t>(0));
   const auto linearizable = check.linearizable();
   if (!linearizable) return count("counter history undecided (the search ran out of steps)");
   if (*linearizable) return;

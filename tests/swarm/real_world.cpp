@@ -131,6 +131,16 @@ class PeerProcess {
   ~PeerProcess() { std::filesystem::remove(log_); }
 
   const std::string& path() const { return path_; }
+  // The paths it contends on: its path, or each of a multi-lock's (comma-separated in its path).
+  std::vector<std::string> paths() const {
+    std::vector<std::string> out;
+    for (std::size_t start = 0;;) {
+      const auto comma = path_.find(',', start);
+      out.push_back(path_.substr(start, comma - start));
+      if (comma == std::string::npos) return out;
+      start = comma + 1;
+    }
+  }
 
   // Waits for READY and lets the clients go. A peer that does not start is the test's failure.
   void start() {
@@ -179,8 +189,27 @@ class PeerProcess {
       fields >> event >> who >> ns >> token;
       if (event == "ENTER") inside_[who] = {token, lines_};
       else if (event == "EXIT") inside_.erase(who);
+      else if (event == "ADD" || event == "LOST") {
+        // A counter call: the value written (token's place), when it was called, whether unsure.
+        std::int64_t called = 0;
+        int unsure = 1;
+        fields >> called >> unsure;
+        PeerCounterCall call;
+        call.who = who;
+        call.called = Clock::time_point(std::chrono::nanoseconds(called));
+        call.returned = Clock::time_point(std::chrono::nanoseconds(ns));
+        if (event == "ADD") call.written = token;
+        call.unsure = unsure != 0;
+        counter_calls_.push_back(std::move(call));
+      }
     }
     return inside_;
+  }
+
+  // The counter calls it logged so far (a counter peer's).
+  const std::vector<PeerCounterCall>& counter_calls() {
+    inside();
+    return counter_calls_;
   }
 
   // Drains what the peer printed (its pipe must not fill up); counts the errors it went on from.
@@ -198,6 +227,7 @@ class PeerProcess {
   std::size_t offset_ = 0;
   std::uint64_t lines_ = 0;
   std::map<std::string, std::pair<std::int64_t, std::uint64_t>> inside_;  // who -> token, ENTER line
+  std::vector<PeerCounterCall> counter_calls_;
   int retries_ = 0;
   bool stopped_ = false;
 };
@@ -226,13 +256,29 @@ class RealWorld final : public World {
     for (auto& peer : peers_) {
       peer->drain();
       for (const auto& [who, entered] : peer->inside())
-        out.push_back({peer->path(), who, entered.first, entered.second});
+        for (const auto& path : peer->paths()) out.push_back({path, who, entered.first, entered.second});
     }
     return out;
   }
 
+  std::string peer_counter_path() const override { return peers_on(kPeerCounterPath) ? kPeerCounterPath : std::string(); }
+
+  std::vector<PeerCounterCall> peer_counter_calls() override {
+    std::vector<PeerCounterCall> out;
+    for (auto& peer : peers_)
+      if (peer->path() == kPeerCounterPath) {
+        peer->drain();
+        const auto& calls = peer->counter_calls();
+        out.insert(out.end(), calls.begin(), calls.end());
+      }
+    return out;
+  }
+
   bool peers_on(const std::string& path) const override {
-    return std::any_of(peers_.begin(), peers_.end(), [&](const auto& peer) { return peer->path() == path; });
+    return std::any_of(peers_.begin(), peers_.end(), [&](const auto& peer) {
+      const auto paths = peer->paths();
+      return std::find(paths.begin(), paths.end(), path) != paths.end();
+    });
   }
 
   std::string stop_peers() override {
@@ -376,9 +422,12 @@ class RealWorld final : public World {
   }
 
   // The peers on the swarm's shared paths: a kazoo Lock on the plain lock, a Curator
-  // InterProcessMutex on a reentrant one, each semaphore's and each election's own kind on the one
-  // in its layout (a kazoo Election, a Curator LeaderLatch, a Curator LeaderSelector). Two clients each,
-  // holding a few milliseconds, idle up to that long between sections.
+  // InterProcessMutex on a reentrant one, a Curator InterProcessMultiLock over both reentrant
+  // ones, each semaphore's and each election's own kind on the one
+  // in its layout (a kazoo Election, a Curator LeaderLatch, a Curator LeaderSelector), Curator
+  // GroupMembers in the group and Curator DistributedAtomicLongs on the counter. Two clients each,
+  // holding a few milliseconds, idle up to that long between sections (the members and the
+  // counter's: seconds).
   void start_peers() {
 #if defined(ZKR_KAZOO_PEER) && defined(ZKR_CURATOR_CLASSPATH)
     const auto servers = cluster_.connect_string();
@@ -392,9 +441,9 @@ class RealWorld final : public World {
           path, std::vector<std::string>{"/usr/bin/python3", ZKR_KAZOO_PEER, servers, path, who},
           std::vector<std::string>{"0", hold_ms, "2", mode}));
     };
-    auto curator = [&](std::string_view resource, const std::string& mode, const std::string& who) {
+    auto curator_on = [&](const std::string& path, const std::string& mode, const std::string& who,
+                          const std::string& hold) {
       if (!ZKR_CURATOR_AVAILABLE) return;
-      const auto path = path_of(resource);
       // Short JIT and a small heap: two cores are shared, and JVM start is slow. setpriv makes the
       // JVM die with the test.
       peers_.push_back(std::make_unique<PeerProcess>(
@@ -402,15 +451,24 @@ class RealWorld final : public World {
           std::vector<std::string>{"setpriv", "--pdeathsig", "KILL", ZKR_JAVA, "-XX:TieredStopAtLevel=1",
                                    "-XX:+UseSerialGC", "-Xmx128m", "-cp", ZKR_CURATOR_CLASSPATH, "CuratorPeer", servers,
                                    path, mode, who},
-          std::vector<std::string>{"0", hold_ms, "2"}));
+          std::vector<std::string>{"0", hold, "2"}));
+    };
+    auto curator = [&](std::string_view resource, const std::string& mode, const std::string& who) {
+      curator_on(path_of(resource), mode, who, hold_ms);
     };
     kazoo("lock2", "lock", "kazoo-lock");
     curator("lock1", "mutex", "curator-lock");  // not beside kazoo's: Curator does not see kazoo's lock nodes
+    // A Curator InterProcessMultiLock over lock0 and lock1, beside the test's multi-locks there.
+    curator_on(path_of("lock0") + "," + path_of("lock1"), "multi", "curator-multi", hold_ms);
     kazoo("sem-kazoo", "semaphore:2", "kazoo-sem");
     curator("sem-curator", "semaphore:2", "curator-sem");
     kazoo("latch-kazoo", "election", "kazoo-election");
     curator("latch", "latch", "curator-latch");
     curator("selector", "leader", "curator-selector");
+    // Group members that join and leave every few seconds: a view must list them between changes.
+    curator_on(kGroupPath, "group", "curator-member", "3000");
+    // Increments of the swarm's counter (its default layout, Curator's DistributedAtomicLong).
+    curator_on(kPeerCounterPath, "atomiclong", "curator-counter", "1500");
     for (auto& peer : peers_) peer->start();
 #else
     throw std::runtime_error("the swarm's real world wants its peers, but this swarm_test was built without the "

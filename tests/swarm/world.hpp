@@ -37,6 +37,15 @@ struct PeerHolder {
   bool operator==(const PeerHolder&) const = default;
 };
 
+// A call a peer made on the swarm's counter (a Curator DistributedAtomicLong increment of 1), from
+// its log.
+struct PeerCounterCall {
+  std::string who;
+  std::chrono::steady_clock::time_point called, returned;  // returned: when it logged the outcome
+  std::optional<std::int64_t> written;  // the value it wrote; nullopt: it failed, written or not
+  bool unsure = false;  // its connection changed meanwhile: a retry may have added once more, unseen
+};
+
 class World {
  public:
   virtual ~World() = default;
@@ -92,6 +101,10 @@ class World {
   virtual bool peers_on(const std::string& /*path*/) const { return false; }
   // Lets the peers leave and waits for them; returns what went wrong ("" if nothing).
   virtual std::string stop_peers() { return {}; }
+  // The path where peers add to a counter ("" if none): the swarm's counter then lives there.
+  virtual std::string peer_counter_path() const { return {}; }
+  // Every call the peers made on that counter so far.
+  virtual std::vector<PeerCounterCall> peer_counter_calls() { return {}; }
 
   // How long an operation that must not wait may take, and the grace after a bounded wait.
   virtual std::chrono::milliseconds slack() const = 0;

@@ -25,12 +25,15 @@
 //
 // Added modes: group (each client a GroupMember named WHO-i with the payload "data-WHO-i"; once the
 // first client counts ITERATIONS members it prints "MEMBERS <id>=<data>,..." sorted by id, and the
-// clients leave at the next line on stdin), double-barrier:N (each client enters a
+// clients leave at the next line on stdin; in churn mode each client joins, stays up to HOLD_MS,
+// leaves and stays out up to HOLD_MS, again and again, logging "JOIN <name> <ns>" and
+// "LEAVE <name> <ns>"), double-barrier:N (each client enters a
 // DistributedDoubleBarrier of N participants, logs ENTER, waits HOLD_MS, leaves and logs EXIT; one
 // round), sharedcount (SharedCount, started with seed 0; each add a trySetCount on the version read,
 // again until it succeeds) and atomiclong (DistributedAtomicLong.increment()): each client adds 1
 // ITERATIONS times to the counter at PATH and appends "ADD <name> <ns> <value written>" to LOG;
-// HOLD_MS is ignored. sharedcount-set:V (SharedCount.setCount) and atomiclong-set:V
+// HOLD_MS is ignored (atomiclong's churn mode: each client increments, idles up to HOLD_MS and goes
+// on, each call logged as described at its code). sharedcount-set:V (SharedCount.setCount) and atomiclong-set:V
 // (DistributedAtomicLong.forceSet): the first client writes V to the counter at PATH once,
 // appends "SET <name> <ns> V" to LOG and the peer exits (for tests of what bytes a value makes).
 import java.io.BufferedReader;
@@ -81,6 +84,12 @@ public final class CuratorPeer {
     log.write((event + " " + who + " " + System.nanoTime() + " " + token + "\n").getBytes(StandardCharsets.US_ASCII));
   }
 
+  private static synchronized void recordCall(String event, String who, long value, long called, boolean unsure)
+      throws IOException {
+    log.write((event + " " + who + " " + System.nanoTime() + " " + value + " " + called + " " + (unsure ? 1 : 0) + "\n")
+                  .getBytes(StandardCharsets.US_ASCII));
+  }
+
   // The czxid of this client's node under `path` (its data is the selector's id), or -1 when it is
   // gone already (leadership lost before we looked).
   private static long ownToken(CuratorFramework client, String path, String name) throws Exception {
@@ -96,6 +105,12 @@ public final class CuratorPeer {
       if (name.equals(new String(data, StandardCharsets.UTF_8))) token = Math.max(token, stat.getCzxid());
     }
     return token;
+  }
+
+  // Sleeps up to `holdMs` (at random), ending early once `stopping` is set.
+  private static void idle(java.util.Random random, long holdMs, AtomicBoolean stopping) throws InterruptedException {
+    final long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1 + random.nextInt((int) Math.max(1, holdMs)));
+    while (!stopping.get() && System.nanoTime() < until) Thread.sleep(20);
   }
 
   private static void setCounter(CuratorFramework client, String path, String who, String mode) throws Exception {
@@ -147,7 +162,7 @@ public final class CuratorPeer {
     System.out.flush();
     final BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
     stdin.readLine();
-    if (mode.equals("group")) runGroup(clients, path, who, iterations, stdin);
+    if (mode.equals("group") && iterations > 0) runGroup(clients, path, who, iterations, stdin);
     if (mode.startsWith("sharedcount-set:") || mode.startsWith("atomiclong-set:")) setCounter(clients.get(0), path, who, mode);
     if (mode.startsWith("double-barrier:"))
       runDoubleBarrier(clients, path, who, Integer.parseInt(mode.substring("double-barrier:".length())), holdMs);
@@ -262,6 +277,62 @@ public final class CuratorPeer {
                 client.delete().forPath(node);
                 Thread.sleep(holdMs);
               }
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("group")) {
+        // Churn: joins as WHO-i with the payload "data-WHO-i", stays, leaves, stays out; each for
+        // up to HOLD_MS, logged as JOIN and LEAVE lines.
+        threads.add(new Thread(() -> {
+          final java.util.Random random = new java.util.Random();
+          try {
+            while (!stopping.get()) {
+              GroupMember member = new GroupMember(client, path, name, ("data-" + name).getBytes(StandardCharsets.UTF_8));
+              member.start();
+              record("JOIN", name);
+              idle(random, holdMs, stopping);
+              member.close();
+              record("LEAVE", name);
+              idle(random, holdMs, stopping);
+            }
+          } catch (Exception e) {
+            System.out.println("ERROR " + name + " " + e);
+          } finally {
+            done.countDown();
+          }
+        }));
+        continue;
+      }
+      if (mode.equals("atomiclong") && churn) {
+        // Churn: one increment, idle up to HOLD_MS, again. Each call is logged as
+        // "ADD <name> <ns> <value written> <ns called> <unsure>" or, when it failed,
+        // "LOST <name> <ns> 0 <ns called> 1" (it may have written nothing, or once). Unsure (1): the
+        // connection changed state meanwhile, and Curator's retry of a write whose reply was lost
+        // may have added once more, unseen.
+        final AtomicBoolean troubled = new AtomicBoolean(false);
+        client.getConnectionStateListenable().addListener((unused, state) -> troubled.set(true));
+        threads.add(new Thread(() -> {
+          final java.util.Random random = new java.util.Random();
+          final DistributedAtomicLong value = new DistributedAtomicLong(client, path, new RetryNTimes(10000, 1));
+          try {
+            while (!stopping.get()) {
+              troubled.set(false);
+              final long called = System.nanoTime();
+              try {
+                AtomicValue<Long> result = value.increment();
+                if (result.succeeded()) recordCall("ADD", name, result.postValue(), called, troubled.get());
+                else recordCall("LOST", name, 0, called, true);
+              } catch (Exception e) {
+                recordCall("LOST", name, 0, called, true);
+                System.out.println("RETRY " + name + " " + e);
+              }
+              idle(random, holdMs, stopping);
             }
           } catch (Exception e) {
             System.out.println("ERROR " + name + " " + e);
