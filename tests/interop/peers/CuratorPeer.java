@@ -107,6 +107,24 @@ public final class CuratorPeer {
     return token;
   }
 
+  // A client's loop in churn mode, given a random source of its own: an error it cannot go on from
+  // is printed as "ERROR <name> ...", and the client counts as done either way.
+  private interface ChurnLoop {
+    void run(java.util.Random random) throws Exception;
+  }
+
+  private static Thread churnThread(String name, CountDownLatch done, ChurnLoop loop) {
+    return new Thread(() -> {
+      try {
+        loop.run(new java.util.Random());
+      } catch (Exception e) {
+        System.out.println("ERROR " + name + " " + e);
+      } finally {
+        done.countDown();
+      }
+    });
+  }
+
   // Sleeps up to `holdMs` (at random), ending early once `stopping` is set.
   private static void idle(java.util.Random random, long holdMs, AtomicBoolean stopping) throws InterruptedException {
     final long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1 + random.nextInt((int) Math.max(1, holdMs)));
@@ -289,22 +307,15 @@ public final class CuratorPeer {
       if (mode.equals("group")) {
         // Churn: joins as WHO-i with the payload "data-WHO-i", stays, leaves, stays out; each for
         // up to HOLD_MS, logged as JOIN and LEAVE lines.
-        threads.add(new Thread(() -> {
-          final java.util.Random random = new java.util.Random();
-          try {
-            while (!stopping.get()) {
-              GroupMember member = new GroupMember(client, path, name, ("data-" + name).getBytes(StandardCharsets.UTF_8));
-              member.start();
-              record("JOIN", name);
-              idle(random, holdMs, stopping);
-              member.close();
-              record("LEAVE", name);
-              idle(random, holdMs, stopping);
-            }
-          } catch (Exception e) {
-            System.out.println("ERROR " + name + " " + e);
-          } finally {
-            done.countDown();
+        threads.add(churnThread(name, done, random -> {
+          while (!stopping.get()) {
+            GroupMember member = new GroupMember(client, path, name, ("data-" + name).getBytes(StandardCharsets.UTF_8));
+            member.start();
+            record("JOIN", name);
+            idle(random, holdMs, stopping);
+            member.close();
+            record("LEAVE", name);
+            idle(random, holdMs, stopping);
           }
         }));
         continue;
@@ -317,27 +328,20 @@ public final class CuratorPeer {
         // may have added once more, unseen.
         final AtomicBoolean troubled = new AtomicBoolean(false);
         client.getConnectionStateListenable().addListener((unused, state) -> troubled.set(true));
-        threads.add(new Thread(() -> {
-          final java.util.Random random = new java.util.Random();
-          final DistributedAtomicLong value = new DistributedAtomicLong(client, path, new RetryNTimes(10000, 1));
-          try {
-            while (!stopping.get()) {
-              troubled.set(false);
-              final long called = System.nanoTime();
-              try {
-                AtomicValue<Long> result = value.increment();
-                if (result.succeeded()) recordCall("ADD", name, result.postValue(), called, troubled.get());
-                else recordCall("LOST", name, 0, called, true);
-              } catch (Exception e) {
-                recordCall("LOST", name, 0, called, true);
-                System.out.println("RETRY " + name + " " + e);
-              }
-              idle(random, holdMs, stopping);
+        final DistributedAtomicLong value = new DistributedAtomicLong(client, path, new RetryNTimes(10000, 1));
+        threads.add(churnThread(name, done, random -> {
+          while (!stopping.get()) {
+            troubled.set(false);
+            final long called = System.nanoTime();
+            try {
+              AtomicValue<Long> result = value.increment();
+              if (result.succeeded()) recordCall("ADD", name, result.postValue(), called, troubled.get());
+              else recordCall("LOST", name, 0, called, true);
+            } catch (Exception e) {
+              recordCall("LOST", name, 0, called, true);
+              System.out.println("RETRY " + name + " " + e);
             }
-          } catch (Exception e) {
-            System.out.println("ERROR " + name + " " + e);
-          } finally {
-            done.countDown();
+            idle(random, holdMs, stopping);
           }
         }));
         continue;
